@@ -1,0 +1,53 @@
+// Command creditflow is the one binary of the project: the stream processor
+// (run), the embedded demo (demo), the embedded broker (broker), the CPU
+// reference scorer (scorer) and the offline tools (compute, score, attention).
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+)
+
+// command is one subcommand: a short help line and its entry point.
+type command struct {
+	help string
+	run  func(args []string) error
+}
+
+// commands is filled by the files of this package, one file per subcommand.
+var commands = map[string]command{}
+
+func register(name, help string, run func(args []string) error) {
+	commands[name] = command{help: help, run: run}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: creditflow <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].help)
+	}
+	fmt.Fprintln(os.Stderr, "\nRun 'creditflow <command> -h' for the flags of a command.")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		os.Exit(2)
+	}
+	c, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "creditflow: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err := c.run(os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

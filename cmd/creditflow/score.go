@@ -1,0 +1,51 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/creditflow/creditflow/gpu/model"
+)
+
+func init() {
+	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (SPEC §5.2)", runScore)
+}
+
+// loadModelFlag opens the model named by --model: "tiny" (or empty) is the
+// built-in tiny model, anything else a Hugging Face folder.
+func loadModelFlag(dir string) (*model.Model, error) {
+	if dir == "" || dir == "tiny" {
+		return model.Tiny(), nil
+	}
+	return model.Load(dir)
+}
+
+func runScore(args []string) error {
+	fs := flag.NewFlagSet("score", flag.ContinueOnError)
+	dir := fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: creditflow score [--model DIR]
+
+Reads JSON Lines on stdin, one row per line:
+  {"context":[ids], "target":[ids], "span":[a,b]}
+and writes one line per row, in order:
+  {"score":S}
+S = mean over k in [a,b) of log p(target[k] | context, target[:k]) (natural log;
+null if not finite). A context too long for the model keeps its rightmost
+tokens. Rows read together share their common prefixes. The first malformed
+line stops the command with an error naming the line number (exit status 1);
+all lines before it have been answered.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	m, err := loadModelFlag(*dir)
+	if err != nil {
+		return err
+	}
+	return model.RunScoreJSONL(m, os.Stdin, os.Stdout)
+}

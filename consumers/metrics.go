@@ -1,0 +1,68 @@
+package consumers
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	records   *prometheus.CounterVec
+	lag       *prometheus.GaugeVec
+	committed *prometheus.GaugeVec
+	rejoins   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_consumer_records_total",
+			Help: "Records handed to claim handlers, by topic.",
+		}, []string{"topic"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "creditflow_consumer_lag_records",
+			Help: "Records between the last delivered record and the partition's end, including records buffered for the handler.",
+		}, []string{"topic", "partition"}),
+		committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "creditflow_consumer_committed_offset",
+			Help: "Last offset committed by this member, by topic and partition.",
+		}, []string{"topic", "partition"}),
+		rejoins: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "creditflow_consumer_join_errors_total",
+			Help: "Failed attempts to join the consumer group (retried).",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.records, err = register(reg, m.records); err != nil {
+		return nil, err
+	}
+	if m.lag, err = register(reg, m.lag); err != nil {
+		return nil, err
+	}
+	if m.committed, err = register(reg, m.committed); err != nil {
+		return nil, err
+	}
+	if m.rejoins, err = register(reg, m.rejoins); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

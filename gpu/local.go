@@ -1,0 +1,267 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Usage is what scoring cost in tokens (see model.Usage).
+type Usage = model.Usage
+
+// UsageScorer is a Scorer that also reports what a ScoreRows call cost.
+// Local implements it; Server uses it to fill the usage of its answers.
+type UsageScorer interface {
+	Scorer
+	ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
+}
+
+// Local is the in-process reference scorer: it runs a model.Model in this
+// process. It is safe for concurrent use; at most MaxConcurrent model calls
+// run at once, further callers wait (and give up when their context ends).
+//
+// ScoreRows passes all rows of one call to the model in a single call, so
+// rows that share a prefix (within a set and across sets of one prompt) are
+// forwarded once. Invalid input gives a *RejectedError before any model work.
+type Local struct {
+	m       *model.Model
+	info    ModelInfo
+	sem     chan struct{}
+	metrics *localMetrics
+}
+
+// LocalOption configures a Local.
+type LocalOption func(*localConfig)
+
+type localConfig struct {
+	policyVersion int64
+	maxConcurrent int
+	reg           prometheus.Registerer
+}
+
+// WithPolicyVersion sets the policy version reported by Info (default 0).
+func WithPolicyVersion(v int64) LocalOption {
+	return func(c *localConfig) { c.policyVersion = v }
+}
+
+// WithMaxConcurrent bounds the model calls running at once (default GOMAXPROCS).
+func WithMaxConcurrent(n int) LocalOption {
+	return func(c *localConfig) {
+		if n > 0 {
+			c.maxConcurrent = n
+		}
+	}
+}
+
+// WithLocalRegisterer registers Local's metrics (tokens forwarded and
+// row-by-row, truncations, model call durations) with reg.
+func WithLocalRegisterer(reg prometheus.Registerer) LocalOption {
+	return func(c *localConfig) { c.reg = reg }
+}
+
+type localMetrics struct {
+	forwarded   prometheus.Counter
+	rowByRow    prometheus.Counter
+	truncations prometheus.Counter
+	duration    *prometheus.HistogramVec
+}
+
+func newLocalMetrics(reg prometheus.Registerer) *localMetrics {
+	m := &localMetrics{
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "creditflow_scorer_local_tokens_forwarded_total",
+			Help: "Tokens forwarded through the model by the in-process scorer (with prefix sharing).",
+		}),
+		rowByRow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "creditflow_scorer_local_tokens_row_by_row_total",
+			Help: "Tokens a row-by-row computation without prefix sharing would have forwarded.",
+		}),
+		truncations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "creditflow_scorer_local_truncations_total",
+			Help: "Rows whose context was cut from the left to fit the model's max context.",
+		}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "creditflow_scorer_local_model_duration_seconds",
+			Help:    "Duration of model calls in the in-process scorer, by op (score, attention).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}, []string{"op"}),
+	}
+	if reg != nil {
+		m.forwarded = registerOrExisting(reg, m.forwarded)
+		m.rowByRow = registerOrExisting(reg, m.rowByRow)
+		m.truncations = registerOrExisting(reg, m.truncations)
+		m.duration = registerOrExisting(reg, m.duration)
+	}
+	return m
+}
+
+// registerOrExisting registers c, or returns the collector already
+// registered under the same description.
+func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}
+
+// NewLocal wraps m as a Scorer.
+func NewLocal(m *model.Model, opts ...LocalOption) *Local {
+	cfg := localConfig{maxConcurrent: runtime.GOMAXPROCS(0)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	mi := m.Info()
+	return &Local{
+		m: m,
+		info: ModelInfo{
+			Protocol:       ProtocolVersion,
+			Name:           mi.Name,
+			Architecture:   mi.Architecture,
+			Layers:         mi.Layers,
+			VocabSize:      mi.VocabSize,
+			MaxContext:     mi.MaxContext,
+			PolicyVersion:  cfg.policyVersion,
+			PlaceholderIDs: append([]int32(nil), mi.PlaceholderIDs...),
+		},
+		sem:     make(chan struct{}, cfg.maxConcurrent),
+		metrics: newLocalMetrics(cfg.reg),
+	}
+}
+
+// Info reports the model; it never fails.
+func (l *Local) Info(ctx context.Context) (ModelInfo, error) {
+	info := l.info
+	info.PlaceholderIDs = append([]int32(nil), l.info.PlaceholderIDs...)
+	return info, nil
+}
+
+func (l *Local) acquire(ctx context.Context) error {
+	select {
+	case l.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *Local) release() { <-l.sem }
+
+// ScoreRows scores every row of every set; see ScoreRowsUsage.
+func (l *Local) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error) {
+	res, _, err := l.ScoreRowsUsage(ctx, sets)
+	return res, err
+}
+
+// ScoreRowsUsage scores all rows of all sets in one model call and reports
+// the tokens it cost.
+func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error) {
+	if err := validateSets(l.info, sets); err != nil {
+		return nil, Usage{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, Usage{}, err
+	}
+	var all []Row
+	for _, s := range sets {
+		all = append(all, s.Rows...)
+	}
+	out := make([]RowScores, len(sets))
+	if len(all) == 0 {
+		return out, Usage{}, nil
+	}
+	if err := l.acquire(ctx); err != nil {
+		return nil, Usage{}, err
+	}
+	start := time.Now()
+	scores, usage, err := l.m.ScoreRows(all)
+	l.metrics.duration.WithLabelValues("score").Observe(time.Since(start).Seconds())
+	l.release()
+	if err != nil {
+		return nil, Usage{}, fmt.Errorf("model scoring %d rows of %d sets: %w", len(all), len(sets), err)
+	}
+	if len(scores) != len(all) {
+		return nil, Usage{}, fmt.Errorf("model returned %d scores for %d rows", len(scores), len(all))
+	}
+	l.metrics.forwarded.Add(float64(usage.TokensForwarded))
+	l.metrics.rowByRow.Add(float64(usage.TokensRowByRow))
+	l.metrics.truncations.Add(float64(usage.Truncations))
+	// Per-set truncations: a row is cut when context and target do not fit.
+	var counted int64
+	off := 0
+	for i, s := range sets {
+		r := RowScores{Scores: append([]float64(nil), scores[off:off+len(s.Rows)]...)}
+		for _, row := range s.Rows {
+			if l.info.MaxContext > 0 && len(row.Context)+len(row.Target) > l.info.MaxContext {
+				r.Truncations++
+			}
+		}
+		counted += int64(r.Truncations)
+		off += len(s.Rows)
+		out[i] = r
+	}
+	if counted != usage.Truncations && len(sets) > 1 {
+		// The model cut differently than the rule above predicts: ask it per
+		// set so that each set's count is the model's own.
+		for i, s := range sets {
+			if err := l.acquire(ctx); err != nil {
+				return nil, Usage{}, err
+			}
+			_, u, err := l.m.ScoreRows(s.Rows)
+			l.release()
+			if err != nil {
+				return nil, Usage{}, fmt.Errorf("model scoring set %q: %w", s.ID, err)
+			}
+			out[i].Truncations = int(u.Truncations)
+		}
+	} else if counted != usage.Truncations && len(sets) == 1 {
+		out[0].Truncations = int(usage.Truncations)
+	}
+	return out, usage, nil
+}
+
+// Attention computes the step graphs of every job; jobs run concurrently up
+// to the concurrency limit.
+func (l *Local) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error) {
+	if err := validateJobs(l.info, jobs); err != nil {
+		return nil, err
+	}
+	out := make([][]StepGraph, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, jb := range jobs {
+		if err := l.acquire(ctx); err != nil {
+			wg.Wait()
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer l.release()
+			start := time.Now()
+			g, err := l.m.StepGraphs(jb.Tokens, jb.Steps, jb.Layers)
+			l.metrics.duration.WithLabelValues("attention").Observe(time.Since(start).Seconds())
+			if err == nil && len(g) != len(jb.Layers) {
+				err = fmt.Errorf("model returned %d step graphs for %d layers", len(g), len(jb.Layers))
+			}
+			out[i], errs[i] = g, err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("model step graphs for job %d (%q): %w", i, jobs[i].ID, err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,363 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// linear is a dense layer y = W x + b with W stored row-major [out][in].
+type linear struct {
+	w       []float32
+	b       []float32 // nil when the layer has no bias
+	in, out int
+}
+
+type layer struct {
+	inNorm, postNorm []float32
+	q, k, v, o       linear
+	qNorm, kNorm     []float32 // Qwen3 per-head norms, nil otherwise
+	gate, up, down   linear
+}
+
+// Model is a loaded network. It is immutable after construction and safe for
+// concurrent use by many goroutines: every call allocates its own caches.
+type Model struct {
+	cfg         *config
+	name        string
+	placeholder []int32
+	embed       []float32 // [vocab][hidden]
+	layers      []layer
+	norm        []float32
+	lmHead      []float32 // [vocab][hidden]; aliases embed when tied
+}
+
+// Option configures Load.
+type Option func(*loadOptions)
+
+type loadOptions struct {
+	placeholder []int32
+	name        string
+}
+
+// WithPlaceholderIDs sets the token ids of "[DELETE]" for the checkpoint's
+// tokenizer (SPEC §2.1). Without it Load looks for "[DELETE]" as a single token
+// in the folder's tokenizer.json and otherwise reports no placeholder ids.
+func WithPlaceholderIDs(ids []int32) Option {
+	return func(o *loadOptions) { o.placeholder = append([]int32(nil), ids...) }
+}
+
+// WithName sets Info().Name (default: the folder's base name).
+func WithName(name string) Option { return func(o *loadOptions) { o.name = name } }
+
+// Info describes the model.
+func (m *Model) Info() Info {
+	return Info{
+		Name:           m.name,
+		Architecture:   m.cfg.Architecture,
+		Layers:         m.cfg.Layers,
+		VocabSize:      m.cfg.Vocab,
+		MaxContext:     m.cfg.MaxContext,
+		PlaceholderIDs: append([]int32(nil), m.placeholder...),
+	}
+}
+
+// Load reads a Hugging Face model folder: config.json plus one or more
+// *.safetensors files (F32, F16 or BF16; an index file is not needed). It
+// returns an error naming the field, file or tensor for anything it cannot use.
+func Load(dir string, opts ...Option) (*Model, error) {
+	var o loadOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	cfg, err := readConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := openTensorSet(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := build(cfg, ts.load, ts.has)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", dir, err)
+	}
+	m.name = o.name
+	if m.name == "" {
+		abs, _ := filepath.Abs(dir)
+		m.name = filepath.Base(abs)
+	}
+	m.placeholder = o.placeholder
+	if m.placeholder == nil {
+		m.placeholder = findPlaceholder(dir)
+	}
+	for _, id := range m.placeholder {
+		if id < 0 || int(id) >= cfg.Vocab {
+			return nil, fmt.Errorf("model %s: placeholder id %d outside the vocabulary [0, %d)", dir, id, cfg.Vocab)
+		}
+	}
+	return m, nil
+}
+
+// findPlaceholder looks for "[DELETE]" as one token in tokenizer.json.
+func findPlaceholder(dir string) []int32 {
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil
+	}
+	var t struct {
+		Added []struct {
+			ID      int32  `json:"id"`
+			Content string `json:"content"`
+		} `json:"added_tokens"`
+		Model struct {
+			Vocab map[string]int32 `json:"vocab"`
+		} `json:"model"`
+	}
+	if json.Unmarshal(b, &t) != nil {
+		return nil
+	}
+	for _, a := range t.Added {
+		if a.Content == "[DELETE]" {
+			return []int32{a.ID}
+		}
+	}
+	if id, ok := t.Model.Vocab["[DELETE]"]; ok {
+		return []int32{id}
+	}
+	return nil
+}
+
+// build assembles a model from named tensors (Hugging Face names).
+func build(cfg *config, get func(name string, shape ...int) ([]float32, error), has func(string) bool) (*Model, error) {
+	m := &Model{cfg: cfg}
+	h, d := cfg.Hidden, cfg.HeadDim
+	var err error
+	if m.embed, err = get("model.embed_tokens.weight", cfg.Vocab, h); err != nil {
+		return nil, err
+	}
+	if m.norm, err = get("model.norm.weight", h); err != nil {
+		return nil, err
+	}
+	switch {
+	case has("lm_head.weight") && !cfg.TieEmbeddings:
+		if m.lmHead, err = get("lm_head.weight", cfg.Vocab, h); err != nil {
+			return nil, err
+		}
+	case cfg.TieEmbeddings:
+		m.lmHead = m.embed
+	default:
+		return nil, fmt.Errorf("tensor \"lm_head.weight\" is missing and config says tie_word_embeddings=false")
+	}
+	lin := func(name string, in, out int, bias bool) (linear, error) {
+		l := linear{in: in, out: out}
+		var err error
+		if l.w, err = get(name+".weight", out, in); err != nil {
+			return l, err
+		}
+		if bias {
+			if l.b, err = get(name+".bias", out); err != nil {
+				return l, err
+			}
+		}
+		return l, nil
+	}
+	qkvBias := cfg.AttentionBias || cfg.QKVBias
+	for i := 0; i < cfg.Layers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		var L layer
+		steps := []func() error{
+			func() (e error) { L.inNorm, e = get(p+"input_layernorm.weight", h); return },
+			func() (e error) { L.postNorm, e = get(p+"post_attention_layernorm.weight", h); return },
+			func() (e error) { L.q, e = lin(p+"self_attn.q_proj", h, cfg.Heads*d, qkvBias); return },
+			func() (e error) { L.k, e = lin(p+"self_attn.k_proj", h, cfg.KVHeads*d, qkvBias); return },
+			func() (e error) { L.v, e = lin(p+"self_attn.v_proj", h, cfg.KVHeads*d, qkvBias); return },
+			func() (e error) { L.o, e = lin(p+"self_attn.o_proj", cfg.Heads*d, h, cfg.AttentionBias); return },
+			func() (e error) { L.gate, e = lin(p+"mlp.gate_proj", h, cfg.Intermediate, cfg.MLPBias); return },
+			func() (e error) { L.up, e = lin(p+"mlp.up_proj", h, cfg.Intermediate, cfg.MLPBias); return },
+			func() (e error) { L.down, e = lin(p+"mlp.down_proj", cfg.Intermediate, h, cfg.MLPBias); return },
+		}
+		if cfg.QKNorm {
+			steps = append(steps,
+				func() (e error) { L.qNorm, e = get(p+"self_attn.q_norm.weight", d); return },
+				func() (e error) { L.kNorm, e = get(p+"self_attn.k_norm.weight", d); return },
+			)
+		}
+		for _, s := range steps {
+			if err := s(); err != nil {
+				return nil, err
+			}
+		}
+		m.layers = append(m.layers, L)
+	}
+	return m, nil
+}
+
+// tinyConfig is the built-in model's configuration.
+func tinyConfig() *config {
+	h := &hfConfig{
+		Architectures:         []string{"LlamaForCausalLM"},
+		HiddenSize:            64,
+		NumHiddenLayers:       2,
+		NumAttentionHeads:     4,
+		NumKeyValueHeads:      ptr(2),
+		HeadDim:               ptr(16),
+		IntermediateSize:      128,
+		VocabSize:             TinyVocab,
+		MaxPositionEmbeddings: 32768,
+		RMSNormEps:            ptr(1e-5),
+		RopeTheta:             ptr(10000.0),
+		TieWordEmbeddings:     ptr(false),
+		HiddenAct:             "silu",
+	}
+	c, err := h.toConfig()
+	if err != nil {
+		panic("model: built-in tiny config is invalid: " + err.Error()) // a programming error, covered by tests
+	}
+	return c
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Token ids of the tiny model: bytes 0..255 are themselves, then specials.
+const (
+	TinyBOS      = 256
+	TinyEOS      = 257
+	TinyPad      = 258
+	TinyDelete   = 259 // "[DELETE]", the placeholder
+	TinyVocab    = 260
+	tinySeed     = 0x6372656469746677 // "creditfw"
+	tinyNameInfo = "creditflow-tiny"
+)
+
+// splitmix64 is a small PRNG with a fixed, documented algorithm, so the tiny
+// weights are the same on every machine and Go version.
+type splitmix64 struct{ s uint64 }
+
+func (r *splitmix64) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// uniform returns a float32 in [-a, a).
+func (r *splitmix64) uniform(a float64) float32 {
+	u := float64(r.next()>>11) / (1 << 53)
+	return float32((2*u - 1) * a)
+}
+
+// tinyTensors generates the tiny model's weights in a fixed order.
+func tinyTensors() (*config, []stTensor) {
+	cfg := tinyConfig()
+	rng := &splitmix64{s: tinySeed}
+	var ts []stTensor
+	mat := func(name string, out, in int, a float64) {
+		w := make([]float32, out*in)
+		for i := range w {
+			w[i] = rng.uniform(a)
+		}
+		ts = append(ts, stTensor{name: name, shape: []int{out, in}, data: w})
+	}
+	vec := func(name string, n int, center, a float64) {
+		w := make([]float32, n)
+		for i := range w {
+			w[i] = float32(center) + rng.uniform(a)
+		}
+		ts = append(ts, stTensor{name: name, shape: []int{n}, data: w})
+	}
+	h, d := cfg.Hidden, cfg.HeadDim
+	unit := func(in int) float64 { return math.Sqrt(3 / float64(in)) }
+	mat("model.embed_tokens.weight", cfg.Vocab, h, 1.0)
+	for i := 0; i < cfg.Layers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		vec(p+"input_layernorm.weight", h, 1, 0.2)
+		mat(p+"self_attn.q_proj.weight", cfg.Heads*d, h, 2*unit(h))
+		mat(p+"self_attn.k_proj.weight", cfg.KVHeads*d, h, 2*unit(h))
+		mat(p+"self_attn.v_proj.weight", cfg.KVHeads*d, h, unit(h))
+		mat(p+"self_attn.o_proj.weight", h, cfg.Heads*d, unit(cfg.Heads*d))
+		vec(p+"post_attention_layernorm.weight", h, 1, 0.2)
+		mat(p+"mlp.gate_proj.weight", cfg.Intermediate, h, unit(h))
+		mat(p+"mlp.up_proj.weight", cfg.Intermediate, h, unit(h))
+		mat(p+"mlp.down_proj.weight", h, cfg.Intermediate, unit(cfg.Intermediate))
+	}
+	vec("model.norm.weight", h, 1, 0.2)
+	mat("lm_head.weight", cfg.Vocab, h, 1.5*unit(h))
+	return cfg, ts
+}
+
+// fromTensors builds a model from in-memory tensors.
+func fromTensors(cfg *config, ts []stTensor) (*Model, error) {
+	byName := map[string]stTensor{}
+	for _, t := range ts {
+		byName[t.name] = t
+	}
+	get := func(name string, shape ...int) ([]float32, error) {
+		t, ok := byName[name]
+		if !ok {
+			return nil, fmt.Errorf("tensor %q is missing", name)
+		}
+		if !sameShape(t.shape, shape) {
+			return nil, fmt.Errorf("tensor %q has shape %v, the config needs %v", name, t.shape, shape)
+		}
+		return t.data, nil
+	}
+	has := func(name string) bool { _, ok := byName[name]; return ok }
+	return build(cfg, get, has)
+}
+
+// Tiny returns the built-in tiny model: a 2-layer Llama (hidden 64, 4 query
+// heads, 2 KV heads, head_dim 16, SwiGLU 128) over a byte-level vocabulary
+// (ids 0..255 are bytes, then TinyBOS, TinyEOS, TinyPad and TinyDelete, the
+// "[DELETE]" placeholder), with weights drawn from a fixed seed: the same
+// numbers on every machine. Use TinyTokens to turn text into its ids.
+func Tiny() *Model {
+	cfg, ts := tinyTensors()
+	m, err := fromTensors(cfg, ts)
+	if err != nil {
+		panic("model: built-in tiny model is invalid: " + err.Error()) // a programming error, covered by tests
+	}
+	m.name = tinyNameInfo
+	m.placeholder = []int32{TinyDelete}
+	return m
+}
+
+// TinyTokens tokenizes text for the tiny model: one token per byte.
+func TinyTokens(text string) []int32 {
+	out := make([]int32, len(text))
+	for i := 0; i < len(text); i++ {
+		out[i] = int32(text[i])
+	}
+	return out
+}
+
+// WriteTiny writes the tiny model to dir as config.json and
+// model.safetensors (F32) plus a tokenizer.json naming the placeholder, so
+// Load(dir) gives exactly the numbers of Tiny().
+func WriteTiny(dir string) error {
+	cfg, ts := tinyTensors()
+	return writeModel(dir, cfg, ts, "F32")
+}
+
+func writeModel(dir string, cfg *config, ts []stTensor, dtype string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cj, err := json.MarshalIndent(cfg.toHF(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), append(cj, '\n'), 0o644); err != nil {
+		return err
+	}
+	if cfg.Vocab == TinyVocab {
+		tok := `{"added_tokens":[{"id":256,"content":"<bos>"},{"id":257,"content":"<eos>"},{"id":258,"content":"<pad>"},{"id":259,"content":"[DELETE]"}],"model":{"type":"bytes"}}` + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(tok), 0o644); err != nil {
+			return err
+		}
+	}
+	return writeSafetensors(filepath.Join(dir, "model.safetensors"), dtype, ts)
+}

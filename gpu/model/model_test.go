@@ -1,0 +1,541 @@
+package model
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var archs = []testArch{
+	{arch: "LlamaForCausalLM"},
+	{arch: "LlamaForCausalLM", tied: true},
+	{arch: "LlamaForCausalLM", attnBias: true},
+	{arch: "Qwen2ForCausalLM", tied: true},
+	{arch: "Qwen3ForCausalLM", headDim: 6}, // head_dim differs from hidden/heads
+}
+
+func archName(a testArch) string {
+	s := a.arch
+	if a.tied {
+		s += "/tied"
+	}
+	if a.attnBias {
+		s += "/bias"
+	}
+	return s
+}
+
+// The model matches the independent float64 reference on every architecture.
+func TestMatchesReference(t *testing.T) {
+	for i, a := range archs {
+		t.Run(archName(a), func(t *testing.T) {
+			cfg, ts, m := testModel(t, a, uint64(100+i))
+			r := rand.New(rand.NewPCG(uint64(i), 1))
+			var rows []Row
+			for j := 0; j < 6; j++ {
+				tgt := randTokens(r, 5+r.IntN(6), cfg.Vocab)
+				a := r.IntN(len(tgt) - 1)
+				rows = append(rows, Row{Context: randTokens(r, 1+r.IntN(30), cfg.Vocab), Target: tgt, Span: [2]int{a, a + 1 + r.IntN(len(tgt)-a)}})
+			}
+			got, _, err := m.ScoreRows(rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, row := range rows {
+				want := refScore(cfg, ts, row)
+				if math.Abs(got[j]-want) > 2e-5*math.Max(1, math.Abs(want)) {
+					t.Errorf("row %d: score %.9f, reference %.9f", j, got[j], want)
+				}
+			}
+		})
+	}
+}
+
+// A hand-sized case: one token of context, one scored token. With all
+// projections zero the network reduces to the LM head applied to the final
+// norm of the embedding, which the test computes by hand.
+func TestHandComputedZeroAttention(t *testing.T) {
+	cfg, ts, _ := testModel(t, testArch{arch: "LlamaForCausalLM"}, 5)
+	for i := range ts {
+		if strings.Contains(ts[i].name, "proj") {
+			for j := range ts[i].data {
+				ts[i].data[j] = 0
+			}
+		}
+	}
+	m, err := fromTensors(cfg, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string][]float32{}
+	for _, x := range ts {
+		byName[x.name] = x.data
+	}
+	ctx, tgt := int32(3), int32(7)
+	H := cfg.Hidden
+	e := byName["model.embed_tokens.weight"][int(ctx)*H : (int(ctx)+1)*H]
+	var ss float64
+	for _, v := range e {
+		ss += float64(v) * float64(v)
+	}
+	r := 1 / math.Sqrt(ss/float64(H)+cfg.RMSNormEps)
+	logits := make([]float64, cfg.Vocab)
+	var z float64
+	for v := range logits {
+		for i := 0; i < H; i++ {
+			logits[v] += float64(byName["lm_head.weight"][v*H+i]) * float64(e[i]) * r * float64(byName["model.norm.weight"][i])
+		}
+	}
+	for _, l := range logits {
+		z += math.Exp(l)
+	}
+	want := logits[tgt] - math.Log(z)
+	got, _, err := m.ScoreRows([]Row{{Context: []int32{ctx}, Target: []int32{tgt}, Span: [2]int{0, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(got[0]-want) > 1e-5 {
+		t.Fatalf("score %v, hand-computed %v", got[0], want)
+	}
+}
+
+// Biases (Qwen2, Llama attention_bias) and q/k norms (Qwen3) change the
+// output, and the changed model still matches the reference.
+func TestBiasAndNormWeightsMatter(t *testing.T) {
+	for _, c := range []struct {
+		arch testArch
+		name string
+	}{
+		{testArch{arch: "Qwen2ForCausalLM"}, "model.layers.0.self_attn.k_proj.bias"},
+		{testArch{arch: "Qwen2ForCausalLM"}, "model.layers.1.self_attn.v_proj.bias"},
+		{testArch{arch: "LlamaForCausalLM", attnBias: true}, "model.layers.0.self_attn.o_proj.bias"},
+		{testArch{arch: "Qwen3ForCausalLM", headDim: 6}, "model.layers.0.self_attn.q_norm.weight"},
+		{testArch{arch: "Qwen3ForCausalLM", headDim: 6}, "model.layers.1.self_attn.k_norm.weight"},
+	} {
+		cfg, ts, m := testModel(t, c.arch, 9)
+		row := Row{Context: []int32{1, 5, 2, 8, 3, 3, 9}, Target: []int32{4, 6, 1, 0}, Span: [2]int{1, 4}}
+		before, _, err := m.ScoreRows([]Row{row})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for i := range ts {
+			if ts[i].name == c.name {
+				found = true
+				for j := range ts[i].data {
+					ts[i].data[j] = ts[i].data[j]*1.5 + 0.3
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("%s: tensor %s not generated", archName(c.arch), c.name)
+		}
+		m2, err := fromTensors(cfg, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, _, err := m2.ScoreRows([]Row{row})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(after[0]-before[0]) < 1e-4 {
+			t.Errorf("%s: changing %s did not change the score (%v)", archName(c.arch), c.name, after[0])
+		}
+		if want := refScore(cfg, ts, row); math.Abs(after[0]-want) > 2e-5*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s after changing %s: score %v, reference %v", archName(c.arch), c.name, after[0], want)
+		}
+	}
+}
+
+// Tied: the LM head is the embedding; the same tensors with an untied head
+// give different numbers.
+func TestTiedVersusUntied(t *testing.T) {
+	cfgT, tsT, mT := testModel(t, testArch{arch: "LlamaForCausalLM", tied: true}, 3)
+	if &mT.lmHead[0] != &mT.embed[0] {
+		t.Fatal("tied model does not share the embedding as LM head")
+	}
+	cfgU := *cfgT
+	cfgU.TieEmbeddings = false
+	tsU := append([]stTensor(nil), tsT...)
+	head := make([]float32, cfgT.Vocab*cfgT.Hidden)
+	for i := range head {
+		head[i] = float32(math.Sin(float64(i)))
+	}
+	tsU = append(tsU, stTensor{name: "lm_head.weight", shape: []int{cfgT.Vocab, cfgT.Hidden}, data: head})
+	mU, err := fromTensors(&cfgU, tsU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := Row{Context: []int32{1, 2, 3}, Target: []int32{4, 5}, Span: [2]int{0, 2}}
+	sT, _, _ := mT.ScoreRows([]Row{row})
+	sU, _, _ := mU.ScoreRows([]Row{row})
+	if math.Abs(sT[0]-sU[0]) < 1e-4 {
+		t.Fatalf("tied and untied heads give the same score %v", sT[0])
+	}
+	if want := refScore(&cfgU, tsU, row); math.Abs(sU[0]-want) > 2e-5*math.Max(1, math.Abs(want)) {
+		t.Fatalf("untied: %v, reference %v", sU[0], want)
+	}
+	// Untied config without lm_head is an error.
+	if _, err := fromTensors(&cfgU, tsT); err == nil || !strings.Contains(err.Error(), "lm_head.weight") {
+		t.Fatalf("untied config without lm_head: err = %v", err)
+	}
+}
+
+func searchRows(r *rand.Rand, vocab int, placeholder int32) []Row {
+	prompt := randTokens(r, 40, vocab)
+	var turns [][]int32
+	for i := 0; i < 3; i++ {
+		turns = append(turns, randTokens(r, 10+r.IntN(20), vocab))
+	}
+	tgt := randTokens(r, 12, vocab)
+	full := append([]int32(nil), prompt...)
+	for _, tr := range turns {
+		full = append(full, tr...)
+	}
+	rows := []Row{{Context: full, Target: tgt, Span: [2]int{4, 9}}}
+	for i := range turns {
+		c := append([]int32(nil), prompt...)
+		for j, tr := range turns {
+			if j == i {
+				c = append(c, placeholder)
+			} else {
+				c = append(c, tr...)
+			}
+		}
+		rows = append(rows, Row{Context: c, Target: tgt, Span: [2]int{4, 9}})
+	}
+	return rows
+}
+
+// Prefix sharing gives exactly the row-by-row numbers, in batches of any
+// size, while forwarding fewer tokens.
+func TestPrefixSharingEqualsNaive(t *testing.T) {
+	m := Tiny()
+	r := rand.New(rand.NewPCG(42, 42))
+	var rows []Row
+	for i := 0; i < 4; i++ {
+		rows = append(rows, searchRows(r, 256, TinyDelete)...)
+	}
+	rows = append(rows, rows[2])                                                                    // a duplicate row
+	rows = append(rows, Row{Context: rows[0].Context, Target: rows[0].Target, Span: [2]int{0, 12}}) // same sequence, other span
+	rows = append(rows, Row{Context: rows[0].Context[:30], Target: rows[0].Context[30:60], Span: [2]int{3, 20}})
+	shared, us, err := m.ScoreRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	naive, un, err := m.ScoreRowsNaive(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if shared[i] != naive[i] {
+			t.Errorf("row %d: shared %v, naive %v", i, shared[i], naive[i])
+		}
+		one, _, err := m.ScoreRows(rows[i : i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if one[0] != shared[i] {
+			t.Errorf("row %d: alone %v, in batch %v", i, one[0], shared[i])
+		}
+		if math.IsNaN(shared[i]) || shared[i] >= 0 {
+			t.Errorf("row %d: score %v is not a negative log-probability", i, shared[i])
+		}
+	}
+	if un.TokensForwarded != un.TokensRowByRow || us.TokensRowByRow != un.TokensRowByRow {
+		t.Fatalf("usage: naive %+v shared %+v", un, us)
+	}
+	if us.TokensForwarded >= us.TokensRowByRow*7/10 {
+		t.Errorf("shared forwarded %d of %d row-by-row tokens: expected real sharing", us.TokensForwarded, us.TokensRowByRow)
+	}
+	// The deleted turn matters: c_full and c_-t scores differ.
+	if shared[0] == shared[1] {
+		t.Error("replacing a turn by the placeholder did not change the score")
+	}
+}
+
+func TestTruncation(t *testing.T) {
+	cfg, ts, m := testModel(t, testArch{arch: "LlamaForCausalLM"}, 11)
+	r := rand.New(rand.NewPCG(1, 2))
+	long := randTokens(r, 80, cfg.Vocab) // max context 64
+	tgt := randTokens(r, 10, cfg.Vocab)
+	rows := []Row{{Context: long, Target: tgt, Span: [2]int{2, 7}}, {Context: long[70:], Target: tgt, Span: [2]int{2, 7}}}
+	s, u, err := m.ScoreRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Truncations != 1 {
+		t.Fatalf("truncations %d, want 1", u.Truncations)
+	}
+	cut := Row{Context: long[80+10-64:], Target: tgt, Span: [2]int{2, 7}}
+	if want := refScore(cfg, ts, cut); math.Abs(s[0]-want) > 2e-5*math.Max(1, math.Abs(want)) {
+		t.Fatalf("truncated row %v, reference on the rightmost tokens %v", s[0], want)
+	}
+	sn, un, _ := m.ScoreRowsNaive(rows)
+	if sn[0] != s[0] || un.Truncations != 1 {
+		t.Fatalf("naive %v %+v", sn, un)
+	}
+}
+
+func TestScoreRowsRejectsBadInput(t *testing.T) {
+	m := Tiny()
+	good := Row{Context: []int32{1, 2}, Target: []int32{3, 4}, Span: [2]int{0, 2}}
+	for name, r := range map[string]Row{
+		"token too big":    {Context: []int32{1, TinyVocab}, Target: []int32{3}, Span: [2]int{0, 1}},
+		"negative token":   {Context: []int32{1}, Target: []int32{-1}, Span: [2]int{0, 1}},
+		"span past end":    {Context: []int32{1}, Target: []int32{3}, Span: [2]int{0, 2}},
+		"negative span":    {Context: []int32{1}, Target: []int32{3}, Span: [2]int{-1, 1}},
+		"empty span":       {Context: []int32{1}, Target: []int32{3, 4}, Span: [2]int{1, 1}},
+		"no conditioning":  {Context: nil, Target: []int32{3, 4}, Span: [2]int{0, 1}},
+		"target too large": {Context: []int32{1}, Target: make([]int32, 40000), Span: [2]int{0, 1}},
+	} {
+		for _, f := range []func([]Row) ([]float64, Usage, error){m.ScoreRows, m.ScoreRowsNaive} {
+			if _, _, err := f([]Row{good, r}); err == nil || !strings.Contains(err.Error(), "row 1") {
+				t.Errorf("%s: err = %v, want an error naming row 1", name, err)
+			}
+		}
+	}
+}
+
+// splitmix64 with seed 0 has published outputs; pinning them (and a few tiny
+// weights) keeps the tiny model identical everywhere.
+func TestTinyDeterministic(t *testing.T) {
+	r := &splitmix64{}
+	for _, want := range []uint64{0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f} {
+		if got := r.next(); got != want {
+			t.Fatalf("splitmix64: %#x, want %#x", got, want)
+		}
+	}
+	a, b := Tiny(), Tiny()
+	for i := range a.embed {
+		if a.embed[i] != b.embed[i] {
+			t.Fatal("two Tiny() calls differ")
+		}
+	}
+	info := a.Info()
+	if info.Name != "creditflow-tiny" || info.Layers != 2 || info.VocabSize != TinyVocab || info.MaxContext != 32768 ||
+		len(info.PlaceholderIDs) != 1 || info.PlaceholderIDs[0] != TinyDelete {
+		t.Fatalf("info %+v", info)
+	}
+	// Outputs depend on the input.
+	s, _, err := a.ScoreRows([]Row{
+		{Context: TinyTokens("The capital of France is"), Target: TinyTokens(" Paris."), Span: [2]int{1, 6}},
+		{Context: TinyTokens("The capital of Italy is"), Target: TinyTokens(" Paris."), Span: [2]int{1, 6}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s[0] == s[1] {
+		t.Fatal("different contexts give the same score")
+	}
+}
+
+func TestWriteTinyLoadsSameNumbers(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteTiny(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Info().PlaceholderIDs; len(got) != 1 || got[0] != TinyDelete {
+		t.Fatalf("placeholder from tokenizer.json: %v", got)
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	rows := searchRows(r, 256, TinyDelete)
+	a, _, _ := Tiny().ScoreRows(rows)
+	b, _, err := m.ScoreRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("row %d: Tiny %v, loaded %v", i, a[i], b[i])
+		}
+	}
+}
+
+func TestHalfPrecisionConversions(t *testing.T) {
+	for _, c := range []struct {
+		f float32
+		h uint16
+	}{{1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {0.5, 0x3800}, {5.9604645e-8, 0x0001}, {6.1035156e-5, 0x0400}, {0, 0}, {float32(math.Inf(1)), 0x7c00}} {
+		if got := f32ToF16(c.f); got != c.h {
+			t.Errorf("f32ToF16(%v) = %#04x, want %#04x", c.f, got, c.h)
+		}
+		if got := f16ToF32(c.h); got != c.f {
+			t.Errorf("f16ToF32(%#04x) = %v, want %v", c.h, got, c.f)
+		}
+	}
+	if got := f32ToF16(1 + 1.0/2048); got != 0x3c00 { // tie rounds to even
+		t.Errorf("f32ToF16 tie: %#04x", got)
+	}
+	if got := f32ToBF16(1); got != 0x3f80 {
+		t.Errorf("f32ToBF16(1) = %#04x", got)
+	}
+	if got := f32ToBF16(-3.140625); got != 0xc049 {
+		t.Errorf("f32ToBF16(-3.140625) = %#04x", got)
+	}
+}
+
+// F16 and BF16 checkpoints load to exactly the rounded weights and stay close
+// to the F32 model.
+func TestLoadHalfPrecision(t *testing.T) {
+	cfg, ts, m32 := testModel(t, testArch{arch: "Qwen2ForCausalLM"}, 21)
+	row := Row{Context: []int32{1, 5, 2, 8, 3, 3, 9, 12}, Target: []int32{4, 6, 1, 0, 7}, Span: [2]int{1, 5}}
+	want, _, _ := m32.ScoreRows([]Row{row})
+	for _, c := range []struct {
+		dtype string
+		round func(float32) float32
+		tol   float64
+	}{
+		{"F16", func(f float32) float32 { return f16ToF32(f32ToF16(f)) }, 0.02},
+		{"BF16", func(f float32) float32 { return math.Float32frombits(uint32(f32ToBF16(f)) << 16) }, 0.1},
+	} {
+		dir := t.TempDir()
+		if err := writeModel(dir, cfg, ts, c.dtype); err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", c.dtype, err)
+		}
+		rounded := make([]stTensor, len(ts))
+		for i, x := range ts {
+			d := make([]float32, len(x.data))
+			for j, v := range x.data {
+				d[j] = c.round(v)
+			}
+			rounded[i] = stTensor{name: x.name, shape: x.shape, data: d}
+		}
+		mr, _ := fromTensors(cfg, rounded)
+		got, _, _ := m.ScoreRows([]Row{row})
+		exact, _, _ := mr.ScoreRows([]Row{row})
+		if got[0] != exact[0] {
+			t.Errorf("%s: loaded %v, in-memory rounded weights %v", c.dtype, got[0], exact[0])
+		}
+		if math.Abs(got[0]-want[0]) > c.tol*math.Max(1, math.Abs(want[0])) {
+			t.Errorf("%s: %v, F32 %v", c.dtype, got[0], want[0])
+		}
+	}
+}
+
+// Weights split over several files (with an index file) load.
+func TestLoadShardedFiles(t *testing.T) {
+	cfg, ts, m := testModel(t, testArch{arch: "LlamaForCausalLM"}, 4)
+	dir := t.TempDir()
+	if err := writeModel(dir, cfg, ts[:5], "F32"); err != nil {
+		t.Fatal(err)
+	}
+	os.Rename(filepath.Join(dir, "model.safetensors"), filepath.Join(dir, "model-00001-of-00002.safetensors"))
+	if err := writeSafetensors(filepath.Join(dir, "model-00002-of-00002.safetensors"), "BF16", ts[5:]); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":{}}`), 0o644)
+	ms, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.Info().Layers != m.Info().Layers || ms.Info().Architecture != "LlamaForCausalLM" {
+		t.Fatalf("info %+v", ms.Info())
+	}
+	// The same tensor in two files is an error.
+	writeSafetensors(filepath.Join(dir, "extra.safetensors"), "F32", ts[:1])
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), ts[0].name) {
+		t.Fatalf("duplicate tensor: %v", err)
+	}
+}
+
+func TestMalformedSafetensors(t *testing.T) {
+	cfg, ts, _ := testModel(t, testArch{arch: "LlamaForCausalLM"}, 4)
+	good := t.TempDir()
+	if err := writeModel(good, cfg, ts, "F32"); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(good, "model.safetensors"))
+	hlen := binary.LittleEndian.Uint64(raw)
+	header := string(raw[8 : 8+hlen])
+	withHeader := func(h string) []byte {
+		for len(h)%8 != 0 {
+			h += " "
+		}
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+		return append(append(b, h...), raw[8+hlen:]...)
+	}
+	cases := map[string]struct {
+		data []byte
+		want []string
+	}{
+		"truncated data":    {raw[:len(raw)-10], []string{"outside the data section"}},
+		"too short":         {raw[:5], []string{"too short"}},
+		"header too big":    {append(binary.LittleEndian.AppendUint64(nil, 1<<40), raw[8:]...), []string{"header length"}},
+		"not json":          {withHeader("{nope"), []string{"not a JSON object"}},
+		"unknown dtype":     {withHeader(strings.Replace(header, `"F32"`, `"F17"`, 1)), []string{"unknown dtype", "F17"}},
+		"missing tensor":    {withHeader(strings.Replace(header, `"model.norm.weight"`, `"model.nrm.weight"`, 1)), []string{"model.norm.weight", "missing"}},
+		"bad offsets":       {withHeader(strings.Replace(header, `"data_offsets":[0,`, `"data_offsets":[4,`, 1)), []string{"data_offsets"}},
+		"wrong shape":       {withHeader(strings.Replace(header, `"shape":[13,8]`, `"shape":[8,13]`, 1)), []string{"lm_head.weight", "shape"}},
+		"int dtype as data": {withHeader(strings.Replace(header, `"model.norm.weight":{"dtype":"F32"`, `"model.norm.weight":{"dtype":"I32"`, 1)), []string{"model.norm.weight", "I32"}},
+	}
+	for name, c := range cases {
+		dir := t.TempDir()
+		cj, _ := os.ReadFile(filepath.Join(good, "config.json"))
+		os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644)
+		os.WriteFile(filepath.Join(dir, "model.safetensors"), c.data, 0o644)
+		_, err := Load(dir)
+		if err == nil {
+			t.Errorf("%s: loaded without error", name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", name, err, w)
+			}
+		}
+		if name != "missing tensor" && !strings.Contains(err.Error(), "model.safetensors") {
+			t.Errorf("%s: error %q does not name the file", name, err)
+		}
+	}
+	// Overlapping tensors: point one norm at another norm's bytes.
+	var hm map[string]any
+	if err := json.Unmarshal([]byte(header), &hm); err != nil {
+		t.Fatal(err)
+	}
+	hm["model.norm.weight"].(map[string]any)["data_offsets"] = hm["model.layers.0.input_layernorm.weight"].(map[string]any)["data_offsets"]
+	hb, _ := json.Marshal(hm)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "x.safetensors"), withHeader(string(hb)), 0o644)
+	if _, err := parseSafetensors(filepath.Join(dir, "x.safetensors")); err == nil || !strings.Contains(err.Error(), "overlap") || !strings.Contains(err.Error(), "x.safetensors") {
+		t.Fatalf("overlap: %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	base := `"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":4,"vocab_size":5,"max_position_embeddings":16`
+	for name, c := range map[string]struct{ json, want string }{
+		"arch":        {`{"architectures":["GPT2LMHeadModel"],` + base + `}`, "GPT2LMHeadModel"},
+		"act":         {`{"architectures":["LlamaForCausalLM"],"hidden_act":"gelu",` + base + `}`, "hidden_act"},
+		"rope":        {`{"architectures":["LlamaForCausalLM"],"rope_scaling":{"rope_type":"yarn","factor":4},` + base + `}`, "rope_scaling"},
+		"kv heads":    {`{"architectures":["LlamaForCausalLM"],"num_key_value_heads":3,` + base + `}`, "num_key_value_heads"},
+		"zero hidden": {`{"architectures":["LlamaForCausalLM"],"hidden_size":0,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":4,"vocab_size":5,"max_position_embeddings":16}`, "hidden_size"},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(c.json), 0o644)
+		_, err := Load(dir)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want mention of %q", name, err, c.want)
+		}
+	}
+	// An active sliding window caps the context.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["Qwen2ForCausalLM"],"use_sliding_window":true,"sliding_window":8,`+base+`}`), 0o644)
+	cfg, err := readConfig(dir)
+	if err != nil || cfg.MaxContext != 8 {
+		t.Fatalf("sliding window: %v %+v", err, cfg)
+	}
+}

@@ -1,0 +1,297 @@
+package gpu
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// ProtocolVersion names the wire protocol spoken by Server and Client
+// (docs/scorer-protocol.md). It travels in ModelInfo.Protocol and in the
+// ProtocolHeader of every request and response.
+const ProtocolVersion = "creditflow.scorer/v1"
+
+// ProtocolHeader is the HTTP header that carries ProtocolVersion.
+const ProtocolHeader = "Creditflow-Scorer-Protocol"
+
+// Paths of the protocol's endpoints.
+const (
+	PathInfo      = "/v1/info"
+	PathScore     = "/v1/score"
+	PathAttention = "/v1/attention"
+	PathHealth    = "/healthz"
+	PathMetrics   = "/metrics"
+)
+
+// Error codes of the protocol's error body {"error": "...", "code": "..."}.
+const (
+	CodeBadRequest      = "bad_request"      // 400: invalid input; do not retry
+	CodeVersionMismatch = "version_mismatch" // 400: protocol header missing or different
+	CodeUnauthorized    = "unauthorized"     // 401: missing or wrong bearer token
+	CodeForbidden       = "forbidden"        // 403
+	CodeNotFound        = "not_found"        // 404
+	CodeMethod          = "method_not_allowed"
+	CodeTooLarge        = "too_large"  // 413: request bytes, rows or tokens over the server's limits
+	CodeOverloaded      = "overloaded" // 503: too many concurrent requests; retry elsewhere/later
+	CodeInternal        = "internal"   // 500
+)
+
+// Tokens is a token-id array that travels on the wire as base64 (standard
+// alphabet, padded) of packed little-endian int32 values, 4 bytes per token.
+// In Python: base64.b64encode(np.asarray(ids, dtype="<i4").tobytes()).
+type Tokens []int32
+
+// MarshalJSON encodes t as a base64 string of little-endian int32.
+func (t Tokens) MarshalJSON() ([]byte, error) {
+	raw := make([]byte, 4*len(t))
+	for i, v := range t {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+	}
+	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(raw))+2)
+	out = append(out, '"')
+	out = base64.StdEncoding.AppendEncode(out, raw)
+	out = append(out, '"')
+	return out, nil
+}
+
+// UnmarshalJSON decodes a base64 string of little-endian int32 (null gives nil).
+func (t *Tokens) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = nil
+		return nil
+	}
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return fmt.Errorf("token array must be a base64 string of little-endian int32, got %.20s", b)
+	}
+	src := b[1 : len(b)-1]
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+	n, err := base64.StdEncoding.Decode(raw, src)
+	if err != nil {
+		return fmt.Errorf("token array is not valid base64: %v", err)
+	}
+	raw = raw[:n]
+	if len(raw)%4 != 0 {
+		return fmt.Errorf("token array has %d bytes, not a multiple of 4 (int32 little-endian)", len(raw))
+	}
+	out := make([]int32, len(raw)/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	*t = out
+	return nil
+}
+
+// Score is a float64 that travels as a JSON number, or null when it is not
+// finite (JSON has no NaN or infinities). null decodes as NaN.
+type Score float64
+
+// MarshalJSON writes the shortest representation that round-trips exactly.
+func (s Score) MarshalJSON() ([]byte, error) {
+	f := float64(s)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads a JSON number or null (NaN).
+func (s *Score) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*s = Score(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*s = Score(f)
+	return nil
+}
+
+// WireRow is one LAPO row on the wire.
+type WireRow struct {
+	Context Tokens `json:"context"`
+	Target  Tokens `json:"target"`
+	Span    [2]int `json:"span"`
+}
+
+// WireRowSet is one trajectory's rows on the wire.
+type WireRowSet struct {
+	ID   string    `json:"id,omitempty"`
+	Rows []WireRow `json:"rows"`
+}
+
+// ScoreRequest is the body of POST /v1/score.
+type ScoreRequest struct {
+	Sets []WireRowSet `json:"sets"`
+}
+
+// WireUsage counts the tokens a request cost (see model.Usage).
+type WireUsage struct {
+	TokensForwarded int64 `json:"tokens_forwarded"`
+	TokensRowByRow  int64 `json:"tokens_row_by_row"`
+	Truncations     int64 `json:"truncations"`
+}
+
+// WireRowScores answers one set.
+type WireRowScores struct {
+	Scores      []Score `json:"scores"`
+	Truncations int     `json:"truncations"`
+}
+
+// ScoreResponse is the body of a 200 answer to POST /v1/score.
+type ScoreResponse struct {
+	Results []WireRowScores `json:"results"`
+	Usage   WireUsage       `json:"usage"`
+}
+
+// WireStep is one AttnSR step on the wire; Observation is null when absent.
+type WireStep struct {
+	Action      [2]int  `json:"action"`
+	Observation *[2]int `json:"observation"`
+}
+
+// WireJob is one trajectory's step-graph job on the wire.
+type WireJob struct {
+	ID     string     `json:"id,omitempty"`
+	Tokens Tokens     `json:"tokens"`
+	Steps  []WireStep `json:"steps"`
+	Layers []int      `json:"layers"`
+}
+
+// AttentionRequest is the body of POST /v1/attention.
+type AttentionRequest struct {
+	Jobs []WireJob `json:"jobs"`
+}
+
+// WireGraph is one layer's step graph: K×K arrays, row j = querying step.
+type WireGraph struct {
+	Layer int         `json:"layer"`
+	AA    [][]float64 `json:"aa"`
+	AO    [][]float64 `json:"ao"`
+}
+
+// WireJobResult answers one job.
+type WireJobResult struct {
+	Graphs []WireGraph `json:"graphs"`
+}
+
+// AttentionResponse is the body of a 200 answer to POST /v1/attention.
+type AttentionResponse struct {
+	Results []WireJobResult `json:"results"`
+}
+
+// ErrorBody is the body of every non-200 answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+	// Item is the zero-based index of the set or job at fault, when known.
+	Item *int `json:"item,omitempty"`
+	// ID is that set's or job's id, when known.
+	ID string `json:"id,omitempty"`
+}
+
+func setsToWire(sets []RowSet) ScoreRequest {
+	req := ScoreRequest{Sets: make([]WireRowSet, len(sets))}
+	for i, s := range sets {
+		rows := make([]WireRow, len(s.Rows))
+		for j, r := range s.Rows {
+			rows[j] = WireRow{Context: r.Context, Target: r.Target, Span: r.Span}
+		}
+		req.Sets[i] = WireRowSet{ID: s.ID, Rows: rows}
+	}
+	return req
+}
+
+func setsFromWire(req ScoreRequest) []RowSet {
+	sets := make([]RowSet, len(req.Sets))
+	for i, s := range req.Sets {
+		rows := make([]Row, len(s.Rows))
+		for j, r := range s.Rows {
+			rows[j] = Row{Context: r.Context, Target: r.Target, Span: r.Span}
+		}
+		sets[i] = RowSet{ID: s.ID, Rows: rows}
+	}
+	return sets
+}
+
+func scoresToWire(res []RowScores) []WireRowScores {
+	out := make([]WireRowScores, len(res))
+	for i, r := range res {
+		sc := make([]Score, len(r.Scores))
+		for j, v := range r.Scores {
+			sc[j] = Score(v)
+		}
+		out[i] = WireRowScores{Scores: sc, Truncations: r.Truncations}
+	}
+	return out
+}
+
+func scoresFromWire(w WireRowScores) RowScores {
+	sc := make([]float64, len(w.Scores))
+	for j, v := range w.Scores {
+		sc[j] = float64(v)
+	}
+	return RowScores{Scores: sc, Truncations: w.Truncations}
+}
+
+func jobsToWire(jobs []AttentionJob) AttentionRequest {
+	req := AttentionRequest{Jobs: make([]WireJob, len(jobs))}
+	for i, j := range jobs {
+		steps := make([]WireStep, len(j.Steps))
+		for k, s := range j.Steps {
+			ws := WireStep{Action: s.Action}
+			if s.Observation[1] > s.Observation[0] {
+				o := s.Observation
+				ws.Observation = &o
+			}
+			steps[k] = ws
+		}
+		req.Jobs[i] = WireJob{ID: j.ID, Tokens: j.Tokens, Steps: steps, Layers: j.Layers}
+	}
+	return req
+}
+
+func jobsFromWire(req AttentionRequest) []AttentionJob {
+	jobs := make([]AttentionJob, len(req.Jobs))
+	for i, j := range req.Jobs {
+		steps := make([]Step, len(j.Steps))
+		for k, s := range j.Steps {
+			st := Step{Action: s.Action}
+			if s.Observation != nil {
+				st.Observation = *s.Observation
+			}
+			steps[k] = st
+		}
+		jobs[i] = AttentionJob{ID: j.ID, Tokens: j.Tokens, Steps: steps, Layers: j.Layers}
+	}
+	return jobs
+}
+
+func graphsToWire(gs []StepGraph) WireJobResult {
+	out := WireJobResult{Graphs: make([]WireGraph, len(gs))}
+	for i, g := range gs {
+		out.Graphs[i] = WireGraph{Layer: g.Layer, AA: g.AA, AO: g.AO}
+	}
+	return out
+}
+
+func graphsFromWire(w WireJobResult) []StepGraph {
+	out := make([]StepGraph, len(w.Graphs))
+	for i, g := range w.Graphs {
+		out[i] = StepGraph{Layer: g.Layer, AA: g.AA, AO: g.AO}
+	}
+	return out
+}
+
+// rowsTokens is the work of a set in tokens (context plus target of every row).
+func rowsTokens(s RowSet) int {
+	n := 0
+	for _, r := range s.Rows {
+		n += len(r.Context) + len(r.Target)
+	}
+	return n
+}

@@ -1,0 +1,56 @@
+package gpu
+
+import (
+	"context"
+
+	"github.com/creditflow/creditflow/gpu/model"
+)
+
+// Row, Step and StepGraph are the scorer's units of work (see package model).
+type (
+	Row       = model.Row
+	Step      = model.Step
+	StepGraph = model.StepGraph
+)
+
+// ModelInfo is what a scorer reports about the model it serves.
+type ModelInfo struct {
+	Protocol       string  `json:"protocol"` // ProtocolVersion
+	Name           string  `json:"name"`
+	Architecture   string  `json:"architecture"`
+	Layers         int     `json:"layers"`
+	VocabSize      int     `json:"vocab_size"`
+	MaxContext     int     `json:"max_context"`
+	PolicyVersion  int64   `json:"policy_version"`
+	PlaceholderIDs []int32 `json:"placeholder_ids"`
+}
+
+// RowSet is the LAPO rows of one trajectory. Rows of one set usually share a
+// long prefix; a scorer computes shared prefixes once.
+type RowSet struct {
+	ID   string // caller's label (e.g. trajectory id), echoed in errors
+	Rows []Row
+}
+
+// RowScores answers one RowSet: Scores[i] is S for Rows[i].
+type RowScores struct {
+	Scores      []float64
+	Truncations int // rows of the set whose context was cut from the left
+}
+
+// AttentionJob asks for the step graphs of one trajectory on the given layers.
+type AttentionJob struct {
+	ID     string
+	Tokens []int32
+	Steps  []Step
+	Layers []int
+}
+
+// Scorer is implemented by the in-process reference scorer (Local), by the
+// protocol client (Client) that talks to scorer pods, and by nothing else.
+// Results are in the order of the inputs.
+type Scorer interface {
+	Info(ctx context.Context) (ModelInfo, error)
+	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error)
+	Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error)
+}

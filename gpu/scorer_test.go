@@ -1,0 +1,247 @@
+package gpu
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/creditflow/creditflow/gpu/model"
+)
+
+func TestTokensWireFormat(t *testing.T) {
+	b, err := json.Marshal(Tokens{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 01 00 00 00 02 00 00 00 in base64.
+	if string(b) != `"AQAAAAIAAAA="` {
+		t.Fatalf("Tokens{1,2} = %s, want \"AQAAAAIAAAA=\"", b)
+	}
+	in := Tokens{0, -1, 259, math.MaxInt32, math.MinInt32, 65536}
+	b, _ = json.Marshal(in)
+	var out Tokens
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) {
+		t.Fatalf("round trip length %d, want %d", len(out), len(in))
+	}
+	for i := range in {
+		if out[i] != in[i] {
+			t.Fatalf("round trip [%d] = %d, want %d", i, out[i], in[i])
+		}
+	}
+	for _, bad := range []string{`[1,2]`, `"AQAAAAI="`, `"!!!"`} {
+		if err := json.Unmarshal([]byte(bad), &out); err == nil {
+			t.Errorf("Unmarshal(%s) accepted, want an error", bad)
+		}
+	}
+	// Scores: non-finite travels as null and comes back as NaN.
+	b, _ = json.Marshal([]Score{Score(-1.25), Score(math.Inf(-1)), Score(0.1)})
+	if string(b) != `[-1.25,null,0.1]` {
+		t.Fatalf("scores = %s", b)
+	}
+	var sc []Score
+	if err := json.Unmarshal(b, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if sc[0] != -1.25 || !math.IsNaN(float64(sc[1])) || sc[2] != 0.1 {
+		t.Fatalf("scores round trip = %v", sc)
+	}
+}
+
+func TestLocalMatchesModel(t *testing.T) {
+	sets := makeSets(1, 12, 4)
+	want := expectedScores(t, sets)
+	l := NewLocal(tiny(), WithPolicyVersion(7))
+	got, usage, err := l.ScoreRowsUsage(context.Background(), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "Local batch vs model per set", got, want)
+	if usage.TokensForwarded >= usage.TokensRowByRow {
+		t.Errorf("prefix sharing: forwarded %d tokens, row by row %d; want fewer forwarded", usage.TokensForwarded, usage.TokensRowByRow)
+	}
+	var rowByRow int64
+	for _, s := range sets {
+		rowByRow += int64(rowsTokens(s))
+	}
+	if usage.TokensRowByRow != rowByRow {
+		t.Errorf("row-by-row tokens %d, want %d", usage.TokensRowByRow, rowByRow)
+	}
+	info, _ := l.Info(context.Background())
+	mi := tiny().Info()
+	if info.Protocol != ProtocolVersion || info.PolicyVersion != 7 || info.Name != mi.Name || info.Layers != mi.Layers || info.VocabSize != mi.VocabSize {
+		t.Errorf("Info = %+v, model %+v", info, mi)
+	}
+	jobs := makeJobs(2, 5)
+	g, err := l.Attention(context.Background(), jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalGraphs(t, "Local attention vs model", g, expectedGraphs(t, jobs))
+}
+
+func TestLocalRejectsInvalidInput(t *testing.T) {
+	l := NewLocal(tiny())
+	good := makeSets(3, 3, 3)
+	cases := map[string]func(s *RowSet){
+		"token out of vocabulary": func(s *RowSet) { s.Rows[0].Context[2] = model.TinyVocab },
+		"negative token":          func(s *RowSet) { s.Rows[0].Target[0] = -1 },
+		"span past target":        func(s *RowSet) { s.Rows[0].Span[1] = len(s.Rows[0].Target) + 1 },
+		"empty span":              func(s *RowSet) { s.Rows[0].Span[1] = s.Rows[0].Span[0] },
+		"no rows":                 func(s *RowSet) { s.Rows = nil },
+	}
+	for name, mutate := range cases {
+		sets := makeSets(3, 3, 3)
+		mutate(&sets[1])
+		_, err := l.ScoreRows(context.Background(), sets)
+		rej, ok := asRejected(err)
+		if !ok {
+			t.Errorf("%s: error %v, want *RejectedError", name, err)
+			continue
+		}
+		if rej.Item != 1 || rej.ID != "traj-1" || rej.Code != CodeBadRequest {
+			t.Errorf("%s: rejection %+v, want item 1 id traj-1", name, rej)
+		}
+	}
+	if _, err := l.ScoreRows(context.Background(), good); err != nil {
+		t.Fatalf("valid sets: %v", err)
+	}
+	jobs := makeJobs(4, 2)
+	jobs[1].Layers = []int{5}
+	if _, err := l.Attention(context.Background(), jobs); err == nil {
+		t.Fatal("layer 5 of a 2-layer model accepted")
+	} else if rej, ok := asRejected(err); !ok || rej.Item != 1 {
+		t.Fatalf("bad layer: %v, want rejection of item 1", err)
+	}
+	jobs = makeJobs(4, 2)
+	jobs[0].Steps[1].Action[0] = 0 // overlaps step 0
+	if _, err := l.Attention(context.Background(), jobs); err == nil {
+		t.Fatal("overlapping steps accepted")
+	}
+}
+
+func TestClientMatchesLocalAndModel(t *testing.T) {
+	local := NewLocal(tiny())
+	url, _ := serveScorer(t, NewServer(local))
+	c := newClient(t, []string{url})
+	ctx := context.Background()
+
+	sets := makeSets(5, 20, 5)
+	want := expectedScores(t, sets)
+	fromLocal, err := local.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "Local vs model", fromLocal, want)
+	got, err := c.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "client batch vs model", got, want)
+	for i, s := range sets {
+		one, err := c.ScoreRows(ctx, []RowSet{s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalScores(t, "client one set", one, want[i:i+1])
+	}
+
+	jobs := makeJobs(6, 8)
+	wantG := expectedGraphs(t, jobs)
+	gotG, err := c.Attention(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalGraphs(t, "client attention vs model", gotG, wantG)
+	localG, _ := local.Attention(ctx, jobs)
+	equalGraphs(t, "Local attention vs model", localG, wantG)
+
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	li, _ := local.Info(ctx)
+	if !sameModel(info, li) || info.Protocol != ProtocolVersion {
+		t.Fatalf("client Info %+v, local %+v", info, li)
+	}
+	// A caller larger than the budget is split into several requests and
+	// still gets its results in order.
+	small := newClient(t, []string{url}, WithTokenBudget(600))
+	got, err = small.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "client with small budget", got, want)
+	if st := small.Stats(); st.Requests < 2 {
+		t.Fatalf("20 sets over a 600-token budget went in %d requests, want several", st.Requests)
+	}
+}
+
+func TestClientCoalescesConcurrentCallers(t *testing.T) {
+	cnt := &counter{h: NewServer(NewLocal(tiny())).Handler()}
+	url, _ := serveHandler(t, cnt)
+	c := newClient(t, []string{url})
+	const callers = 50
+	sets := makeSets(8, callers, 5)
+	want := expectedScores(t, sets)
+	jobs := makeJobs(9, callers)
+	wantG := expectedGraphs(t, jobs)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*callers)
+	for i := 0; i < callers; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			got, err := c.ScoreRows(context.Background(), sets[i:i+1])
+			if err != nil {
+				errs <- err
+				return
+			}
+			equalScores(t, "coalesced caller", got, want[i:i+1])
+		}()
+		go func() {
+			defer wg.Done()
+			got, err := c.Attention(context.Background(), jobs[i:i+1])
+			if err != nil {
+				errs <- err
+				return
+			}
+			equalGraphs(t, "coalesced attention caller", got, wantG[i:i+1])
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := cnt.score.Load(); n >= callers || n == 0 {
+		t.Fatalf("%d score callers made %d requests; want fewer requests than callers", callers, n)
+	}
+	if n := cnt.attention.Load(); n >= callers || n == 0 {
+		t.Fatalf("%d attention callers made %d requests; want fewer requests than callers", callers, n)
+	}
+	t.Logf("score: %d callers in %d requests; attention: %d callers in %d requests", callers, cnt.score.Load(), callers, cnt.attention.Load())
+}
+
+func TestServerMetricsAndHealth(t *testing.T) {
+	url, _ := serveScorer(t, NewServer(NewLocal(tiny()), WithServerToken("s3cret")))
+	c := newClient(t, []string{url}, WithBearerToken("s3cret"))
+	if _, err := c.ScoreRows(context.Background(), makeSets(1, 2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	body := httpGet(t, url+PathMetrics, 200)
+	for _, want := range []string{`creditflow_scorer_server_requests_total{op="score",status="200"} 1`, "creditflow_scorer_server_request_duration_seconds_bucket"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "s3cret") {
+		t.Error("/metrics shows the token")
+	}
+	httpGet(t, url+PathHealth, 200)
+}

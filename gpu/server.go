@@ -1,0 +1,527 @@
+package gpu
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// Server serves a Scorer over the creditflow.scorer/v1 protocol
+// (docs/scorer-protocol.md).
+//
+// Guarantees: every answer other than 200 carries a JSON ErrorBody and the
+// status the protocol assigns (400 invalid input, 401 auth, 413 over a limit,
+// 503 over the concurrency limit or shutting down, 500 otherwise); requests
+// over the concurrency limit are refused at once, never queued; the bearer
+// token is compared in constant time and never logged; ListenAndServe and
+// Serve drain in-flight requests when their context ends.
+type Server struct {
+	s        Scorer
+	cfg      serverConfig
+	sem      chan struct{}
+	draining atomic.Bool
+	metrics  *serverMetrics
+	handler  http.Handler
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*serverConfig)
+
+type serverConfig struct {
+	certFile, keyFile string
+	tlsConfig         *tls.Config
+	token             string
+	maxRequestBytes   int64
+	maxRows           int
+	maxTokens         int
+	maxConcurrent     int
+	shutdownTimeout   time.Duration
+	log               zerolog.Logger
+	registry          *prometheus.Registry
+}
+
+// WithTLS serves HTTPS with the PEM certificate and key files.
+func WithTLS(certFile, keyFile string) ServerOption {
+	return func(c *serverConfig) { c.certFile, c.keyFile = certFile, keyFile }
+}
+
+// WithServerTLSConfig serves HTTPS with cfg (it must hold the certificates,
+// e.g. for client-certificate authentication). WithTLS files are added to it.
+func WithServerTLSConfig(cfg *tls.Config) ServerOption {
+	return func(c *serverConfig) { c.tlsConfig = cfg }
+}
+
+// WithServerToken requires "Authorization: Bearer <token>" on /v1/ paths.
+// An empty token disables the check. /healthz and /metrics stay open.
+func WithServerToken(token string) ServerOption {
+	return func(c *serverConfig) { c.token = token }
+}
+
+// WithMaxRequestBytes bounds a request body (default 64 MiB); larger ones get 413.
+func WithMaxRequestBytes(n int64) ServerOption {
+	return func(c *serverConfig) {
+		if n > 0 {
+			c.maxRequestBytes = n
+		}
+	}
+}
+
+// WithMaxRows bounds the rows of a score request and the jobs of an
+// attention request (default 65,536); more get 413.
+func WithMaxRows(n int) ServerOption {
+	return func(c *serverConfig) {
+		if n > 0 {
+			c.maxRows = n
+		}
+	}
+}
+
+// WithMaxTokens bounds the tokens of a request (context plus target of every
+// row; tokens of every job), default 4,194,304; more get 413.
+func WithMaxTokens(n int) ServerOption {
+	return func(c *serverConfig) {
+		if n > 0 {
+			c.maxTokens = n
+		}
+	}
+}
+
+// WithMaxConcurrentRequests bounds the score and attention requests served
+// at once (default 64); past it the server answers 503 overloaded at once.
+func WithMaxConcurrentRequests(n int) ServerOption {
+	return func(c *serverConfig) {
+		if n > 0 {
+			c.maxConcurrent = n
+		}
+	}
+}
+
+// WithShutdownTimeout bounds how long a graceful shutdown waits for
+// in-flight requests (default 30 s).
+func WithShutdownTimeout(d time.Duration) ServerOption {
+	return func(c *serverConfig) {
+		if d > 0 {
+			c.shutdownTimeout = d
+		}
+	}
+}
+
+// WithServerLogger sets the request logger (default: no logs).
+func WithServerLogger(l zerolog.Logger) ServerOption {
+	return func(c *serverConfig) { c.log = l }
+}
+
+// WithServerRegistry registers the server's metrics with reg and serves reg
+// on /metrics (default: a fresh registry holding the server's metrics).
+func WithServerRegistry(reg *prometheus.Registry) ServerOption {
+	return func(c *serverConfig) { c.registry = reg }
+}
+
+type serverMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight prometheus.Gauge
+	items    *prometheus.CounterVec
+	tokens   *prometheus.CounterVec
+}
+
+func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
+	m := &serverMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_scorer_server_requests_total",
+			Help: "Scorer protocol requests answered, by op and HTTP status.",
+		}, []string{"op", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "creditflow_scorer_server_request_duration_seconds",
+			Help:    "Time to answer a scorer protocol request, by op.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}, []string{"op"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "creditflow_scorer_server_in_flight_requests",
+			Help: "Score and attention requests being served.",
+		}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_scorer_server_items_total",
+			Help: "Row sets (score) and jobs (attention) served.",
+		}, []string{"op"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_scorer_server_tokens_total",
+			Help: "Tokens received in served requests, by op.",
+		}, []string{"op"}),
+	}
+	m.requests = registerOrExisting(reg, m.requests)
+	m.duration = registerOrExisting(reg, m.duration)
+	m.inFlight = registerOrExisting(reg, m.inFlight)
+	m.items = registerOrExisting(reg, m.items)
+	m.tokens = registerOrExisting(reg, m.tokens)
+	return m
+}
+
+// NewServer serves s.
+func NewServer(s Scorer, opts ...ServerOption) *Server {
+	cfg := serverConfig{
+		maxRequestBytes: 64 << 20,
+		maxRows:         65536,
+		maxTokens:       4 << 20,
+		maxConcurrent:   64,
+		shutdownTimeout: 30 * time.Second,
+		log:             zerolog.Nop(),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.registry == nil {
+		cfg.registry = prometheus.NewRegistry()
+	}
+	srv := &Server{
+		s:       s,
+		cfg:     cfg,
+		sem:     make(chan struct{}, cfg.maxConcurrent),
+		metrics: newServerMetrics(cfg.registry),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathInfo, srv.handleInfo)
+	mux.HandleFunc(PathScore, srv.handleScore)
+	mux.HandleFunc(PathAttention, srv.handleAttention)
+	mux.HandleFunc(PathHealth, srv.handleHealth)
+	mux.Handle(PathMetrics, promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: CodeNotFound,
+			Error: fmt.Sprintf("no endpoint %s; the protocol serves %s, %s, %s, %s and %s", r.URL.Path, PathInfo, PathScore, PathAttention, PathHealth, PathMetrics)})
+	})
+	srv.handler = mux
+	return srv
+}
+
+// Handler returns the protocol's HTTP handler (all paths).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// ListenAndServe listens on addr (host:port) and serves until ctx ends, then
+// shuts down gracefully. It returns nil after a graceful shutdown.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("scorer server: listen on %s: %w", addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully (in-flight
+// requests finish, within the shutdown timeout). It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		TLSConfig:         s.cfg.tlsConfig,
+	}
+	tlsOn := s.cfg.tlsConfig != nil || s.cfg.certFile != ""
+	s.cfg.log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsOn).
+		Bool("auth", s.cfg.token != "").Str("protocol", ProtocolVersion).Msg("scorer server listening")
+	errc := make(chan error, 1)
+	go func() {
+		if tlsOn {
+			errc <- hs.ServeTLS(ln, s.cfg.certFile, s.cfg.keyFile)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("scorer server on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.cfg.log.Info().Msg("scorer server shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+		return fmt.Errorf("scorer server: graceful shutdown did not finish within %v: %w", s.cfg.shutdownTimeout, err)
+	}
+	<-errc
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(ProtocolHeader, ProtocolVersion)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, body ErrorBody) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="creditflow-scorer"`)
+	}
+	writeJSON(w, status, body)
+}
+
+// statusWriter remembers the status for logs and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.token == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := []byte(strings.TrimSpace(h[len(prefix):]))
+	return subtle.ConstantTimeCompare(got, []byte(s.cfg.token)) == 1
+}
+
+// guard runs the checks shared by the /v1/ endpoints; it writes the error
+// and returns false when the request must stop.
+func (s *Server) guard(w http.ResponseWriter, r *http.Request, method string) bool {
+	if r.Method != method {
+		w.Header().Set("Allow", method)
+		writeError(w, http.StatusMethodNotAllowed, ErrorBody{Code: CodeMethod,
+			Error: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method)})
+		return false
+	}
+	if !s.authorized(r) {
+		writeError(w, http.StatusUnauthorized, ErrorBody{Code: CodeUnauthorized,
+			Error: "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the scorer was started with"})
+		return false
+	}
+	if method == http.MethodPost {
+		if v := r.Header.Get(ProtocolHeader); v != ProtocolVersion {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: CodeVersionMismatch,
+				Error: fmt.Sprintf("request header %s is %q; this scorer speaks %q", ProtocolHeader, v, ProtocolVersion)})
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) logRequest(r *http.Request, op string, status int, start time.Time, items, tokens int, err string) {
+	d := time.Since(start)
+	s.metrics.requests.WithLabelValues(op, strconv.Itoa(status)).Inc()
+	s.metrics.duration.WithLabelValues(op).Observe(d.Seconds())
+	var ev *zerolog.Event
+	switch {
+	case status >= 500:
+		ev = s.cfg.log.Error()
+	case status >= 400:
+		ev = s.cfg.log.Warn()
+	default:
+		ev = s.cfg.log.Debug()
+	}
+	ev = ev.Str("op", op).Str("method", r.Method).Str("path", r.URL.Path).Int("status", status).
+		Dur("duration", d).Int64("bytes", r.ContentLength).Str("remote", r.RemoteAddr)
+	if items > 0 {
+		ev = ev.Int("items", items).Int("tokens", tokens)
+	}
+	if err != "" {
+		ev = ev.Str("error", err)
+	}
+	ev.Msg("scorer request")
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded, Error: "scorer is shutting down"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "protocol": ProtocolVersion})
+}
+
+func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, status: 200}
+	if !s.guard(sw, r, http.MethodGet) {
+		s.logRequest(r, "info", sw.status, start, 0, 0, "")
+		return
+	}
+	info, err := s.s.Info(r.Context())
+	if err != nil {
+		status, body := errorStatus(err)
+		writeError(sw, status, body)
+		s.logRequest(r, "info", sw.status, start, 0, 0, body.Error)
+		return
+	}
+	info.Protocol = ProtocolVersion
+	writeJSON(sw, http.StatusOK, info)
+	s.logRequest(r, "info", sw.status, start, 0, 0, "")
+}
+
+// errorStatus maps a Scorer error to the protocol's status and body.
+func errorStatus(err error) (int, ErrorBody) {
+	var rej *RejectedError
+	if errors.As(err, &rej) {
+		body := ErrorBody{Code: rej.Code, Error: rej.Message, ID: rej.ID}
+		if rej.Item >= 0 {
+			it := rej.Item
+			body.Item = &it
+		}
+		if rej.Code == CodeTooLarge {
+			return http.StatusRequestEntityTooLarge, body
+		}
+		body.Code = CodeBadRequest
+		return http.StatusBadRequest, body
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded, Error: "request ended before scoring finished: " + err.Error()}
+	}
+	return http.StatusInternalServerError, ErrorBody{Code: CodeInternal, Error: err.Error()}
+}
+
+// serveWork is the common path of score and attention requests.
+func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, req any, count func() (items, rows, tokens int), run func(ctx context.Context) (any, error)) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, status: 200}
+	items, tokens := 0, 0
+	fail := func(status int, body ErrorBody) {
+		writeError(sw, status, body)
+		s.logRequest(r, op, status, start, items, tokens, body.Error)
+	}
+	if !s.guard(sw, r, http.MethodPost) {
+		s.logRequest(r, op, sw.status, start, 0, 0, "")
+		return
+	}
+	if s.draining.Load() {
+		fail(http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded, Error: "scorer is shutting down; send the request to another endpoint"})
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		fail(http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded,
+			Error: fmt.Sprintf("scorer is serving its limit of %d concurrent requests; retry later or on another endpoint", s.cfg.maxConcurrent)})
+		return
+	}
+	s.metrics.inFlight.Inc()
+	defer s.metrics.inFlight.Dec()
+
+	body := http.MaxBytesReader(sw, r.Body, s.cfg.maxRequestBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+				Error: fmt.Sprintf("request body exceeds the scorer's limit of %d bytes; send fewer rows per request", s.cfg.maxRequestBytes)})
+			return
+		}
+		fail(http.StatusBadRequest, ErrorBody{Code: CodeBadRequest, Error: "request body is not valid JSON for " + op + ": " + err.Error()})
+		return
+	}
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+				Error: fmt.Sprintf("request body exceeds the scorer's limit of %d bytes", s.cfg.maxRequestBytes)})
+			return
+		}
+	}
+	var rows int
+	items, rows, tokens = count()
+	if rows > s.cfg.maxRows {
+		fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+			Error: fmt.Sprintf("request holds %d rows/jobs, over the scorer's limit of %d; split it", rows, s.cfg.maxRows)})
+		return
+	}
+	if tokens > s.cfg.maxTokens {
+		fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+			Error: fmt.Sprintf("request holds %d tokens, over the scorer's limit of %d; split it", tokens, s.cfg.maxTokens)})
+		return
+	}
+	s.metrics.items.WithLabelValues(op).Add(float64(items))
+	s.metrics.tokens.WithLabelValues(op).Add(float64(tokens))
+	resp, err := run(r.Context())
+	if err != nil {
+		status, b := errorStatus(err)
+		fail(status, b)
+		return
+	}
+	writeJSON(sw, http.StatusOK, resp)
+	s.logRequest(r, op, http.StatusOK, start, items, tokens, "")
+}
+
+func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
+	var req ScoreRequest
+	s.serveWork(w, r, "score", &req, func() (int, int, int) {
+		rows, tokens := 0, 0
+		for _, set := range req.Sets {
+			rows += len(set.Rows)
+			for _, row := range set.Rows {
+				tokens += len(row.Context) + len(row.Target)
+			}
+		}
+		return len(req.Sets), rows, tokens
+	}, func(ctx context.Context) (any, error) {
+		sets := setsFromWire(req)
+		var (
+			res   []RowScores
+			usage Usage
+			err   error
+		)
+		if us, ok := s.s.(UsageScorer); ok {
+			res, usage, err = us.ScoreRowsUsage(ctx, sets)
+		} else {
+			res, err = s.s.ScoreRows(ctx, sets)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(res) != len(sets) {
+			return nil, fmt.Errorf("scorer answered %d sets for %d", len(res), len(sets))
+		}
+		return ScoreResponse{Results: scoresToWire(res), Usage: WireUsage{
+			TokensForwarded: usage.TokensForwarded, TokensRowByRow: usage.TokensRowByRow, Truncations: usage.Truncations,
+		}}, nil
+	})
+}
+
+func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
+	var req AttentionRequest
+	s.serveWork(w, r, "attention", &req, func() (int, int, int) {
+		tokens := 0
+		for _, j := range req.Jobs {
+			tokens += len(j.Tokens)
+		}
+		return len(req.Jobs), len(req.Jobs), tokens
+	}, func(ctx context.Context) (any, error) {
+		jobs := jobsFromWire(req)
+		res, err := s.s.Attention(ctx, jobs)
+		if err != nil {
+			return nil, err
+		}
+		if len(res) != len(jobs) {
+			return nil, fmt.Errorf("scorer answered %d jobs for %d", len(res), len(jobs))
+		}
+		out := AttentionResponse{Results: make([]WireJobResult, len(res))}
+		for i, g := range res {
+			out.Results[i] = graphsToWire(g)
+		}
+		return out, nil
+	})
+}

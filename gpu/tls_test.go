@@ -1,0 +1,117 @@
+package gpu
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeCerts makes a self-signed CA and a server certificate for 127.0.0.1
+// signed by it; it returns the CA, certificate and key file paths.
+func writeCerts(t *testing.T) (caFile, certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "creditflow test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "scorer"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+func TestTLSAndBearerToken(t *testing.T) {
+	caFile, certFile, keyFile := writeCerts(t)
+	srv := NewServer(NewLocal(tiny()), WithTLS(certFile, keyFile), WithServerToken("right-token"))
+	url, _ := serveScorer(t, srv)
+	url = strings.Replace(url, "http://", "https://", 1)
+	sets := makeSets(20, 3, 3)
+	want := expectedScores(t, sets)
+
+	c := newClient(t, []string{url}, WithCAFile(caFile), WithBearerToken("right-token"))
+	got, err := c.ScoreRows(context.Background(), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "over TLS", got, want)
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A scheme-less endpoint defaults to https once a CA is given.
+	bare := newClient(t, []string{strings.TrimPrefix(url, "https://")}, WithCAFile(caFile), WithBearerToken("right-token"))
+	if _, err := bare.ScoreRows(context.Background(), sets); err != nil {
+		t.Fatalf("scheme-less endpoint: %v", err)
+	}
+
+	for name, opts := range map[string][]ClientOption{
+		"wrong token": {WithCAFile(caFile), WithBearerToken("wrong-token")},
+		"no token":    {WithCAFile(caFile)},
+	} {
+		c := newClient(t, []string{url}, opts...)
+		_, err := c.ScoreRows(context.Background(), sets)
+		var se *StatusError
+		if !errors.As(err, &se) || se.Status != 401 || se.Code != CodeUnauthorized {
+			t.Errorf("%s: %v, want 401 unauthorized", name, err)
+		}
+		if _, ok := asRejected(err); ok {
+			t.Errorf("%s: auth failure reported as a rejection of the input", name)
+		}
+		if st := c.Stats(); st.Requests != 1 {
+			t.Errorf("%s: %d attempts, want 1 (no retry on 401)", name, st.Requests)
+		}
+		if _, err := c.Info(context.Background()); err == nil {
+			t.Errorf("%s: Info succeeded", name)
+		}
+	}
+	// Without the CA the server's certificate is not trusted.
+	untrusted := newClient(t, []string{url}, WithBearerToken("right-token"), WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
+	if _, err := untrusted.ScoreRows(context.Background(), sets); err == nil {
+		t.Error("a client without the CA trusted the self-signed server")
+	}
+}

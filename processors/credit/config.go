@@ -1,0 +1,172 @@
+package credit
+
+import (
+	"fmt"
+	"math"
+)
+
+// Methods and AttnSR output forms accepted by Config.
+const (
+	MethodLAPO   = "lapo"
+	MethodAttnSR = "attnsr"
+	OutputGRPO   = "grpo"
+	OutputPPO    = "ppo"
+)
+
+// Turn kinds (SPEC §0).
+const (
+	KindSearch = "search"
+	KindAnswer = "answer"
+	KindTool   = "tool"
+	KindOther  = "other"
+)
+
+// Config holds every hyperparameter of both methods. Start from
+// DefaultConfig (every SPEC default) and change what you need; the zero
+// value is not a usable configuration (Validate rejects it).
+type Config struct {
+	// Method is MethodLAPO or MethodAttnSR.
+	Method string
+
+	// EpsR is ε_R of the outcome advantage (SPEC §1). Default 1e-6.
+	EpsR float64
+
+	// LAPO (SPEC §2).
+
+	// Lambda is λ, the weight of the process advantage. Default 0.5.
+	Lambda float64
+	// EpsIG is ε_ig of the robust scale τ_g. Default 1e-6.
+	EpsIG float64
+	// EpsZ is ε_z of the group normalization. Default 1e-6.
+	EpsZ float64
+	// Gate switches sign-consistency gating on (default). Off: A_proc = z̃.
+	Gate bool
+	// EligibleKinds are the turn kinds that can be eligible. Default ["search"].
+	EligibleKinds []string
+	// NoAnswerSkipsObservationRule, when true, makes every turn of an
+	// eligible kind eligible in a trajectory without an answer turn, even
+	// with an empty assistant or environment segment. Default false: the
+	// non-empty-segments rule always applies (docs/method.md, "Eligibility").
+	NoAnswerSkipsObservationRule bool
+
+	// AttnSR (SPEC §3).
+
+	// Rho is ρ, the backtracking decay. Default 0.9.
+	Rho float64
+	// Eta is η, the weight of the recency term. Default 0.5.
+	Eta float64
+	// T is the softmax temperature. Default 1.0.
+	T float64
+	// Eps is ε of the log floors. Default 1e-8.
+	Eps float64
+	// MStar is m*, the focus mass that counts as full focus. Default 0.5.
+	MStar float64
+	// Beta is β, the step reward budget scale. Default 0.25.
+	Beta float64
+	// Alpha is α, the GRPO reweighting strength. Default 0.25.
+	Alpha float64
+	// Delta is δ, the EMA baseline decay. Default 0.99.
+	Delta float64
+	// Output is OutputGRPO (reweighted advantages) or OutputPPO (token rewards).
+	Output string
+}
+
+// DefaultConfig returns every SPEC default: LAPO with λ = 0.5,
+// ε_ig = ε_z = ε_R = 1e-6, gating on, eligible kinds {search}; AttnSR with
+// ρ = 0.9, η = 0.5, T = 1, ε = 1e-8, m* = 0.5, β = 0.25, α = 0.25, δ = 0.99,
+// GRPO output.
+func DefaultConfig() Config {
+	return Config{
+		Method:        MethodLAPO,
+		EpsR:          1e-6,
+		Lambda:        0.5,
+		EpsIG:         1e-6,
+		EpsZ:          1e-6,
+		Gate:          true,
+		EligibleKinds: []string{KindSearch},
+		Rho:           0.9,
+		Eta:           0.5,
+		T:             1.0,
+		Eps:           1e-8,
+		MStar:         0.5,
+		Beta:          0.25,
+		Alpha:         0.25,
+		Delta:         0.99,
+		Output:        OutputGRPO,
+	}
+}
+
+// Validate reports the first setting that cannot give finite, meaningful
+// numbers, naming the setting and the accepted range.
+func (c Config) Validate() error {
+	finite := func(name string, v float64) error {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("credit: %s = %v is not a finite number", name, v)
+		}
+		return nil
+	}
+	positive := func(name string, v float64) error {
+		if err := finite(name, v); err != nil {
+			return err
+		}
+		if v <= 0 {
+			return fmt.Errorf("credit: %s = %v must be > 0 (it keeps a division finite)", name, v)
+		}
+		return nil
+	}
+	unit := func(name string, v float64) error {
+		if err := finite(name, v); err != nil {
+			return err
+		}
+		if v < 0 || v > 1 {
+			return fmt.Errorf("credit: %s = %v must lie in [0, 1]", name, v)
+		}
+		return nil
+	}
+	switch c.Method {
+	case MethodLAPO, MethodAttnSR:
+	default:
+		return fmt.Errorf("credit: method %q is unknown; use %q or %q", c.Method, MethodLAPO, MethodAttnSR)
+	}
+	switch c.Output {
+	case OutputGRPO, OutputPPO:
+	default:
+		return fmt.Errorf("credit: attnsr output %q is unknown; use %q or %q", c.Output, OutputGRPO, OutputPPO)
+	}
+	for _, chk := range []error{
+		positive("eps_r", c.EpsR),
+		finite("lambda", c.Lambda),
+		positive("eps_ig", c.EpsIG),
+		positive("eps_z", c.EpsZ),
+		positive("rho", c.Rho),
+		finite("eta", c.Eta),
+		positive("temperature", c.T),
+		positive("eps", c.Eps),
+		positive("m_star", c.MStar),
+		finite("beta", c.Beta),
+		unit("alpha", c.Alpha),
+		unit("ema_delta", c.Delta),
+	} {
+		if chk != nil {
+			return chk
+		}
+	}
+	if c.Beta < 0 {
+		return fmt.Errorf("credit: beta = %v must be >= 0", c.Beta)
+	}
+	for _, k := range c.EligibleKinds {
+		if !KnownKind(k) {
+			return fmt.Errorf("credit: eligible kind %q is unknown; use search, answer, tool or other", k)
+		}
+	}
+	return nil
+}
+
+// KnownKind reports whether k is one of the SPEC §0 turn kinds.
+func KnownKind(k string) bool {
+	switch k {
+	case KindSearch, KindAnswer, KindTool, KindOther:
+		return true
+	}
+	return false
+}

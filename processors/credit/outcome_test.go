@@ -1,0 +1,89 @@
+package credit
+
+import (
+	"math"
+	"testing"
+)
+
+func TestNormalize(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"The Eiffel Tower", "eiffel tower"},
+		{"  a   cat, an  apple; THE end!  ", "cat apple end"},
+		{"U.S.A.", "usa"},
+		{"rock-n-roll", "rocknroll"},
+		{"theatre anthem", "theatre anthem"}, // articles only as whole words
+		{"A", ""},
+		{"", ""},
+		{"\t\n ", ""},
+		{"(a) b", "b"},                    // punctuation goes first, then the lone "a"
+		{"Café  Ünïcode", "café ünïcode"}, // non-ASCII letters stay
+		{"1,000 $", "1000"},
+	}
+	for _, c := range cases {
+		if got := Normalize(c.in); got != c.want {
+			t.Errorf("Normalize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestF1(t *testing.T) {
+	cases := []struct {
+		pred, gold string
+		want       float64
+	}{
+		{"Paris", "paris", 1},
+		{"the", "a", 1}, // both normalize to empty
+		{"", "Paris", 0},
+		{"Paris", "", 0},
+		{"", "", 1},
+		{"new york city", "york", 2 * (1.0 / 3) * 1 / (1.0/3 + 1)},
+		{"x b b", "b b c", 2.0 / 3},                           // overlap 2 (multiset): P = R = 2/3
+		{"a b b", "b b c", 0.8},                               // "a" is dropped: P = 1, R = 2/3
+		{"b b b", "b c", 2 * (1.0 / 3) * 0.5 / (1.0/3 + 0.5)}, // overlap 1
+		{"x y", "z", 0},
+	}
+	for _, c := range cases {
+		if got := F1(c.pred, c.gold); math.Abs(got-c.want) > 1e-15 {
+			t.Errorf("F1(%q, %q) = %v, want %v", c.pred, c.gold, got, c.want)
+		}
+	}
+	p := "new york"
+	if got := BestF1(&p, []string{"boston", "New York City", "york"}); math.Abs(got-0.8) > 1e-15 {
+		t.Errorf("BestF1 = %v, want 0.8 (best of 0, 0.8, 2/3)", got)
+	}
+	if got := BestF1(nil, []string{"x"}); got != 0 {
+		t.Errorf("missing prediction scores %v, want 0", got)
+	}
+}
+
+func TestEM(t *testing.T) {
+	if !EM("The  Beatles!", []string{"x", "beatles"}) {
+		t.Error("EM should match after normalization")
+	}
+	if EM("beatles band", []string{"beatles"}) {
+		t.Error("EM must be exact after normalization")
+	}
+	if EM("x", nil) {
+		t.Error("EM with no golds must be false")
+	}
+	if !EM("an", []string{""}) {
+		t.Error("empty normalized prediction equals an empty gold")
+	}
+}
+
+func TestOutcomeAdvantagesKnownValues(t *testing.T) {
+	// SPEC §2.3: rewards [0, 1] in group a, [1] in group b.
+	a := OutcomeAdvantages([]float64{0, 1}, 1e-6)
+	want := 0.5 / (0.5 + 1e-6)
+	if math.Abs(a[0]+want) > 1e-15 || math.Abs(a[1]-want) > 1e-15 {
+		t.Errorf("group a: %v, want [-%v, %v]", a, want, want)
+	}
+	if b := OutcomeAdvantages([]float64{1}, 1e-6); b[0] != 0 {
+		t.Errorf("group b: %v, want exactly 0", b)
+	}
+	// Population std: [1, 2, 3, 4] has std sqrt(1.25).
+	c := OutcomeAdvantages([]float64{1, 2, 3, 4}, 0)
+	if math.Abs(c[3]-1.5/math.Sqrt(1.25)) > 1e-12 {
+		t.Errorf("population std not used: %v", c)
+	}
+}

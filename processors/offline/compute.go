@@ -1,0 +1,281 @@
+// Package offline runs the group computation of package credit over JSON
+// Lines, without Kafka: `creditflow compute` (SPEC §5.1).
+//
+// Guarantees:
+//   - The numbers are those of credit.ComputeGroup, the function the
+//     streaming advantage stage calls, so an offline run over the same
+//     scored trajectories gives the same advantages as the stream.
+//   - Output order is deterministic: groups in finalization order (a group
+//     is finalized when its group_size-th distinct member is read; groups
+//     still open at end of input are finalized as partial in the order their
+//     first member appeared), members in input order. AttnSR EMA batches are
+//     the groups in that order.
+//   - A repeated trajectory_id is ignored, a member that arrives after its
+//     group was finalized, and a member whose group_size disagrees with its
+//     group's, are reported on the diagnostics writer and get no output
+//     line. Nothing is dropped silently.
+//   - A malformed line stops the run with an error that names the line.
+//   - Numbers are written as JSON numbers with full float64 precision
+//     (shortest text that reads back to the same float64).
+package offline
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/creditflow/creditflow/processors/credit"
+)
+
+// Option changes how Compute writes its output.
+type Option func(*options)
+
+type options struct {
+	tokens bool
+}
+
+// WithTokens also writes the per-token arrays token_advantages, loss_mask
+// and (AttnSR ppo) token_rewards (SPEC §5.1 --tokens).
+func WithTokens(on bool) Option { return func(o *options) { o.tokens = on } }
+
+// Input is one input line (SPEC §5.1).
+type Input struct {
+	TrajectoryID string       `json:"trajectory_id"`
+	PromptID     string       `json:"prompt_id"`
+	GroupSize    *int         `json:"group_size"`
+	Reward       *float64     `json:"reward"`
+	PredAnswer   *string      `json:"pred_answer"`
+	GoldAnswers  []string     `json:"gold_answers"`
+	PromptTokens int          `json:"prompt_tokens"`
+	Turns        []InputTurn  `json:"turns"`
+	Attention    []InputLayer `json:"attention"`
+}
+
+// InputTurn is one turn of an input line.
+type InputTurn struct {
+	Kind              string   `json:"kind"`
+	ActionTokens      int      `json:"action_tokens"`
+	ObservationTokens int      `json:"observation_tokens"`
+	Delta             *float64 `json:"delta"`
+}
+
+// InputLayer is one layer's step graph of an input line.
+type InputLayer struct {
+	Layer int         `json:"layer"`
+	AA    [][]float64 `json:"aa"`
+	AO    [][]float64 `json:"ao"`
+}
+
+// Member converts an input line to a credit.Member.
+func (in Input) Member() credit.Member {
+	m := credit.Member{
+		TrajectoryID: in.TrajectoryID,
+		PromptID:     in.PromptID,
+		Reward:       in.Reward,
+		PredAnswer:   in.PredAnswer,
+		GoldAnswers:  in.GoldAnswers,
+		PromptTokens: in.PromptTokens,
+	}
+	if in.GroupSize != nil {
+		m.GroupSize = *in.GroupSize
+	}
+	for _, t := range in.Turns {
+		m.Turns = append(m.Turns, credit.Turn{Kind: t.Kind, ActionTokens: t.ActionTokens, ObservationTokens: t.ObservationTokens, Delta: t.Delta})
+	}
+	for _, l := range in.Attention {
+		m.Attention = append(m.Attention, credit.LayerGraph{Layer: l.Layer, AA: l.AA, AO: l.AO})
+	}
+	return m
+}
+
+type outLAPOTurn struct {
+	Eligible         bool     `json:"eligible"`
+	Delta            *float64 `json:"delta"`
+	Z                *float64 `json:"z"`
+	ZNorm            *float64 `json:"z_norm"`
+	Gate             int      `json:"gate"`
+	ProcessAdvantage float64  `json:"process_advantage"`
+	Advantage        float64  `json:"advantage"`
+}
+
+type outAttnSRTurn struct {
+	P          *float64 `json:"p"`
+	StepReward *float64 `json:"step_reward"`
+	Weight     *float64 `json:"weight"`
+	Advantage  *float64 `json:"advantage"`
+}
+
+type outAttnSR struct {
+	Confidence float64 `json:"confidence"`
+	Focus      float64 `json:"focus"`
+	Consensus  float64 `json:"consensus"`
+	Baseline   float64 `json:"baseline"`
+	Budget     float64 `json:"budget"`
+}
+
+type output struct {
+	TrajectoryID     string     `json:"trajectory_id"`
+	PromptID         string     `json:"prompt_id"`
+	Partial          bool       `json:"partial"`
+	Reward           float64    `json:"reward"`
+	OutcomeAdvantage float64    `json:"outcome_advantage"`
+	Turns            any        `json:"turns"`
+	AttnSR           *outAttnSR `json:"attnsr,omitempty"`
+	TokenAdvantages  *[]float64 `json:"token_advantages,omitempty"`
+	LossMask         *[]int     `json:"loss_mask,omitempty"`
+	TokenRewards     *[]float64 `json:"token_rewards,omitempty"`
+}
+
+// Output builds the SPEC §5.1 output object of one result.
+func Output(m credit.Member, r credit.Result, cfg credit.Config, tokens bool) any {
+	o := output{
+		TrajectoryID:     r.TrajectoryID,
+		PromptID:         r.PromptID,
+		Partial:          r.Partial,
+		Reward:           r.Reward,
+		OutcomeAdvantage: r.OutcomeAdvantage,
+	}
+	if cfg.Method == credit.MethodLAPO {
+		ts := make([]outLAPOTurn, len(r.Turns))
+		for i, t := range r.Turns {
+			ts[i] = outLAPOTurn{t.Eligible, t.Delta, t.Z, t.ZNorm, t.Gate, t.ProcessAdvantage, t.Advantage}
+		}
+		o.Turns = ts
+	} else {
+		ts := make([]outAttnSRTurn, len(r.Turns))
+		for i, t := range r.Turns {
+			ts[i] = outAttnSRTurn{P: t.P, StepReward: t.StepReward, Weight: t.Weight}
+			if cfg.Output == credit.OutputGRPO {
+				a := t.Advantage
+				ts[i].Advantage = &a
+			}
+		}
+		o.Turns = ts
+		a := r.AttnSR
+		o.AttnSR = &outAttnSR{a.Confidence, a.Focus, a.Consensus, a.Baseline, a.Budget}
+	}
+	if tokens {
+		adv, mask, tr := credit.TokenArrays(m, r, cfg)
+		im := make([]int, len(mask))
+		for i, v := range mask {
+			im[i] = int(v)
+		}
+		o.TokenAdvantages = &adv
+		o.LossMask = &im
+		if tr != nil {
+			o.TokenRewards = &tr
+		}
+	}
+	return o
+}
+
+type group struct {
+	size    int
+	members []credit.Member
+}
+
+// Compute reads scored trajectories as JSON Lines from r, groups them by
+// prompt_id, finalizes each group with credit.ComputeGroup and writes one
+// output line per distinct trajectory to w (SPEC §5.1). Late, repeated and
+// group-size-mismatched members are reported on diag. Blank lines are
+// skipped. The first malformed line ends the run with an error naming it;
+// the groups finalized before it have been written.
+func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts ...Option) error {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if diag == nil {
+		diag = io.Discard
+	}
+	bw := bufio.NewWriterSize(w, 1<<16)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+
+	var ema credit.EMA
+	open := map[string]*group{}
+	var order []string // open prompt ids by first appearance
+	finalized := map[string]bool{}
+	seen := map[string]bool{}
+
+	finalize := func(pid string, partial bool) error {
+		g := open[pid]
+		delete(open, pid)
+		finalized[pid] = true
+		res, err := credit.ComputeGroup(g.members, partial, cfg, &ema)
+		if err != nil {
+			return fmt.Errorf("prompt %q: %w", pid, err)
+		}
+		for i, r := range res {
+			if err := enc.Encode(Output(g.members[i], r, cfg, o.tokens)); err != nil {
+				return fmt.Errorf("writing output of trajectory %q: %w", r.TrajectoryID, err)
+			}
+		}
+		return nil
+	}
+
+	br := bufio.NewReaderSize(r, 1<<20)
+	for lineNo := 1; ; lineNo++ {
+		line, rerr := br.ReadBytes('\n')
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return fmt.Errorf("reading line %d: %w", lineNo, rerr)
+		}
+		if t := bytes.TrimSpace(line); len(t) > 0 {
+			var in Input
+			if err := json.Unmarshal(t, &in); err != nil {
+				return fmt.Errorf("line %d: not a scored trajectory object: %v", lineNo, err)
+			}
+			if in.GroupSize == nil || *in.GroupSize < 1 {
+				return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
+			}
+			m := in.Member()
+			if err := credit.ValidateMember(m, cfg); err != nil {
+				return fmt.Errorf("line %d: %v", lineNo, err)
+			}
+			switch {
+			case seen[m.TrajectoryID]:
+				fmt.Fprintf(diag, "line %d: trajectory %q repeated; ignored\n", lineNo, m.TrajectoryID)
+			case finalized[m.PromptID]:
+				seen[m.TrajectoryID] = true
+				fmt.Fprintf(diag, "line %d: trajectory %q is late: group %q was already finalized; no output\n", lineNo, m.TrajectoryID, m.PromptID)
+			default:
+				g := open[m.PromptID]
+				if g == nil {
+					g = &group{size: m.GroupSize}
+					open[m.PromptID] = g
+					order = append(order, m.PromptID)
+				}
+				if m.GroupSize != g.size {
+					fmt.Fprintf(diag, "line %d: trajectory %q says group_size %d but group %q has %d; ignored\n", lineNo, m.TrajectoryID, m.GroupSize, m.PromptID, g.size)
+					break
+				}
+				seen[m.TrajectoryID] = true
+				g.members = append(g.members, m)
+				if len(g.members) == g.size {
+					if err := finalize(m.PromptID, false); err != nil {
+						bw.Flush()
+						return fmt.Errorf("line %d: %w", lineNo, err)
+					}
+				}
+			}
+		}
+		if rerr != nil { // io.EOF
+			break
+		}
+	}
+	for _, pid := range order {
+		if _, ok := open[pid]; ok {
+			if err := finalize(pid, true); err != nil {
+				bw.Flush()
+				return fmt.Errorf("end of input: %w", err)
+			}
+		}
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,500 @@
+package stage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/state"
+)
+
+// AdvantageStage reads scored trajectories, groups them by prompt_id in
+// event-time windows (SPEC §4), computes outcome and process advantages
+// (SPEC §1–3) and writes one training sample per trajectory.
+//
+// Guarantees: an input offset is committed only after every sample or dead
+// letter it caused is acknowledged; before each commit the partition's
+// snapshot (EMA baseline, event-time watermark, groups already emitted
+// beyond the commit) is written to the compacted state topic, so a restarted
+// or newly assigned processor continues exactly where the old one stood,
+// emitting at most identical duplicates of samples it cannot know were
+// written. See docs/guarantees.md.
+type AdvantageStage struct {
+	cfg  Config
+	prod *producers.Producer
+	log  zerolog.Logger
+}
+
+// NewAdvantageStage checks cfg.
+func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger()}, nil
+}
+
+// Run consumes until ctx ends.
+func (a *AdvantageStage) Run(ctx context.Context) error {
+	g, err := consumers.NewGroup(consumers.Config{
+		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
+		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256,
+	}, consumers.WithLogger(a.log))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	return g.Run(ctx, a.claim)
+}
+
+// entry is a member held in an open group.
+type entry struct {
+	rec    consumers.Record
+	scored *schemas.Scored
+	read   time.Time
+}
+
+// ack reports that the outputs of a close event, or of one record, were written.
+type ack struct {
+	ev      *state.CloseEvent
+	offsets []int64
+	started time.Time
+	err     error
+}
+
+// partition is the advantage stage's state for one claimed partition.
+type partition struct {
+	a        *AdvantageStage
+	claim    consumers.Claim
+	log      zerolog.Logger
+	ledger   *state.Ledger
+	groups   *state.Groups[entry]
+	ema      credit.EMA
+	baseline interface{ Set(float64) }
+
+	acks     chan ack
+	sem      chan struct{}
+	emitCtx  context.Context
+	lastRead time.Time // processing time of the last record
+	lastWM   int64     // watermark at the last record
+	next     int64     // next offset expected
+	snapKey  string
+	lastSnap []byte
+}
+
+func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
+	log := a.log.With().Str("topic", claim.Topic).Int("partition", claim.Partition).Logger()
+	key := state.SnapshotKey(a.cfg.GroupID+".advantage", claim.Topic, claim.Partition)
+	snap, err := a.loadSnapshot(ctx, key)
+	if err != nil {
+		return err
+	}
+	ledger, resume := state.NewLedger(claim.Topic, claim.Partition, claim.StartOffset, snap)
+	p := &partition{
+		a: a, claim: claim, log: log, ledger: ledger,
+		groups:   state.NewGroups[entry](a.cfg.Window),
+		acks:     make(chan ack, 1024),
+		sem:      make(chan struct{}, 512),
+		lastRead: time.Now(),
+		next:     resume,
+		snapKey:  key,
+		baseline: a.cfg.Metrics.attnBaseline.WithLabelValues(strconv.Itoa(claim.Partition)),
+	}
+	emitCtx, cancelEmit := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelEmit()
+	p.emitCtx = emitCtx
+	if snap != nil {
+		base := ledger.BaseEMA()
+		p.ema = credit.EMA{Value: base.Value, Count: base.Count}
+		p.groups.SetWatermark(ledger.BaseWatermark())
+		for _, c := range snap.Closed {
+			p.groups.Remember(c)
+		}
+		for _, e := range snap.Emitted {
+			p.groups.Remember(state.ClosedGroup{PromptID: e.PromptID, Members: e.Members})
+		}
+		log.Info().Int64("resume", resume).Float64("ema", p.ema.Value).Int64("ema_batches", p.ema.Count).
+			Int("emitted_ahead", len(snap.Emitted)).Msg("partition assigned; state restored")
+	} else {
+		if claim.StartOffset > 0 {
+			a.cfg.Metrics.resets.Inc()
+			log.Error().Int64("start_offset", claim.StartOffset).Msg("partition assigned past its start but no state snapshot was found: the EMA baseline starts over")
+		} else {
+			log.Info().Msg("partition assigned; fresh state")
+		}
+	}
+	p.lastWM = p.groups.Watermark()
+	if p.ema.Count > 0 {
+		p.baseline.Set(p.ema.Value)
+	}
+
+	ticker := time.NewTicker(a.cfg.CommitInterval)
+	defer ticker.Stop()
+	records := claim.Records
+	for records != nil {
+		select {
+		case rec, ok := <-records:
+			if !ok {
+				records = nil
+				break
+			}
+			if rec.Offset < p.next {
+				continue // covered by the snapshot
+			}
+			p.handle(rec)
+		case k := <-p.acks:
+			p.acked(k)
+		case <-ticker.C:
+			p.idle()
+			p.checkpoint(ctx, commit)
+		case <-ctx.Done():
+			records = nil
+		}
+	}
+	// Generation over: let in-flight writes finish for a moment, then write
+	// the snapshot so the next owner starts where this one stands.
+	deadline := time.After(5 * time.Second)
+drain:
+	for len(p.sem) > 0 {
+		select {
+		case k := <-p.acks:
+			p.acked(k)
+		case <-deadline:
+			break drain
+		}
+	}
+	for len(p.acks) > 0 {
+		p.acked(<-p.acks)
+	}
+	p.checkpoint(context.Background(), commit)
+	log.Info().Int("open_groups", p.groups.Open()).Int("pending", p.ledger.Pending()).Msg("partition released")
+	return nil
+}
+
+func (a *AdvantageStage) loadSnapshot(ctx context.Context, key string) (*state.Snapshot, error) {
+	var last []byte
+	_, err := consumers.ReadPartitionRange(ctx, a.cfg.Brokers, a.cfg.Security, a.cfg.Topics.State, 0, 0, func(r consumers.Record) error {
+		if string(r.Key) == key {
+			last = r.Value
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("advantage stage: read state topic %s: %w", a.cfg.Topics.State, err)
+	}
+	if len(last) == 0 {
+		return nil, nil
+	}
+	return state.UnmarshalSnapshot(last)
+}
+
+// handle processes one record in offset order.
+func (p *partition) handle(rec consumers.Record) {
+	m := p.a.cfg.Metrics
+	m.recordsIn.WithLabelValues("advantage").Inc()
+	p.next = rec.Offset + 1
+	now := time.Now()
+	p.lastRead = now
+	sc, err := schemas.ScoredRecords().Decode(rec.Value)
+	if err == nil {
+		err = schemas.ValidateScored(sc, p.a.cfg.Limits)
+	}
+	if err != nil {
+		p.ledger.Read(rec.Offset, p.groups.Watermark())
+		reason, detail := reasonOf(err)
+		p.deadLetters([]consumers.Record{rec}, reason, detail, nil)
+		return
+	}
+	t := &sc.Trajectory
+	p.ledger.Read(rec.Offset, t.CreatedAtMs)
+
+	// Closes that happen before this record joins: event-time expiries, and
+	// closes a previous owner already emitted here.
+	expired := p.groups.Observe(t.CreatedAtMs)
+	p.lastWM = p.groups.Watermark()
+	p.closeBefore(rec.Offset, expired)
+
+	verdict, grp := p.groups.Add(t.PromptID, int(t.GroupSize), state.Member[entry]{
+		TrajectoryID: t.TrajectoryID, Offset: rec.Offset, EventMs: t.CreatedAtMs,
+		Value: entry{rec: rec, scored: sc, read: now},
+	})
+	switch verdict {
+	case state.Duplicate:
+		m.duplicates.Inc()
+		p.ledger.Done(rec.Offset)
+	case state.Late:
+		p.deadLetters([]consumers.Record{rec}, schemas.ReasonLate, "group "+t.PromptID+" closed before this member arrived", nil)
+	case state.SizeMismatch:
+		p.deadLetters([]consumers.Record{rec}, schemas.ReasonGroupSizeMismatch,
+			fmt.Sprintf("group_size %d, the group's first member said %d", t.GroupSize, grp.GroupSize), nil)
+	case state.Completed:
+		p.finalize(grp, false, rec.Offset, state.PhaseAfter)
+	}
+	for _, e := range p.ledger.Replays(rec.Offset, state.PhaseAfter) {
+		p.replayed(e)
+	}
+}
+
+// closeBefore handles the closes at offset off that come before its record:
+// freshly expired groups and replayed ones, in first-member order.
+func (p *partition) closeBefore(off int64, expired []state.Expired[entry]) {
+	replays := p.ledger.Replays(off, state.PhaseBefore)
+	i, j := 0, 0
+	for i < len(expired) || j < len(replays) {
+		if j >= len(replays) || (i < len(expired) && expired[i].Group.FirstOffset < replays[j].FirstOffset) {
+			e := expired[i]
+			i++
+			if e.Partial {
+				p.finalize(e.Group, true, off, state.PhaseBefore)
+			} else {
+				p.incomplete(e.Group, off)
+			}
+			continue
+		}
+		p.replayed(replays[j])
+		j++
+	}
+}
+
+// replayed applies a close that a previous owner already emitted.
+func (p *partition) replayed(e state.CloseEvent) {
+	if e.Finalized {
+		p.ema = credit.EMA{Value: e.EMAAfter.Value, Count: e.EMAAfter.Count}
+		if p.ema.Count > 0 {
+			p.baseline.Set(p.ema.Value)
+		}
+	}
+	p.groups.Remember(state.ClosedGroup{PromptID: e.PromptID, Members: e.Members})
+	p.ledger.Close(e, true)
+}
+
+// idle advances event time by processing time on an idle partition.
+func (p *partition) idle() {
+	after := p.a.cfg.IdleAfter
+	if after <= 0 || p.groups.Open() == 0 {
+		return
+	}
+	quiet := time.Since(p.lastRead)
+	if quiet < after {
+		return
+	}
+	expired := p.groups.AdvanceIdle(p.lastWM + quiet.Milliseconds())
+	if len(expired) > 0 {
+		p.log.Info().Int("groups", len(expired)).Dur("idle", quiet).Msg("idle partition: windows closed by processing time")
+	}
+	p.closeBefore(p.next, expired)
+}
+
+func memberIDs(g *state.Group[entry]) []string {
+	ids := make([]string, len(g.Members))
+	for i, m := range g.Members {
+		ids[i] = m.TrajectoryID
+	}
+	return ids
+}
+
+func memberOffsets(g *state.Group[entry]) []int64 {
+	offs := make([]int64, len(g.Members))
+	for i, m := range g.Members {
+		offs[i] = m.Offset
+	}
+	return offs
+}
+
+// finalize computes a group's advantages and writes its samples.
+func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, phase string) {
+	cfg := p.a.cfg
+	m := cfg.Metrics
+	// Canonical member order (sample index, trajectory id): the numbers do
+	// not depend on the order members arrived in.
+	members := append([]state.Member[entry](nil), g.Members...)
+	sort.SliceStable(members, func(i, j int) bool {
+		a, b := members[i].Value.scored.Trajectory, members[j].Value.scored.Trajectory
+		if a.SampleIndex != b.SampleIndex {
+			return a.SampleIndex < b.SampleIndex
+		}
+		return a.TrajectoryID < b.TrajectoryID
+	})
+	cms := make([]credit.Member, len(members))
+	for i, mb := range members {
+		cms[i] = member(mb.Value.scored)
+	}
+	before := p.ema
+	results, err := credit.ComputeGroup(cms, partial, cfg.Credit, &p.ema)
+	if err != nil {
+		p.ema = before
+		recs := make([]consumers.Record, len(members))
+		for i, mb := range members {
+			recs[i] = mb.Value.rec
+		}
+		ev := p.ledger.Close(state.CloseEvent{Offset: off, Phase: phase, FirstOffset: g.FirstOffset, PromptID: g.PromptID,
+			Members: memberIDs(g), EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
+		p.deadLetters(recs, schemas.ReasonInvalid, "group "+g.PromptID+": "+err.Error(), ev)
+		return
+	}
+	var msgs []producers.Message
+	mean := 0.0
+	for i, r := range results {
+		mean += r.Reward
+		smp := sample(members[i].Value.scored, cms[i], r, cfg.Credit)
+		b, err := schemas.Samples().Encode(&smp)
+		if err != nil {
+			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample")
+			continue
+		}
+		msgs = append(msgs, producers.Message{
+			Topic: cfg.Topics.Samples, Key: []byte(r.TrajectoryID), Value: b,
+			Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.Samples().Name())}},
+		})
+		p.observe(r)
+	}
+	mean /= float64(len(results))
+	if cfg.Credit.Method == "attnsr" && p.ema.Count > 0 {
+		p.baseline.Set(p.ema.Value)
+	}
+	outcome := "complete"
+	if partial {
+		outcome = "partial"
+	}
+	m.groups.WithLabelValues(outcome).Inc()
+	m.groupWait.Observe(time.Since(g.Members[0].Value.read).Seconds())
+	ev := p.ledger.Close(state.CloseEvent{Offset: off, Phase: phase, FirstOffset: g.FirstOffset, PromptID: g.PromptID,
+		Members: memberIDs(g), Finalized: true, BatchMean: mean,
+		EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
+	p.send(msgs, ev, memberOffsets(g), g.Members[0].Value.read)
+}
+
+// incomplete dead-letters the members of a group that timed out too small.
+func (p *partition) incomplete(g *state.Group[entry], off int64) {
+	p.a.cfg.Metrics.groups.WithLabelValues("incomplete").Inc()
+	recs := make([]consumers.Record, len(g.Members))
+	for i, mb := range g.Members {
+		recs[i] = mb.Value.rec
+	}
+	ev := p.ledger.Close(state.CloseEvent{Offset: off, Phase: state.PhaseBefore, FirstOffset: g.FirstOffset, PromptID: g.PromptID,
+		Members: memberIDs(g), EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
+	p.deadLetters(recs, schemas.ReasonGroupIncomplete,
+		fmt.Sprintf("group %s timed out with %d of %d members (minimum %d)", g.PromptID, len(g.Members), g.GroupSize, p.a.cfg.Window.MinGroupSize), ev)
+}
+
+// deadLetters writes recs to the dead-letter topic; ev (if any) is the close they belong to.
+func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, ev *state.CloseEvent) {
+	var msgs []producers.Message
+	offs := make([]int64, len(recs))
+	for i, r := range recs {
+		offs[i] = r.Offset
+		msg, err := p.a.cfg.deadLetter("advantage", r, reason, detail)
+		if err != nil {
+			p.log.Error().Err(err).Int64("offset", r.Offset).Msg("encode dead letter")
+			continue
+		}
+		msgs = append(msgs, msg)
+	}
+	p.log.Warn().Str("reason", reason).Str("detail", truncate(detail, 200)).Int("records", len(recs)).Msg("dead letter")
+	p.send(msgs, ev, offs, time.Now())
+}
+
+// send writes msgs in the background; the partition loop learns of the ack.
+func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time) {
+	p.sem <- struct{}{}
+	go func() {
+		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
+		if err == nil {
+			for _, msg := range msgs {
+				p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()
+			}
+		}
+		p.acks <- ack{ev: ev, offsets: offsets, started: started, err: err}
+		<-p.sem
+	}()
+}
+
+func (p *partition) acked(k ack) {
+	if k.err != nil {
+		return // the partition is being released; the next owner replays these offsets
+	}
+	if k.ev != nil {
+		p.ledger.Ack(k.ev)
+	}
+	for _, o := range k.offsets {
+		p.ledger.Done(o)
+	}
+	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(k.started).Seconds())
+}
+
+// checkpoint writes the partition snapshot (when it changed) and then commits.
+func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc) {
+	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.ledger.Pending()))
+	snap := p.ledger.Snapshot(p.groups.Closed())
+	b, err := snap.Marshal()
+	if err != nil {
+		p.log.Error().Err(err).Msg("marshal snapshot")
+		return
+	}
+	if bytes.Equal(b, p.lastSnap) {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err = p.a.prod.Produce(wctx, producers.Message{Topic: p.a.cfg.Topics.State, Key: []byte(p.snapKey), Value: b})
+	if err != nil {
+		p.log.Warn().Err(err).Msg("state snapshot not written; offsets not committed")
+		return
+	}
+	p.a.cfg.Metrics.snapshots.Inc()
+	p.lastSnap = b
+	if err := commit(ctx, snap.NextOffset); err != nil {
+		p.log.Debug().Err(err).Int64("offset", snap.NextOffset).Msg("commit not accepted (the snapshot carries the position)")
+	}
+}
+
+// observe feeds the process-signal metrics.
+func (p *partition) observe(r credit.Result) {
+	m := p.a.cfg.Metrics
+	for _, t := range r.Turns {
+		if t.Eligible && t.Delta != nil {
+			switch d := *t.Delta; {
+			case d > 0:
+				m.lapoDelta.WithLabelValues("positive").Inc()
+			case d < 0:
+				m.lapoDelta.WithLabelValues("negative").Inc()
+			default:
+				m.lapoDelta.WithLabelValues("zero").Inc()
+			}
+			if t.Gate == 1 {
+				m.lapoGate.WithLabelValues("pass").Inc()
+			} else {
+				m.lapoGate.WithLabelValues("fail").Inc()
+			}
+			pa := t.ProcessAdvantage
+			if pa < 0 {
+				pa = -pa
+			}
+			m.lapoProcAbs.Observe(pa)
+		}
+		if t.StepReward != nil {
+			switch {
+			case *t.StepReward > 0:
+				m.stepRewards.WithLabelValues("positive").Inc()
+			case *t.StepReward < 0:
+				m.stepRewards.WithLabelValues("negative").Inc()
+			default:
+				m.stepRewards.WithLabelValues("zero").Inc()
+			}
+		}
+	}
+	if s := r.AttnSR; s != nil {
+		m.attnConfidence.Observe(s.Confidence)
+		m.attnFocus.Observe(s.Focus)
+		m.attnConsensus.Observe(s.Consensus)
+		m.attnBudget.Observe(s.Budget)
+	}
+}

@@ -1,0 +1,114 @@
+package stage
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/state"
+)
+
+// Topics names the topics of the pipeline.
+type Topics struct {
+	Trajectories string // input of the score stage (key prompt_id)
+	Scored       string // score stage → advantage stage (key prompt_id)
+	Samples      string // output (key trajectory_id)
+	DeadLetters  string // bad input with reason and original bytes
+	State        string // compacted changelog of the advantage stage's partition snapshots
+}
+
+// DefaultTopics are the topic names used when none are configured.
+func DefaultTopics() Topics {
+	return Topics{
+		Trajectories: "creditflow.trajectories",
+		Scored:       "creditflow.scored",
+		Samples:      "creditflow.samples",
+		DeadLetters:  "creditflow.dead-letters",
+		State:        "creditflow.advantage-state",
+	}
+}
+
+// Config configures both stages.
+type Config struct {
+	Brokers  []string
+	Security kafkasec.Config
+	GroupID  string // consumer group prefix: "<GroupID>.score" and "<GroupID>.advantage"
+	Topics   Topics
+
+	Direction string        // LAPO: backward (default) | forward
+	Credit    credit.Config // method and every SPEC default
+	Layers    []int         // AttnSR layers to capture; empty: SPEC §3.1 mapping for the scorer's depth
+	Window    state.WindowConfig
+	Limits    schemas.Limits
+
+	MaxInFlight    int           // score stage: trajectories being scored per partition (default 64)
+	CommitInterval time.Duration // how often offsets (and snapshots) are committed (default 500ms)
+	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
+
+	Logger  zerolog.Logger
+	Metrics *Metrics
+}
+
+// DefaultConfig is a complete configuration for the embedded default.
+func DefaultConfig() Config {
+	return Config{
+		GroupID:        "creditflow",
+		Topics:         DefaultTopics(),
+		Direction:      Backward,
+		Credit:         credit.DefaultConfig(),
+		Window:         state.DefaultWindow(),
+		Limits:         schemas.DefaultLimits(),
+		MaxInFlight:    64,
+		CommitInterval: 500 * time.Millisecond,
+		IdleAfter:      120 * time.Second,
+		Logger:         zerolog.Nop(),
+	}
+}
+
+// Check reports a configuration that cannot work, saying what to change.
+func (c *Config) Check() error {
+	if len(c.Brokers) == 0 {
+		return fmt.Errorf("no brokers: set --brokers (or CREDITFLOW_BROKERS) to host:port,...")
+	}
+	if c.GroupID == "" {
+		return fmt.Errorf("empty consumer group id: set --group")
+	}
+	t := c.Topics
+	for name, v := range map[string]string{"trajectories": t.Trajectories, "scored": t.Scored, "samples": t.Samples, "dead-letters": t.DeadLetters, "state": t.State} {
+		if v == "" {
+			return fmt.Errorf("topic %s has no name", name)
+		}
+	}
+	if c.Direction != Backward && c.Direction != Forward {
+		return fmt.Errorf("direction %q: want backward or forward", c.Direction)
+	}
+	if err := c.Credit.Validate(); err != nil {
+		return err
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 64
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = 500 * time.Millisecond
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	return nil
+}
+
+// TopicSpecs are the topics the pipeline needs, for producers.EnsureTopics.
+func (c *Config) TopicSpecs(partitions int) []producers.TopicSpec {
+	return []producers.TopicSpec{
+		{Name: c.Topics.Trajectories, Partitions: partitions, ReplicationFactor: 1},
+		{Name: c.Topics.Scored, Partitions: partitions, ReplicationFactor: 1},
+		{Name: c.Topics.Samples, Partitions: partitions, ReplicationFactor: 1},
+		{Name: c.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
+		{Name: c.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true},
+	}
+}

@@ -1,0 +1,84 @@
+package stage
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the stages' Prometheus metrics. Create one per process and
+// share it between the stages of that process.
+type Metrics struct {
+	recordsIn      *prometheus.CounterVec
+	recordsOut     *prometheus.CounterVec
+	deadLetters    *prometheus.CounterVec
+	duplicates     prometheus.Counter
+	groups         *prometheus.CounterVec
+	groupWait      prometheus.Histogram
+	latency        *prometheus.HistogramVec
+	inflight       *prometheus.GaugeVec
+	truncations    prometheus.Counter
+	lapoDelta      *prometheus.CounterVec
+	lapoGate       *prometheus.CounterVec
+	lapoProcAbs    prometheus.Histogram
+	attnConfidence prometheus.Histogram
+	attnFocus      prometheus.Histogram
+	attnConsensus  prometheus.Histogram
+	attnBudget     prometheus.Histogram
+	attnBaseline   *prometheus.GaugeVec
+	stepRewards    *prometheus.CounterVec
+	snapshots      prometheus.Counter
+	resets         prometheus.Counter
+}
+
+// NewMetrics registers the stage metrics with reg (nil: a private registry).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	unit := []float64{0, .05, .1, .2, .3, .4, .5, .6, .7, .8, .9, .95, 1}
+	m := &Metrics{
+		recordsIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_records_in_total",
+			Help: "Input records read by a stage."}, []string{"stage"}),
+		recordsOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_records_out_total",
+			Help: "Records a stage wrote and the broker acknowledged, by topic."}, []string{"stage", "topic"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_dead_letters_total",
+			Help: "Records sent to the dead-letter topic, by stage and reason."}, []string{"stage", "reason"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_duplicates_total",
+			Help: "Scored records ignored because their trajectory_id was already in the group."}),
+		groups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_groups_total",
+			Help: "Groups closed, by outcome (complete, partial, incomplete)."}, []string{"outcome"}),
+		groupWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_group_wait_seconds",
+			Help: "Processing time from a group's first member read to the group closing.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "creditflow_stage_latency_seconds",
+			Help: "Time from reading a record to its outputs being acknowledged.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"stage"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "creditflow_inflight_records",
+			Help: "Input records read but not yet finished, by stage."}, []string{"stage"}),
+		truncations: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_truncations_total",
+			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (SPEC §2.1)."}),
+		lapoDelta: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_delta_total",
+			Help: "Eligible turns by the sign of their LAPO gain Δ."}, []string{"sign"}),
+		lapoGate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_gate_total",
+			Help: "Eligible turns by gate result (pass: Δ·z̃ > 0)."}, []string{"result"}),
+		lapoProcAbs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_lapo_process_advantage_abs",
+			Help: "|A_proc| of eligible turns.", Buckets: []float64{0, .1, .25, .5, .75, 1, 1.5, 2, 3}}),
+		attnConfidence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_attnsr_confidence",
+			Help: "AttnSR confidence C = F·Q per trajectory.", Buckets: unit}),
+		attnFocus: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_attnsr_focus",
+			Help: "AttnSR focus F per trajectory.", Buckets: unit}),
+		attnConsensus: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_attnsr_consensus",
+			Help: "AttnSR layer consensus Q per trajectory.", Buckets: unit}),
+		attnBudget: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_attnsr_budget",
+			Help: "AttnSR centered budget B_i per trajectory.", Buckets: []float64{-.25, -.2, -.15, -.1, -.05, -.01, 0, .01, .05, .1, .15, .2, .25}}),
+		attnBaseline: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "creditflow_attnsr_baseline",
+			Help: "AttnSR EMA outcome baseline R̄_t, per input partition."}, []string{"partition"}),
+		stepRewards: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_attnsr_step_rewards_total",
+			Help: "AttnSR intermediate step rewards by sign."}, []string{"sign"}),
+		snapshots: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_state_snapshots_total",
+			Help: "Partition state snapshots written to the changelog topic."}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_state_missing_total",
+			Help: "Partitions that started without a snapshot while their committed offset was past the start (EMA restarted)."}),
+	}
+	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.duplicates, m.groups, m.groupWait, m.latency,
+		m.inflight, m.truncations, m.lapoDelta, m.lapoGate, m.lapoProcAbs, m.attnConfidence, m.attnFocus,
+		m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards, m.snapshots, m.resets)
+	return m
+}

@@ -1,0 +1,331 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// ScoreStage reads trajectories, asks the scorer for LAPO row scores or
+// AttnSR step graphs, and writes scored trajectories keyed by prompt_id.
+//
+// Guarantees: a partition's outputs are written in input order, and an input
+// offset is committed only after its output (scored record or dead letter)
+// is acknowledged, so a crash or rebalance replays work and never loses it.
+// Scorer failures are retried with backoff for as long as the partition is
+// owned; only a scorer's explicit rejection of a record dead-letters it.
+type ScoreStage struct {
+	cfg    Config
+	scorer gpu.Scorer
+	prod   *producers.Producer
+	info   gpu.ModelInfo
+	layers []int
+	limits schemas.Limits
+	log    zerolog.Logger
+}
+
+// NewScoreStage checks cfg and asks the scorer which model it serves.
+func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *producers.Producer) (*ScoreStage, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	info, err := scorer.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
+	}
+	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits,
+		log: cfg.Logger.With().Str("stage", "score").Logger()}
+	s.limits.VocabSize = info.VocabSize
+	s.layers = cfg.Layers
+	if len(s.layers) == 0 {
+		s.layers = credit.AttnSRLayers(info.Layers)
+	}
+	for _, l := range s.layers {
+		if l < 0 || l >= info.Layers {
+			return nil, fmt.Errorf("score stage: layer %d outside the scorer model's %d layers", l, info.Layers)
+		}
+	}
+	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == "lapo" && cfg.Direction == Backward {
+		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
+	}
+	return s, nil
+}
+
+// Info is the scorer's model information.
+func (s *ScoreStage) Info() gpu.ModelInfo { return s.info }
+
+// Run consumes until ctx ends.
+func (s *ScoreStage) Run(ctx context.Context) error {
+	g, err := consumers.NewGroup(consumers.Config{
+		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID + ".score", Topics: []string{s.cfg.Topics.Trajectories},
+		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.MaxInFlight,
+	}, consumers.WithLogger(s.log))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	return g.Run(ctx, s.claim)
+}
+
+type scoreJob struct {
+	rec  consumers.Record
+	read time.Time
+	done chan struct{}
+	msgs []producers.Message
+	err  error
+}
+
+func (s *ScoreStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
+	log := s.log.With().Str("topic", claim.Topic).Int("partition", claim.Partition).Logger()
+	log.Info().Int64("start_offset", claim.StartOffset).Int32("generation", claim.Generation).Msg("partition assigned")
+	jobs := make(chan *scoreJob, s.cfg.MaxInFlight)
+	emitted := make(chan error, 1)
+	go func() { emitted <- s.emit(ctx, jobs, commit) }()
+	inflight := s.cfg.Metrics.inflight.WithLabelValues("score")
+feed:
+	for rec := range claim.Records {
+		s.cfg.Metrics.recordsIn.WithLabelValues("score").Inc()
+		j := &scoreJob{rec: rec, read: time.Now(), done: make(chan struct{})}
+		select {
+		case jobs <- j:
+			inflight.Inc()
+			go s.process(ctx, j)
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	err := <-emitted
+	log.Info().Msg("partition released")
+	return err
+}
+
+// emit writes finished jobs in input order, batching those already done,
+// and commits after they are acknowledged.
+func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit consumers.CommitFunc) error {
+	m := s.cfg.Metrics
+	inflight := m.inflight.WithLabelValues("score")
+	var next *scoreJob
+	var lastCommit time.Time
+	committed, toCommit := int64(-1), int64(-1)
+	defer func() {
+		if toCommit > committed {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = commit(cctx, toCommit) // rejected when the generation is over: the next owner replays
+			cancel()
+		}
+	}()
+	for {
+		j := next
+		next = nil
+		if j == nil {
+			var ok bool
+			if j, ok = <-jobs; !ok {
+				return nil
+			}
+		}
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return nil
+		}
+		batch := []*scoreJob{j}
+	gather:
+		for len(batch) < 256 {
+			select {
+			case nj, ok := <-jobs:
+				if !ok {
+					break gather
+				}
+				select {
+				case <-nj.done:
+					batch = append(batch, nj)
+				default:
+					next = nj
+					break gather
+				}
+			default:
+				break gather
+			}
+		}
+		var msgs []producers.Message
+		for _, b := range batch {
+			if b.err != nil { // only when ctx ended mid-scoring
+				return nil
+			}
+			msgs = append(msgs, b.msgs...)
+		}
+		if err := produceRetry(ctx, s.prod, msgs, s.log); err != nil {
+			return nil
+		}
+		now := time.Now()
+		for _, b := range batch {
+			for _, msg := range b.msgs {
+				m.recordsOut.WithLabelValues("score", msg.Topic).Inc()
+			}
+			m.latency.WithLabelValues("score").Observe(now.Sub(b.read).Seconds())
+			inflight.Dec()
+		}
+		toCommit = batch[len(batch)-1].rec.Offset + 1
+		if now.Sub(lastCommit) >= s.cfg.CommitInterval {
+			if err := commit(ctx, toCommit); err == nil {
+				committed, lastCommit = toCommit, now
+			}
+		}
+	}
+}
+
+// produceRetry writes msgs, retrying with backoff until it succeeds or ctx ends.
+func produceRetry(ctx context.Context, p *producers.Producer, msgs []producers.Message, log zerolog.Logger) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		err := p.Produce(ctx, msgs...)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Int("messages", len(msgs)).Msg("produce failed; retrying")
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// process decodes, validates and scores one trajectory into j.msgs.
+func (s *ScoreStage) process(ctx context.Context, j *scoreJob) {
+	defer close(j.done)
+	dead := func(reason, detail string) {
+		msg, err := s.cfg.deadLetter("score", j.rec, reason, detail)
+		if err != nil {
+			j.err = err
+			return
+		}
+		s.log.Warn().Str("reason", reason).Str("detail", truncate(detail, 200)).Int64("offset", j.rec.Offset).Msg("dead letter")
+		j.msgs = []producers.Message{msg}
+	}
+	if s.limits.MaxRecordBytes > 0 && len(j.rec.Value) > s.limits.MaxRecordBytes {
+		dead(schemas.ReasonTooLarge, fmt.Sprintf("record of %d bytes exceeds the limit of %d", len(j.rec.Value), s.limits.MaxRecordBytes))
+		return
+	}
+	t, err := schemas.Trajectories().Decode(j.rec.Value)
+	if err != nil {
+		dead(reasonOf(err))
+		return
+	}
+	if err := schemas.ValidateTrajectory(t, s.limits); err != nil {
+		dead(reasonOf(err))
+		return
+	}
+	sc, err := s.score(ctx, t)
+	if err != nil {
+		var rej *gpu.RejectedError
+		if errors.As(err, &rej) {
+			dead(schemas.ReasonScorerRejected, rej.Error())
+			return
+		}
+		j.err = err
+		return
+	}
+	b, err := schemas.ScoredRecords().Encode(sc)
+	if err != nil {
+		dead(schemas.ReasonInvalid, "encode scored record: "+err.Error())
+		return
+	}
+	j.msgs = []producers.Message{{
+		Topic: s.cfg.Topics.Scored, Key: []byte(t.PromptID), Value: b,
+		Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.ScoredRecords().Name())}},
+	}}
+}
+
+// score runs the method's scorer calls, retrying transient failures while ctx lasts.
+func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas.Scored, error) {
+	sc := &schemas.Scored{
+		Trajectory: *t, Method: s.cfg.Credit.Method, Turns: make([]schemas.TurnScore, len(t.Turns)),
+		ScorerModel: s.info.Name, ScorerPolicyVersion: s.info.PolicyVersion, ScoredAtMs: time.Now().UnixMilli(),
+	}
+	switch s.cfg.Credit.Method {
+	case "attnsr":
+		job := attentionJob(t, s.layers)
+		var graphs [][]gpu.StepGraph
+		err := retry(ctx, s.log, func() (err error) {
+			graphs, err = s.scorer.Attention(ctx, []gpu.AttentionJob{job})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range graphs[0] {
+			k := len(g.AA)
+			lg := schemas.LayerGraph{Layer: int32(g.Layer), K: int32(k), AA: make([]float64, 0, k*k), AO: make([]float64, 0, k*k)}
+			for r := 0; r < k; r++ {
+				lg.AA = append(lg.AA, g.AA[r]...)
+				lg.AO = append(lg.AO, g.AO[r]...)
+			}
+			sc.Attention = append(sc.Attention, lg)
+		}
+	default:
+		sc.Direction = s.cfg.Direction
+		plan, err := planLAPO(t, s.cfg.Direction, s.cfg.Credit, s.info.PlaceholderIDs)
+		if err != nil {
+			return nil, err
+		}
+		if len(plan.rows) == 0 {
+			return sc, nil
+		}
+		var res []gpu.RowScores
+		err = retry(ctx, s.log, func() (err error) {
+			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{{ID: t.TrajectoryID, Rows: plan.rows}})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		sc.Turns = plan.turnScores(res[0].Scores)
+		sc.Truncations = int32(res[0].Truncations)
+		s.cfg.Metrics.truncations.Add(float64(res[0].Truncations))
+	}
+	return sc, nil
+}
+
+// retry calls f until it succeeds, the scorer rejects the input, or ctx ends.
+func retry(ctx context.Context, log zerolog.Logger, f func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		var rej *gpu.RejectedError
+		if errors.As(err, &rej) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("scorer call failed; retrying")
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}

@@ -1,0 +1,289 @@
+// Package producers writes keyed records to Kafka with acknowledgement from
+// every in-sync replica (acks=all).
+//
+// Guarantees:
+//   - Produce returns nil only after the broker acknowledged every message of
+//     the call (acks=all). On error, some messages of the call may have been
+//     written (at-least-once: callers retry the whole call and consumers
+//     tolerate duplicates).
+//   - Messages of one call that go to the same partition are written in the
+//     order given. Ordering can break only if a partition's batch exhausts
+//     its retries while a later batch of the same call succeeds; the call then
+//     returns an error and the retry rewrites the failed messages after the
+//     successful ones.
+//   - The partition of a keyed message is murmur2(key) mod partitions, the
+//     algorithm of the Java client's default partitioner, so records keyed by
+//     prompt_id land where a Java or librdkafka (murmur2_random) producer
+//     puts them. Messages with a nil key are spread randomly.
+//   - Transient failures (broker unreachable, leader changes, timeouts) are
+//     retried with backoff for up to Config.RetryFor; permanent ones (record
+//     too large, authentication or authorisation failure) fail at once.
+//   - Many goroutines may call Produce at once; their messages are batched
+//     together (BatchTimeout, BatchBytes) per partition.
+package producers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/creditflow/creditflow/internal/kafkasec"
+)
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one record to write.
+type Message struct {
+	Topic      string
+	Key, Value []byte
+	Headers    []Header
+}
+
+// Config configures a Producer.
+type Config struct {
+	// Brokers is the bootstrap list, host:port each.
+	Brokers []string
+	// Security holds TLS and SASL settings.
+	Security kafkasec.Config
+	// BatchTimeout is how long a partition's batch waits for more messages
+	// before it is sent (default 2ms).
+	BatchTimeout time.Duration
+	// BatchBytes caps one produce batch (default 900_000, under the
+	// broker's default 1 MiB message.max.bytes). A single record larger
+	// than this is rejected by Produce.
+	BatchBytes int64
+	// BatchSize caps the records in one batch (default 10_000).
+	BatchSize int
+	// RetryFor bounds how long transient failures are retried within one
+	// Produce call (default 60s).
+	RetryFor time.Duration
+	// WriteTimeout bounds one produce request (default 10s).
+	WriteTimeout time.Duration
+	// Compression is "", "none", "gzip", "snappy", "lz4" or "zstd".
+	Compression string
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	reg    prometheus.Registerer
+	logger zerolog.Logger
+}
+
+// WithRegisterer registers the producer's metrics with r. Several producers
+// may share one registerer; they then share the metrics.
+func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.reg = r } }
+
+// WithLogger sets the logger for retries and failures (default: none).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Producer writes messages; see the package documentation.
+type Producer struct {
+	w   *kafka.Writer
+	cfg Config
+	m   *metrics
+	log zerolog.Logger
+}
+
+// New validates cfg and returns a Producer. It does not connect; the first
+// Produce does.
+func New(cfg Config, opts ...Option) (*Producer, error) {
+	o := options{logger: zerolog.Nop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("producers: no brokers configured: set Config.Brokers (host:port list)")
+	}
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = 2 * time.Millisecond
+	}
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = 900_000
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 10_000
+	}
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = 60 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	tr, err := cfg.Security.Transport()
+	if err != nil {
+		return nil, fmt.Errorf("producers: %w", err)
+	}
+	var comp kafka.Compression
+	switch cfg.Compression {
+	case "", "none":
+	case "gzip":
+		comp = kafka.Gzip
+	case "snappy":
+		comp = kafka.Snappy
+	case "lz4":
+		comp = kafka.Lz4
+	case "zstd":
+		comp = kafka.Zstd
+	default:
+		return nil, fmt.Errorf("producers: unknown compression %q: use none, gzip, snappy, lz4 or zstd", cfg.Compression)
+	}
+	m, err := newMetrics(o.reg)
+	if err != nil {
+		return nil, err
+	}
+	w := &kafka.Writer{
+		Addr:            kafka.TCP(cfg.Brokers...),
+		Balancer:        &kafka.Murmur2Balancer{},
+		MaxAttempts:     8,
+		WriteBackoffMin: 50 * time.Millisecond,
+		WriteBackoffMax: time.Second,
+		BatchSize:       cfg.BatchSize,
+		BatchBytes:      cfg.BatchBytes,
+		BatchTimeout:    cfg.BatchTimeout,
+		ReadTimeout:     cfg.WriteTimeout,
+		WriteTimeout:    cfg.WriteTimeout,
+		RequiredAcks:    kafka.RequireAll,
+		Compression:     comp,
+		Transport:       tr,
+	}
+	return &Producer{w: w, cfg: cfg, m: m, log: o.logger}, nil
+}
+
+// Produce writes msgs and blocks until all are acknowledged or it fails; see
+// the package documentation for the guarantees.
+func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	km := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		if m.Topic == "" {
+			return fmt.Errorf("producers: message %d has no topic", i)
+		}
+		if size := int64(len(m.Key) + len(m.Value) + 64); size > p.cfg.BatchBytes {
+			return fmt.Errorf("producers: message %d to %s is %d bytes, over the batch limit of %d bytes: split the record or raise BatchBytes (and the broker's message.max.bytes)", i, m.Topic, size, p.cfg.BatchBytes)
+		}
+		km[i] = kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Value}
+		if len(m.Headers) > 0 {
+			km[i].Headers = make([]kafka.Header, len(m.Headers))
+			for j, h := range m.Headers {
+				km[i].Headers[j] = kafka.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(p.cfg.RetryFor)
+	pending := km
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := p.w.WriteMessages(ctx, pending...)
+		if err == nil {
+			p.m.duration.Observe(time.Since(start).Seconds())
+			p.count(pending, nil)
+			return nil
+		}
+		failed := pending[:0:0]
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == len(pending) {
+			var ok []kafka.Message
+			var first error
+			for i, e := range werrs {
+				if e != nil {
+					failed = append(failed, pending[i])
+					if first == nil {
+						first = e
+					}
+				} else {
+					ok = append(ok, pending[i])
+				}
+			}
+			p.count(ok, nil)
+			err = first
+		} else {
+			failed = pending
+		}
+		if err == nil { // all succeeded after all
+			p.m.duration.Observe(time.Since(start).Seconds())
+			return nil
+		}
+		if ctx.Err() != nil {
+			p.count(failed, err)
+			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", len(failed), len(msgs), ctx.Err())
+		}
+		if !Retriable(err) || time.Now().Add(backoff).After(deadline) {
+			p.count(failed, err)
+			return fmt.Errorf("producers: %d of %d messages failed after %d attempts over %s: %w", len(failed), len(msgs), attempt, time.Since(start).Round(time.Millisecond), err)
+		}
+		p.log.Warn().Err(err).Int("failed", len(failed)).Int("attempt", attempt).Msg("produce failed, retrying")
+		select {
+		case <-ctx.Done():
+			p.count(failed, ctx.Err())
+			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", len(failed), len(msgs), ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+		pending = failed
+	}
+}
+
+func (p *Producer) count(msgs []kafka.Message, err error) {
+	if len(msgs) == 0 {
+		return
+	}
+	byTopic := map[string]int{}
+	for _, m := range msgs {
+		byTopic[m.Topic]++
+	}
+	for t, n := range byTopic {
+		if err != nil {
+			p.m.errors.WithLabelValues(t).Add(float64(n))
+		} else {
+			p.m.records.WithLabelValues(t).Add(float64(n))
+		}
+	}
+}
+
+// Retriable reports whether a produce or fetch error is transient (worth
+// retrying): network failures, timeouts and Kafka errors marked temporary.
+func Retriable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		return ke.Temporary()
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, kafka.ErrGenerationEnded) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op)
+}
+
+// Close flushes pending batches and releases connections.
+func (p *Producer) Close() error {
+	if err := p.w.Close(); err != nil {
+		return fmt.Errorf("producers: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package producers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/creditflow/creditflow/internal/kafkasec"
+)
+
+// TopicSpec describes a topic for EnsureTopics.
+type TopicSpec struct {
+	Name string
+	// Partitions <= 0 uses the broker's default.
+	Partitions int
+	// ReplicationFactor <= 0 uses the broker's default.
+	ReplicationFactor int
+	// Compact sets cleanup.policy=compact (changelog topics).
+	Compact bool
+	// Configs are further topic configs (retention.ms, …).
+	Configs map[string]string
+}
+
+// EnsureTopics creates the topics that do not exist yet. It is idempotent:
+// existing topics are left as they are (their partition count is not
+// changed). Transient failures are retried until ctx ends.
+func EnsureTopics(ctx context.Context, brokers []string, sec kafkasec.Config, specs ...TopicSpec) error {
+	if len(brokers) == 0 {
+		return errors.New("producers: EnsureTopics: no brokers configured")
+	}
+	if len(specs) == 0 {
+		return nil
+	}
+	tr, err := sec.Transport()
+	if err != nil {
+		return fmt.Errorf("producers: EnsureTopics: %w", err)
+	}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	req := &kafka.CreateTopicsRequest{}
+	for _, s := range specs {
+		if s.Name == "" {
+			return errors.New("producers: EnsureTopics: topic spec without a name")
+		}
+		tc := kafka.TopicConfig{Topic: s.Name, NumPartitions: -1, ReplicationFactor: -1}
+		if s.Partitions > 0 {
+			tc.NumPartitions = s.Partitions
+		}
+		if s.ReplicationFactor > 0 {
+			tc.ReplicationFactor = s.ReplicationFactor
+		}
+		if s.Compact {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: "cleanup.policy", ConfigValue: "compact"})
+		}
+		for k, v := range s.Configs {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+		}
+		req.Topics = append(req.Topics, tc)
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		resp, err := client.CreateTopics(ctx, req)
+		if err == nil {
+			var errs []error
+			for t, e := range resp.Errors {
+				if e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
+					errs = append(errs, fmt.Errorf("topic %s: %w", t, e))
+				}
+			}
+			if len(errs) == 0 {
+				return nil
+			}
+			err = errors.Join(errs...)
+		}
+		if !Retriable(err) || ctx.Err() != nil {
+			return fmt.Errorf("producers: creating topics: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("producers: creating topics: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// PartitionFor returns the partition a keyed message lands in when the
+// topic has n partitions: murmur2(key) & 0x7fffffff mod n, like the Java
+// client's default partitioner.
+func PartitionFor(key []byte, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return int((murmur2(key) & 0x7fffffff) % uint32(n))
+}
+
+// murmur2 is the Java client's Utils.murmur2 (seed 0x9747b28c).
+func murmur2(data []byte) uint32 {
+	length := len(data)
+	const (
+		seed uint32 = 0x9747b28c
+		m           = 0x5bd1e995
+		r           = 24
+	)
+	h := seed ^ uint32(length)
+	length4 := length / 4
+	for i := 0; i < length4; i++ {
+		i4 := i * 4
+		k := uint32(data[i4+0]) | uint32(data[i4+1])<<8 | uint32(data[i4+2])<<16 | uint32(data[i4+3])<<24
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	switch length % 4 {
+	case 3:
+		h ^= uint32(data[(length&^3)+2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(data[(length&^3)+1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(data[length&^3])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
+}

@@ -1,0 +1,237 @@
+package schemas
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// shape is a compiled Avro schema used to check a binary body before it is
+// decoded: every length and block count must fit in the bytes that remain,
+// so a hostile length (say 2^62) is refused before anything is allocated.
+type shape struct {
+	kind     string   // Avro type name: null, boolean, int, long, float, double, bytes, string, record, array, union, enum, fixed
+	name     string   // field name or type name, for error details
+	fields   []*shape // record
+	items    *shape   // array
+	branches []*shape // union
+	size     int      // fixed
+	symbols  int      // enum
+	minBytes int      // fewest bytes one encoded value can take
+}
+
+// compileShape builds a shape from a schema in Parsing Canonical Form.
+func compileShape(canonical string) (*shape, error) {
+	var v any
+	if err := json.Unmarshal([]byte(canonical), &v); err != nil {
+		return nil, fmt.Errorf("parse canonical schema: %w", err)
+	}
+	named := map[string]*shape{}
+	return compileNode(v, named)
+}
+
+func compileNode(v any, named map[string]*shape) (*shape, error) {
+	switch t := v.(type) {
+	case string:
+		switch t {
+		case "null":
+			return &shape{kind: t}, nil
+		case "boolean":
+			return &shape{kind: t, minBytes: 1}, nil
+		case "int", "long", "bytes", "string":
+			return &shape{kind: t, minBytes: 1}, nil
+		case "float":
+			return &shape{kind: t, minBytes: 4}, nil
+		case "double":
+			return &shape{kind: t, minBytes: 8}, nil
+		}
+		if s, ok := named[t]; ok {
+			return s, nil
+		}
+		return nil, fmt.Errorf("unknown type %q", t)
+	case []any:
+		u := &shape{kind: "union", minBytes: 1}
+		for _, b := range t {
+			s, err := compileNode(b, named)
+			if err != nil {
+				return nil, err
+			}
+			u.branches = append(u.branches, s)
+		}
+		return u, nil
+	case map[string]any:
+		kind, _ := t["type"].(string)
+		name, _ := t["name"].(string)
+		switch kind {
+		case "record":
+			s := &shape{kind: kind, name: name}
+			fields, _ := t["fields"].([]any)
+			for _, f := range fields {
+				fm, ok := f.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("record %s: malformed field", name)
+				}
+				fs, err := compileNode(fm["type"], named)
+				if err != nil {
+					return nil, fmt.Errorf("record %s: %w", name, err)
+				}
+				fname, _ := fm["name"].(string)
+				s.fields = append(s.fields, &shape{kind: "field", name: fname, items: fs})
+				s.minBytes += fs.minBytes
+			}
+			named[name] = s
+			return s, nil
+		case "array":
+			it, err := compileNode(t["items"], named)
+			if err != nil {
+				return nil, err
+			}
+			return &shape{kind: kind, items: it, minBytes: 1}, nil
+		case "enum":
+			syms, _ := t["symbols"].([]any)
+			s := &shape{kind: kind, name: name, symbols: len(syms), minBytes: 1}
+			named[name] = s
+			return s, nil
+		case "fixed":
+			size, _ := t["size"].(float64)
+			s := &shape{kind: kind, name: name, size: int(size), minBytes: int(size)}
+			named[name] = s
+			return s, nil
+		case "map":
+			return nil, fmt.Errorf("map types are not used by creditflow schemas")
+		default:
+			return compileNode(kind, named)
+		}
+	}
+	return nil, fmt.Errorf("malformed schema node %T", v)
+}
+
+// readVarint reads one zig-zag varint of at most maxBytes bytes.
+func readVarint(b []byte, pos, maxBytes int) (int64, int, error) {
+	var u uint64
+	var shift uint
+	for i := 0; i < maxBytes; i++ {
+		if pos >= len(b) {
+			return 0, pos, fmt.Errorf("varint runs past the end at byte %d", pos)
+		}
+		c := b[pos]
+		pos++
+		u |= uint64(c&0x7f) << shift
+		if c&0x80 == 0 {
+			return int64(u>>1) ^ -int64(u&1), pos, nil
+		}
+		shift += 7
+	}
+	return 0, pos, fmt.Errorf("varint longer than %d bytes at byte %d", maxBytes, pos)
+}
+
+// maxItemsZeroSize caps block counts of arrays whose items may encode to zero
+// bytes (only possible with "null" items, which creditflow schemas do not use).
+const maxItemsZeroSize = 1 << 16
+
+// check walks one value of shape s starting at pos and returns the position
+// after it.
+func (s *shape) check(b []byte, pos int, path string) (int, error) {
+	switch s.kind {
+	case "null":
+		return pos, nil
+	case "boolean":
+		if pos >= len(b) {
+			return pos, fmt.Errorf("%s: boolean past the end", path)
+		}
+		if b[pos] > 1 {
+			return pos, fmt.Errorf("%s: boolean byte %#x is neither 0 nor 1", path, b[pos])
+		}
+		return pos + 1, nil
+	case "int", "enum":
+		v, p, err := readVarint(b, pos, 5)
+		if err != nil {
+			return p, fmt.Errorf("%s: %w", path, err)
+		}
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return p, fmt.Errorf("%s: int %d out of 32-bit range", path, v)
+		}
+		if s.kind == "enum" && (v < 0 || v >= int64(s.symbols)) {
+			return p, fmt.Errorf("%s: enum index %d out of range", path, v)
+		}
+		return p, nil
+	case "long":
+		_, p, err := readVarint(b, pos, 10)
+		if err != nil {
+			return p, fmt.Errorf("%s: %w", path, err)
+		}
+		return p, nil
+	case "float", "double", "fixed":
+		n := s.minBytes
+		if len(b)-pos < n {
+			return pos, fmt.Errorf("%s: %s needs %d bytes, %d remain", path, s.kind, n, len(b)-pos)
+		}
+		return pos + n, nil
+	case "bytes", "string":
+		n, p, err := readVarint(b, pos, 10)
+		if err != nil {
+			return p, fmt.Errorf("%s: length: %w", path, err)
+		}
+		if n < 0 || n > int64(len(b)-p) {
+			return p, fmt.Errorf("%s: length %d does not fit in the %d bytes that remain", path, n, len(b)-p)
+		}
+		return p + int(n), nil
+	case "union":
+		i, p, err := readVarint(b, pos, 10)
+		if err != nil {
+			return p, fmt.Errorf("%s: union index: %w", path, err)
+		}
+		if i < 0 || i >= int64(len(s.branches)) {
+			return p, fmt.Errorf("%s: union index %d out of range [0, %d)", path, i, len(s.branches))
+		}
+		return s.branches[i].check(b, p, path)
+	case "record":
+		var err error
+		for _, f := range s.fields {
+			if pos, err = f.items.check(b, pos, path+"."+f.name); err != nil {
+				return pos, err
+			}
+		}
+		return pos, nil
+	case "array":
+		item := 0
+		for {
+			n, p, err := readVarint(b, pos, 10)
+			if err != nil {
+				return p, fmt.Errorf("%s: block count: %w", path, err)
+			}
+			pos = p
+			if n == 0 {
+				return pos, nil
+			}
+			if n < 0 {
+				if n == math.MinInt64 {
+					return pos, fmt.Errorf("%s: block count out of range", path)
+				}
+				n = -n
+				size, p, err := readVarint(b, pos, 10)
+				if err != nil {
+					return p, fmt.Errorf("%s: block size: %w", path, err)
+				}
+				if size < 0 || size > int64(len(b)-p) {
+					return p, fmt.Errorf("%s: block size %d does not fit in the %d bytes that remain", path, size, len(b)-p)
+				}
+				pos = p
+			}
+			limit := int64(maxItemsZeroSize)
+			if s.items.minBytes > 0 {
+				limit = int64((len(b) - pos) / s.items.minBytes)
+			}
+			if n > limit {
+				return pos, fmt.Errorf("%s: block count %d does not fit in the %d bytes that remain", path, n, len(b)-pos)
+			}
+			for i := int64(0); i < n; i++ {
+				if pos, err = s.items.check(b, pos, fmt.Sprintf("%s[%d]", path, item)); err != nil {
+					return pos, err
+				}
+				item++
+			}
+		}
+	}
+	return pos, fmt.Errorf("%s: unsupported schema kind %q", path, s.kind)
+}

@@ -1,0 +1,294 @@
+package schemas
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"sync"
+
+	"github.com/linkedin/goavro/v2"
+)
+
+// Kafka header names. Producers set HeaderSchema on every record to the full
+// Avro name of its schema (for example "io.creditflow.v1.Trajectory"), so
+// tools can route records without decoding them. Dead letters also carry the
+// reason code and a human-readable detail as headers.
+const (
+	HeaderSchema = "creditflow-schema"
+	HeaderReason = "creditflow-reason"
+	HeaderDetail = "creditflow-detail"
+	HeaderStage  = "creditflow-stage"
+)
+
+// Full Avro names of the record schemas.
+const (
+	NameTrajectory = "io.creditflow.v1.Trajectory"
+	NameScored     = "io.creditflow.v1.Scored"
+	NameSample     = "io.creditflow.v1.Sample"
+	NameDeadLetter = "io.creditflow.v1.DeadLetter"
+)
+
+// The embedded schema files (Avro JSON). They are the source of truth for the
+// wire format; the Go codecs and the Python examples both read them.
+var (
+	//go:embed trajectory.avsc
+	TrajectorySchema string
+	//go:embed scored.avsc
+	ScoredSchema string
+	//go:embed sample.avsc
+	SampleSchema string
+	//go:embed dead_letter.avsc
+	DeadLetterSchema string
+)
+
+// Single-object encoding framing.
+const (
+	magic0     = 0xC3
+	magic1     = 0x01
+	headerSize = 10 // 2 magic bytes + 8-byte fingerprint
+)
+
+// DefaultMaxDecodeBytes is the size ceiling a codec applies before decoding
+// unless WithMaxBytes says otherwise. It bounds the memory one hostile record
+// can cost; per-topic limits (Limits.MaxRecordBytes) are usually lower.
+const DefaultMaxDecodeBytes = 64 << 20
+
+// Codec encodes and decodes one record type in Avro single-object encoding.
+// Implementations are safe for concurrent use.
+type Codec[T any] interface {
+	// Encode returns the framed bytes of *v. The same value always gives the
+	// same bytes.
+	Encode(v *T) ([]byte, error)
+	// Decode parses framed bytes. Errors are *DecodeError with reason
+	// ReasonUndecodable, ReasonUnknownSchema or ReasonTooLarge. The result
+	// does not alias b.
+	Decode(b []byte) (*T, error)
+	// Name is the schema's full Avro name, e.g. "io.creditflow.v1.Trajectory".
+	Name() string
+	// Fingerprint is the CRC-64-AVRO fingerprint of the schema's canonical
+	// form, in the byte order it has on the wire (little-endian).
+	Fingerprint() [8]byte
+	// Schema is the Avro schema JSON the codec was built from.
+	Schema() string
+}
+
+// CodecOption configures a codec.
+type CodecOption func(*codecConfig)
+
+type codecConfig struct {
+	maxBytes int
+}
+
+// WithMaxBytes sets the largest framed record Decode accepts; larger input
+// fails with ReasonTooLarge before any parsing. n <= 0 keeps the default
+// (DefaultMaxDecodeBytes).
+func WithMaxBytes(n int) CodecOption {
+	return func(c *codecConfig) {
+		if n > 0 {
+			c.maxBytes = n
+		}
+	}
+}
+
+// compiled is the option-independent part of a codec, built once per schema.
+type compiled struct {
+	name   string
+	schema string
+	avro   *goavro.Codec
+	shape  *shape
+	fp     [8]byte
+	err    error // non-nil only if the embedded schema failed to build
+}
+
+func compile(name, schema string) *compiled {
+	c := &compiled{name: name, schema: schema}
+	ac, err := goavro.NewCodec(schema)
+	if err != nil {
+		c.err = fmt.Errorf("build Avro codec for %s: %w", name, err)
+		return c
+	}
+	c.avro = ac
+	binary.LittleEndian.PutUint64(c.fp[:], ac.Rabin)
+	if c.shape, err = compileShape(ac.CanonicalSchema()); err != nil {
+		c.err = fmt.Errorf("compile shape of %s: %w", name, err)
+	}
+	return c
+}
+
+var (
+	compiledTrajectory = sync.OnceValue(func() *compiled { return compile(NameTrajectory, TrajectorySchema) })
+	compiledScored     = sync.OnceValue(func() *compiled { return compile(NameScored, ScoredSchema) })
+	compiledSample     = sync.OnceValue(func() *compiled { return compile(NameSample, SampleSchema) })
+	compiledDeadLetter = sync.OnceValue(func() *compiled { return compile(NameDeadLetter, DeadLetterSchema) })
+)
+
+func allCompiled() []*compiled {
+	return []*compiled{compiledTrajectory(), compiledScored(), compiledSample(), compiledDeadLetter()}
+}
+
+type avroCodec[T any] struct {
+	*compiled
+	maxBytes   int
+	toNative   func(*T) map[string]any
+	fromNative func(*nat) *T
+	sizeHint   func(*T) int
+}
+
+func newCodec[T any](c *compiled, opts []CodecOption, to func(*T) map[string]any, from func(*nat) *T, hint func(*T) int) *avroCodec[T] {
+	cfg := codecConfig{maxBytes: DefaultMaxDecodeBytes}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &avroCodec[T]{compiled: c, maxBytes: cfg.maxBytes, toNative: to, fromNative: from, sizeHint: hint}
+}
+
+var (
+	defaultTrajectories = sync.OnceValue(func() *avroCodec[Trajectory] { return trajectories(nil) })
+	defaultScored       = sync.OnceValue(func() *avroCodec[Scored] { return scoredRecords(nil) })
+	defaultSamples      = sync.OnceValue(func() *avroCodec[Sample] { return samples(nil) })
+	defaultDeadLetters  = sync.OnceValue(func() *avroCodec[DeadLetter] { return deadLetters(nil) })
+)
+
+func trajectories(opts []CodecOption) *avroCodec[Trajectory] {
+	return newCodec(compiledTrajectory(), opts, trajectoryToNative, trajectoryFromNative, trajectorySize)
+}
+func scoredRecords(opts []CodecOption) *avroCodec[Scored] {
+	return newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
+}
+func samples(opts []CodecOption) *avroCodec[Sample] {
+	return newCodec(compiledSample(), opts, sampleToNative, sampleFromNative, sampleSize)
+}
+func deadLetters(opts []CodecOption) *avroCodec[DeadLetter] {
+	return newCodec(compiledDeadLetter(), opts, deadLetterToNative, deadLetterFromNative, deadLetterSize)
+}
+
+// Trajectories returns the codec of topic "trajectories".
+func Trajectories(opts ...CodecOption) Codec[Trajectory] {
+	if len(opts) == 0 {
+		return defaultTrajectories()
+	}
+	return trajectories(opts)
+}
+
+// ScoredRecords returns the codec of topic "scored".
+func ScoredRecords(opts ...CodecOption) Codec[Scored] {
+	if len(opts) == 0 {
+		return defaultScored()
+	}
+	return scoredRecords(opts)
+}
+
+// Samples returns the codec of topic "samples".
+func Samples(opts ...CodecOption) Codec[Sample] {
+	if len(opts) == 0 {
+		return defaultSamples()
+	}
+	return samples(opts)
+}
+
+// DeadLetters returns the codec of topic "dead-letters".
+func DeadLetters(opts ...CodecOption) Codec[DeadLetter] {
+	if len(opts) == 0 {
+		return defaultDeadLetters()
+	}
+	return deadLetters(opts)
+}
+
+func (c *avroCodec[T]) Name() string         { return c.name }
+func (c *avroCodec[T]) Fingerprint() [8]byte { return c.fp }
+func (c *avroCodec[T]) Schema() string       { return c.schema }
+
+func (c *avroCodec[T]) Encode(v *T) (out []byte, err error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("encode %s: nil record", c.name)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("encode %s: internal fault: %v", c.name, r)
+		}
+	}()
+	buf := make([]byte, 0, headerSize+c.sizeHint(v))
+	buf = append(buf, magic0, magic1)
+	buf = append(buf, c.fp[:]...)
+	buf, err = c.avro.BinaryFromNative(buf, c.toNative(v))
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", c.name, err)
+	}
+	return buf, nil
+}
+
+func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
+	if c.err != nil {
+		return nil, &DecodeError{Reason: ReasonUndecodable, Detail: c.err.Error()}
+	}
+	if len(b) > c.maxBytes {
+		return nil, &DecodeError{Reason: ReasonTooLarge, Detail: fmt.Sprintf("%s record of %d bytes exceeds the %d-byte limit", c.name, len(b), c.maxBytes)}
+	}
+	if err := c.checkHeader(b); err != nil {
+		return nil, err
+	}
+	body := b[headerSize:]
+	end, cerr := c.shape.check(body, 0, c.name)
+	if cerr != nil {
+		return nil, undecodable("%v", cerr)
+	}
+	if end != len(body) {
+		return nil, undecodable("%s: %d trailing bytes after the record", c.name, len(body)-end)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, undecodable("%s: decoder fault: %v", c.name, r)
+		}
+	}()
+	native, _, aerr := c.avro.NativeFromBinary(body)
+	if aerr != nil {
+		return nil, undecodable("%s: %v", c.name, aerr)
+	}
+	m, ok := native.(map[string]any)
+	if !ok {
+		return nil, undecodable("%s: body is not a record", c.name)
+	}
+	n := &nat{m: m, path: c.name}
+	v := c.fromNative(n)
+	if n.err != nil {
+		return nil, n.err
+	}
+	return v, nil
+}
+
+func (c *avroCodec[T]) checkHeader(b []byte) error {
+	if len(b) < headerSize {
+		return undecodable("%d bytes is shorter than the %d-byte single-object header", len(b), headerSize)
+	}
+	if b[0] != magic0 || b[1] != magic1 {
+		return undecodable("not Avro single-object encoded: first bytes %02x %02x, want c3 01", b[0], b[1])
+	}
+	if !bytes.Equal(b[2:headerSize], c.fp[:]) {
+		detail := fmt.Sprintf("fingerprint %s is not %s (%s)", hex.EncodeToString(b[2:headerSize]), c.name, hex.EncodeToString(c.fp[:]))
+		if other := SchemaOf(b); other != "" {
+			detail += "; it is " + other
+		}
+		return &DecodeError{Reason: ReasonUnknownSchema, Detail: detail}
+	}
+	return nil
+}
+
+// SchemaOf returns the full Avro name of the creditflow schema that framed
+// bytes b name in their header, or "" when b is not single-object encoded
+// with a known schema. It does not decode the body.
+func SchemaOf(b []byte) string {
+	if len(b) < headerSize || b[0] != magic0 || b[1] != magic1 {
+		return ""
+	}
+	for _, c := range allCompiled() {
+		if c.err == nil && bytes.Equal(b[2:headerSize], c.fp[:]) {
+			return c.name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,146 @@
+package schemas
+
+// Turn kinds (SPEC §0).
+const (
+	KindSearch = "search"
+	KindAnswer = "answer"
+	KindTool   = "tool"
+	KindOther  = "other"
+)
+
+// Turn is one assistant segment, optionally followed by one environment segment.
+type Turn struct {
+	Kind        string  // KindSearch | KindAnswer | KindTool | KindOther
+	Action      []int32 // assistant (policy) token ids
+	Observation []int32 // environment token ids; empty when the turn has none
+}
+
+// Trajectory is what rollout workers publish (topic "trajectories", key prompt_id).
+type Trajectory struct {
+	TrajectoryID  string
+	PromptID      string
+	GroupSize     int32
+	SampleIndex   int32
+	PolicyVersion int64
+	CreatedAtMs   int64 // rollout worker's wall clock; drives event-time group windows
+	Prompt        []int32
+	Turns         []Turn
+	Reward        *float64 // when nil: reward = best F1 of PredAnswer against GoldAnswers
+	PredAnswer    *string
+	GoldAnswers   []string
+	GoldTarget    []int32  // scoring template with the first gold answer, tokenized (SPEC §2.1)
+	GoldSpan      [2]int32 // [a, b) into GoldTarget: the tokens overlapping the gold answer
+	// Optional pass-through for trainers' importance ratios: one log-prob per
+	// policy token, in order over all turns' Action tokens. Nil when absent.
+	RolloutLogprobs []float32
+	Temperature     *float32
+}
+
+// TurnScore is the score stage's result for one turn.
+// Backward LAPO: With = S(c_full), Without = S(c_−t), Delta = With − Without.
+// Forward: With = S(c_≤t), Without = S(c_<t). Nil where the turn was not scored.
+type TurnScore struct {
+	Delta   *float64
+	With    *float64
+	Without *float64
+}
+
+// LayerGraph is one layer's AttnSR step graph (SPEC §3.1), K×K row-major,
+// row j = querying step, column k; zero where k >= j.
+type LayerGraph struct {
+	Layer int32
+	K     int32
+	AA    []float64
+	AO    []float64
+}
+
+// Scored is what the score stage publishes (topic "scored", key prompt_id).
+type Scored struct {
+	Trajectory          Trajectory
+	Method              string // "lapo" | "attnsr"
+	Direction           string // "backward" | "forward" (lapo)
+	Turns               []TurnScore
+	Attention           []LayerGraph
+	ScorerModel         string
+	ScorerPolicyVersion int64
+	Truncations         int32
+	ScoredAtMs          int64 // wall-clock metadata (excluded from determinism)
+}
+
+// TurnDiag is the per-turn diagnostics of a sample (SPEC §5.1 output "turns").
+type TurnDiag struct {
+	Kind             string
+	Eligible         bool
+	Delta            *float64 // LAPO: nil when not eligible
+	Z                *float64
+	ZNorm            *float64
+	Gate             int32
+	ProcessAdvantage float64
+	Advantage        float64  // what this turn's assistant tokens get (LAPO, AttnSR grpo)
+	P                *float64 // AttnSR: nil for the final turn
+	StepReward       *float64
+	Weight           *float64 // AttnSR grpo: w̃ of this turn's tokens
+}
+
+// AttnSRDiag is the per-trajectory AttnSR diagnostics.
+type AttnSRDiag struct {
+	Confidence float64
+	Focus      float64
+	Consensus  float64
+	Baseline   float64 // R̄_t used for this trajectory
+	Budget     float64 // B_i
+}
+
+// Sample is one ready-to-train record (topic "samples", key trajectory_id).
+type Sample struct {
+	TrajectoryID     string
+	PromptID         string
+	GroupSize        int32
+	SampleIndex      int32
+	PolicyVersion    int64
+	CreatedAtMs      int64
+	Method           string // "lapo" | "attnsr"
+	Output           string // "advantages" (lapo, attnsr grpo) | "token_rewards" (attnsr ppo)
+	Partial          bool
+	Reward           float64
+	OutcomeAdvantage float64
+	Tokens           []int32   // prompt + turns (action, observation) in order
+	LossMask         []uint8   // 1 on policy tokens
+	Advantages       []float32 // per token; 0 where LossMask is 0
+	TokenRewards     []float32 // attnsr ppo only; nil otherwise
+	RolloutLogprobs  []float32 // aligned with Tokens (0 outside policy tokens); nil when absent
+	Temperature      *float32
+	Turns            []TurnDiag
+	AttnSR           *AttnSRDiag
+}
+
+// DeadLetter is a record the processor could not use (topic "dead-letters").
+type DeadLetter struct {
+	Reason    string // a Reason* code
+	Detail    string
+	Stage     string // "score" | "advantage"
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte // the original bytes
+	AtMs      int64  // wall-clock metadata
+}
+
+// Dead-letter reasons. Each is a stable, documented code.
+const (
+	ReasonUndecodable       = "undecodable"
+	ReasonUnknownSchema     = "unknown_schema"
+	ReasonBadSpan           = "bad_span"
+	ReasonTokenOutOfRange   = "token_out_of_range"
+	ReasonNonFiniteReward   = "non_finite_reward"
+	ReasonMissingReward     = "missing_reward" // no reward and no gold answers
+	ReasonTooManyTurns      = "too_many_turns"
+	ReasonTooManyTokens     = "too_many_tokens"
+	ReasonTooLarge          = "too_large"
+	ReasonInvalid           = "invalid" // other field-level inconsistencies (empty ids, bad kind, ...)
+	ReasonGroupSizeMismatch = "group_size_mismatch"
+	ReasonGroupIncomplete   = "group_incomplete"
+	ReasonLate              = "late"
+	ReasonScorerRejected    = "scorer_rejected" // the scorer refused the record's rows as invalid
+)
