@@ -211,7 +211,8 @@ func NewGroup(cfg Config, opts ...Option) (*Group, error) {
 // Run joins the group and, for every generation, calls fn once per
 // assigned partition, each in its own goroutine; see the package
 // documentation for the guarantees. Run returns nil when ctx ends or Close
-// is called, or an error on a configuration error.
+// is called, or an error on a configuration error, including credentials
+// the brokers refuse (wrapping kafkasec.ErrAuthentication).
 func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 	g.mu.Lock()
 	if g.running || g.closed {
@@ -258,6 +259,11 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				return nil
+			}
+			if g.cfg.Security.SASLMechanism != "" || g.cfg.Security.TLS != nil {
+				if cerr := g.cfg.Security.Check(ctx, g.cfg.Brokers); errors.Is(cerr, kafkasec.ErrAuthentication) {
+					return fmt.Errorf("consumers: %w", cerr)
+				}
 			}
 			g.log.Warn().Err(err).Msg("joining the consumer group failed; retrying")
 			g.m.rejoins.Inc()

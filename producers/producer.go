@@ -73,6 +73,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Compression is "", "none", "gzip", "snappy", "lz4" or "zstd".
 	Compression string
+	// AutoCreateTopics lets a produce to a missing topic create it with
+	// the broker's defaults (when the broker allows it). Off by default:
+	// create topics with EnsureTopics.
+	AutoCreateTopics bool
 }
 
 // Option configures New.
@@ -159,6 +163,8 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		RequiredAcks:    kafka.RequireAll,
 		Compression:     comp,
 		Transport:       tr,
+
+		AllowAutoTopicCreation: cfg.AutoCreateTopics,
 	}
 	return &Producer{w: w, cfg: cfg, m: m, log: o.logger}, nil
 }
@@ -224,8 +230,19 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 			p.count(failed, err)
 			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", len(failed), len(msgs), ctx.Err())
 		}
+		if attempt == 1 && (p.cfg.Security.SASLMechanism != "" || p.cfg.Security.TLS != nil) && Retriable(err) {
+			// A refused login looks like a dropped connection to the
+			// writer; ask once so that bad credentials fail fast and clearly.
+			if cerr := p.cfg.Security.Check(ctx, p.cfg.Brokers); errors.Is(cerr, kafkasec.ErrAuthentication) {
+				p.count(failed, cerr)
+				return fmt.Errorf("producers: %w", cerr)
+			}
+		}
 		if !Retriable(err) || time.Now().Add(backoff).After(deadline) {
 			p.count(failed, err)
+			if errors.Is(err, kafka.UnknownTopicOrPartition) {
+				err = fmt.Errorf("%w (create the topic with EnsureTopics, or set AutoCreateTopics)", err)
+			}
 			return fmt.Errorf("producers: %d of %d messages failed after %d attempts over %s: %w", len(failed), len(msgs), attempt, time.Since(start).Round(time.Millisecond), err)
 		}
 		p.log.Warn().Err(err).Int("failed", len(failed)).Int("attempt", attempt).Msg("produce failed, retrying")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
@@ -238,4 +239,46 @@ func BenchmarkProduce(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(msgs))/time.Since(start).Seconds(), "records/s")
+}
+
+// BenchmarkProduceLatency measures one-record Produce latency against a
+// kafka-go Writer with its defaults (BatchTimeout 1s) in the same run.
+func BenchmarkProduceLatency(b *testing.B) {
+	br, err := broker.Start(broker.WithTopics(1, "lat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close()
+	ctx := context.Background()
+	p, err := producers.New(producers.Config{Brokers: br.Addrs()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	msg := producers.Message{Topic: "lat", Key: []byte("k"), Value: []byte("v")}
+	_ = p.Produce(ctx, msg) // warm up metadata and connections
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := p.Produce(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ours := time.Since(start) / time.Duration(b.N)
+	b.StopTimer()
+	w := &kafka.Writer{Addr: kafka.TCP(br.Addrs()...), Balancer: &kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	km := kafka.Message{Topic: "lat", Key: []byte("k"), Value: []byte("v")}
+	_ = w.WriteMessages(ctx, km)
+	const baseN = 3
+	bstart := time.Now()
+	for i := 0; i < baseN; i++ {
+		if err := w.WriteMessages(ctx, km); err != nil {
+			b.Fatal(err)
+		}
+	}
+	base := time.Since(bstart) / baseN
+	b.ReportMetric(float64(ours.Microseconds()), "us/produce")
+	b.ReportMetric(float64(base.Microseconds()), "us/kafka-go-default")
+	b.ReportMetric(float64(base)/float64(ours), "speedup")
 }

@@ -14,7 +14,7 @@ import (
 // plain Avro array layout (array<int> for ids, array<float> for log-probs):
 // the alternative the packed layout is measured against.
 func arraySchema() string {
-	s := TrajectorySchema
+	s := trajectorySchema
 	s = strings.ReplaceAll(s, `"name": "Trajectory"`, `"name": "TrajectoryArrays"`)
 	for _, f := range []string{"prompt", "action", "observation"} {
 		s = strings.Replace(s, `{"name": "`+f+`", "type": "bytes"`, `{"name": "`+f+`", "type": {"type": "array", "items": "int"}`, 1)

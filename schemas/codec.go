@@ -31,16 +31,17 @@ const (
 )
 
 // The embedded schema files (Avro JSON). They are the source of truth for the
-// wire format; the Go codecs and the Python examples both read them.
+// wire format; the Go codecs and the Python examples both read them. Codec.Schema
+// returns them.
 var (
 	//go:embed trajectory.avsc
-	TrajectorySchema string
+	trajectorySchema string
 	//go:embed scored.avsc
-	ScoredSchema string
+	scoredSchema string
 	//go:embed sample.avsc
-	SampleSchema string
+	sampleSchema string
 	//go:embed dead_letter.avsc
-	DeadLetterSchema string
+	deadLetterSchema string
 )
 
 // Single-object encoding framing.
@@ -118,10 +119,10 @@ func compile(name, schema string) *compiled {
 }
 
 var (
-	compiledTrajectory = sync.OnceValue(func() *compiled { return compile(NameTrajectory, TrajectorySchema) })
-	compiledScored     = sync.OnceValue(func() *compiled { return compile(NameScored, ScoredSchema) })
-	compiledSample     = sync.OnceValue(func() *compiled { return compile(NameSample, SampleSchema) })
-	compiledDeadLetter = sync.OnceValue(func() *compiled { return compile(NameDeadLetter, DeadLetterSchema) })
+	compiledTrajectory = sync.OnceValue(func() *compiled { return compile(NameTrajectory, trajectorySchema) })
+	compiledScored     = sync.OnceValue(func() *compiled { return compile(NameScored, scoredSchema) })
+	compiledSample     = sync.OnceValue(func() *compiled { return compile(NameSample, sampleSchema) })
+	compiledDeadLetter = sync.OnceValue(func() *compiled { return compile(NameDeadLetter, deadLetterSchema) })
 )
 
 func allCompiled() []*compiled {

@@ -127,10 +127,10 @@ func TestHeaderAndFingerprint(t *testing.T) {
 		fp           [8]byte
 		enc          func() ([]byte, error)
 	}{
-		{NameTrajectory, TrajectorySchema, Trajectories().Fingerprint(), func() ([]byte, error) { return Trajectories().Encode(sampleTrajectory()) }},
-		{NameScored, ScoredSchema, ScoredRecords().Fingerprint(), func() ([]byte, error) { return ScoredRecords().Encode(sampleScored()) }},
-		{NameSample, SampleSchema, Samples().Fingerprint(), func() ([]byte, error) { return Samples().Encode(sampleSample()) }},
-		{NameDeadLetter, DeadLetterSchema, DeadLetters().Fingerprint(), func() ([]byte, error) { return DeadLetters().Encode(sampleDeadLetter()) }},
+		{NameTrajectory, trajectorySchema, Trajectories().Fingerprint(), func() ([]byte, error) { return Trajectories().Encode(sampleTrajectory()) }},
+		{NameScored, scoredSchema, ScoredRecords().Fingerprint(), func() ([]byte, error) { return ScoredRecords().Encode(sampleScored()) }},
+		{NameSample, sampleSchema, Samples().Fingerprint(), func() ([]byte, error) { return Samples().Encode(sampleSample()) }},
+		{NameDeadLetter, deadLetterSchema, DeadLetters().Fingerprint(), func() ([]byte, error) { return DeadLetters().Encode(sampleDeadLetter()) }},
 	}
 	seen := map[[8]byte]string{}
 	for _, c := range codecs {
@@ -189,8 +189,8 @@ func rabinSpec(buf []byte) uint64 {
 func TestScoredEmbedsTrajectorySchema(t *testing.T) {
 	// scored.avsc inlines the Trajectory record; it must stay identical to
 	// trajectory.avsc or the two topics would disagree.
-	tc, _ := goavro.NewCodec(TrajectorySchema)
-	sc, _ := goavro.NewCodec(ScoredSchema)
+	tc, _ := goavro.NewCodec(trajectorySchema)
+	sc, _ := goavro.NewCodec(scoredSchema)
 	if !strings.Contains(sc.CanonicalSchema(), tc.CanonicalSchema()) {
 		t.Fatalf("scored.avsc's Trajectory differs from trajectory.avsc:\n%s\n%s", tc.CanonicalSchema(), sc.CanonicalSchema())
 	}
@@ -280,7 +280,7 @@ func TestDecodeHostileLengths(t *testing.T) {
 	tr := sampleTrajectory()
 	nb := trajectoryToNative(tr)
 	nb["prompt"] = []byte{1, 2, 3, 4, 5}
-	ac, _ := goavro.NewCodec(TrajectorySchema)
+	ac, _ := goavro.NewCodec(trajectorySchema)
 	body, err := ac.BinaryFromNative(nil, nb)
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ func runPython(t *testing.T, py string, stdin []byte, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(py, args...)
 	cmd.Dir = examplesDir(t)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -166,6 +167,7 @@ func TestPythonReaderInterop(t *testing.T) {
 	tb, _ := Trajectories().Encode(sampleTrajectory())
 	cmd := exec.Command(py, "-c", "import sys; from read_sample import decode_sample; decode_sample(sys.stdin.buffer.read())")
 	cmd.Dir = examplesDir(t)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	cmd.Stdin = bytes.NewReader(tb)
 	msg, err := cmd.CombinedOutput()
 	if err == nil || !bytes.Contains(msg, []byte("unknown_schema")) {

@@ -3,14 +3,35 @@ package schemas
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 
 	"github.com/linkedin/goavro/v2"
 )
 
 // ---- packed little-endian arrays ----
 
+// hostLittleEndian reports whether the machine stores integers
+// little-endian, in which case packed fields are copied with one memmove
+// instead of element by element.
+var hostLittleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// asBytes views a slice of fixed-size numbers as its bytes.
+func asBytes[E int32 | float32 | float64](v []E) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
+}
+
 func packInt32(v []int32) []byte {
 	b := make([]byte, 4*len(v))
+	if hostLittleEndian {
+		copy(b, asBytes(v))
+		return b
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
 	}
@@ -19,6 +40,10 @@ func packInt32(v []int32) []byte {
 
 func packFloat32(v []float32) []byte {
 	b := make([]byte, 4*len(v))
+	if hostLittleEndian {
+		copy(b, asBytes(v))
+		return b
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 	}
@@ -27,32 +52,63 @@ func packFloat32(v []float32) []byte {
 
 func packFloat64(v []float64) []byte {
 	b := make([]byte, 8*len(v))
+	if hostLittleEndian {
+		copy(b, asBytes(v))
+		return b
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
 	}
 	return b
 }
 
+// unpack* expect len(b) to be a multiple of the element size (checked by
+// the caller); a partial trailing element is ignored.
+
 func unpackInt32(b []byte) []int32 {
 	v := make([]int32, len(b)/4)
+	if hostLittleEndian {
+		copy(asBytes(v), b)
+		return v
+	}
+	return unpackInt32Portable(b, v)
+}
+
+func unpackInt32Portable(b []byte, v []int32) []int32 {
 	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i : 4*i+4]))
 	}
 	return v
 }
 
 func unpackFloat32(b []byte) []float32 {
 	v := make([]float32, len(b)/4)
+	if hostLittleEndian {
+		copy(asBytes(v), b)
+		return v
+	}
+	return unpackFloat32Portable(b, v)
+}
+
+func unpackFloat32Portable(b []byte, v []float32) []float32 {
 	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i : 4*i+4]))
 	}
 	return v
 }
 
 func unpackFloat64(b []byte) []float64 {
 	v := make([]float64, len(b)/8)
+	if hostLittleEndian {
+		copy(asBytes(v), b)
+		return v
+	}
+	return unpackFloat64Portable(b, v)
+}
+
+func unpackFloat64Portable(b []byte, v []float64) []float64 {
 	for i := range v {
-		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i : 8*i+8]))
 	}
 	return v
 }

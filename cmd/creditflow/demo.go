@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/internal/demo"
@@ -30,8 +33,10 @@ func runDemo(args []string) error {
 	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
 	fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject (they must end as dead letters)")
 	fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
+	brokers := fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	logLevel := fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
 	credit := creditFlags(fs, &o.Credit)
@@ -47,6 +52,7 @@ func runDemo(args []string) error {
 	}
 	o.Logger = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 	o.Credit.Method = o.Method
+	o.Brokers = splitList(*brokers)
 	tty := isTerminal(os.Stderr)
 	last := time.Time{}
 	o.Progress = func(p demo.Progress) {
@@ -58,6 +64,16 @@ func runDemo(args []string) error {
 			fmt.Fprintln(os.Stderr, line)
 			last = time.Now()
 		}
+	}
+	if *metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		o.Registerer = reg
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.ListenAndServe() }()
+		defer srv.Close()
+		fmt.Fprintf(os.Stderr, "metrics on http://%s/metrics\n", *metricsAddr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -250,9 +250,9 @@ func attendOne(out, q, keys, vals, s []float32, scale float32) {
 	}
 	var sum float64
 	for j := 0; j < n; j++ {
-		e := math.Exp(float64(s[j] - mx))
-		s[j] = float32(e)
-		sum += e
+		e := expNeg(s[j] - mx)
+		s[j] = e
+		sum += float64(e)
 	}
 	inv := 1 / sum
 	for i := range out {
@@ -279,14 +279,29 @@ func attentionProbs(s, q, keys []float32, scale float32) {
 	}
 	var sum float64
 	for j := 0; j < n; j++ {
-		e := math.Exp(float64(s[j] - mx))
-		s[j] = float32(e)
-		sum += e
+		e := expNeg(s[j] - mx)
+		s[j] = e
+		sum += float64(e)
 	}
 	inv := 1 / sum
 	for j := 0; j < n; j++ {
 		s[j] = float32(float64(s[j]) * inv)
 	}
+}
+
+// expNeg is exp(x) in float32 for x <= 0 (Cephes expf: range reduction by
+// ln 2 and a degree-6 polynomial; within 2 ulp of the exact value), flushing
+// results below the normal range to zero.
+func expNeg(x float32) float32 {
+	if x < -87 {
+		return 0
+	}
+	n := float32(math.Floor(float64(x*1.44269504088896341 + 0.5)))
+	r := x - n*0.693359375 + n*2.12194440e-4
+	z := r * r
+	y := ((((1.9875691500e-4*r+1.3981999507e-3)*r+8.3334519073e-3)*r+4.1665795894e-2)*r+1.6666665459e-1)*r + 5.0000001201e-1
+	y = y*z + r + 1
+	return y * math.Float32frombits(uint32(int32(n)+127)<<23)
 }
 
 func (l *linear) apply(y, x []float32) {

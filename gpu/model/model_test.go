@@ -539,3 +539,22 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("sliding window: %v %+v", err, cfg)
 	}
 }
+
+func TestExpNeg(t *testing.T) {
+	var worst float64
+	for x := float32(0); x > -88; x -= 0.001953125 * 3.3 {
+		got, want := float64(expNeg(x)), math.Exp(float64(x))
+		if x < -87 {
+			continue
+		}
+		if rel := math.Abs(got-want) / want; rel > worst {
+			worst = rel
+		}
+	}
+	if worst > 3e-7 {
+		t.Fatalf("expNeg relative error %v", worst)
+	}
+	if expNeg(0) != 1 || expNeg(-100) != 0 {
+		t.Fatalf("expNeg(0) = %v, expNeg(-100) = %v", expNeg(0), expNeg(-100))
+	}
+}

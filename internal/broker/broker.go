@@ -11,6 +11,9 @@
 //     restarted with the same data; to simulate an outage use Cut and
 //     Restore, which drop every client connection and refuse new ones while
 //     keeping the data and the listening ports.
+//   - SASL works with librdkafka-based clients too: the brokers implement
+//     SaslHandshake v1 only, and librdkafka insists on v0 being listed, so
+//     the ApiVersions answer is adjusted on the wire (see saslcompat.go).
 //   - Produce requests above the maximum message size (WithMaxMessageBytes,
 //     default 1 MiB + 12 bytes like Kafka) are rejected.
 //   - Consumer groups (classic protocol) use a minimum session timeout of
@@ -222,14 +225,20 @@ func Start(opts ...Option) (*Broker, error) {
 			b.mu.Lock()
 			b.listeners = append(b.listeners, cl)
 			b.mu.Unlock()
-			return cl, nil
+			// TLS is terminated here rather than by kfake so that the
+			// SASL compatibility layer sees plaintext frames.
+			var out net.Listener = cl
+			if c.tls != nil {
+				out = tls.NewListener(out, c.tls)
+			}
+			if len(c.sasl) > 0 {
+				out = compatListener{out}
+			}
+			return out, nil
 		}),
 	}
 	if c.port != 0 {
 		kopts = append(kopts, kfake.Ports(ports...))
-	}
-	if c.tls != nil {
-		kopts = append(kopts, kfake.TLS(c.tls))
 	}
 	if len(c.sasl) > 0 {
 		kopts = append(kopts, kfake.EnableSASL())

@@ -18,11 +18,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -222,14 +220,13 @@ func (c Config) Check(ctx context.Context, brokers []string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// The TCP connection worked, so a failure here is the TLS handshake
-		// or SASL: brokers answer a failed SASL exchange with an error code
-		// or by closing the connection.
+		// The TCP connection worked; a SASL error code or a TLS alert
+		// means the credentials were refused.
 		var certErr *tls.CertificateVerificationError
 		switch {
 		case errors.Is(err, kafka.SASLAuthenticationFailed), errors.Is(err, kafka.IllegalSASLState),
 			errors.Is(err, kafka.UnsupportedSASLMechanism), errors.As(err, &certErr),
-			c.SASLMechanism != "" && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
+			c.TLS != nil && strings.Contains(err.Error(), "tls: "):
 			return fmt.Errorf("%w at %s with %s: check the user name, password, mechanism and certificates (%v)", ErrAuthentication, b, c, err)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b, err))

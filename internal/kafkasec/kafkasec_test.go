@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -120,10 +121,23 @@ func TestSASL(t *testing.T) {
 			if err == nil {
 				t.Fatal("wrong password accepted")
 			}
-			if !strings.Contains(strings.ToLower(err.Error()), "auth") || ctx.Err() != nil {
+			if !errors.Is(err, kafkasec.ErrAuthentication) || ctx.Err() != nil {
 				t.Fatalf("wrong password: unclear error or no fast failure: %v", err)
 			}
+			if strings.Contains(err.Error(), "wrong-pass") {
+				t.Fatalf("error leaks the password: %v", err)
+			}
 			t.Logf("wrong password: %v", err)
+			// The group consumer stops with the same error instead of
+			// retrying forever.
+			g, err := consumers.NewGroup(consumers.Config{Brokers: b.Addrs(), GroupID: "g", Topics: []string{"sec"},
+				Security: kafkasec.Config{SASLMechanism: mech, Username: "svc", Password: "wrong-pass"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Run(ctx, func(context.Context, consumers.Claim, consumers.CommitFunc) error { return nil }); !errors.Is(err, kafkasec.ErrAuthentication) {
+				t.Fatalf("group with a wrong password: Run returned %v, want ErrAuthentication", err)
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,6 +33,29 @@ type AdvantageStage struct {
 	cfg  Config
 	prod *producers.Producer
 	log  zerolog.Logger
+
+	mu        sync.Mutex
+	positions map[int]Position
+}
+
+// Position is where a partition of the advantage stage stands.
+type Position struct {
+	Next        int64 // next offset to read
+	Committable int64 // every offset below is finished and acknowledged
+	OpenGroups  int
+	InFlight    int // output writes not yet acknowledged
+}
+
+// Positions reports each owned partition's position as of its last
+// checkpoint (see Config.CommitInterval).
+func (a *AdvantageStage) Positions() map[int]Position {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[int]Position, len(a.positions))
+	for k, v := range a.positions {
+		out[k] = v
+	}
+	return out
 }
 
 // NewAdvantageStage checks cfg.
@@ -39,7 +63,8 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger()}, nil
+	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
+		positions: map[int]Position{}}, nil
 }
 
 // Run consumes until ctx ends.
@@ -54,6 +79,10 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 	defer g.Close()
 	return g.Run(ctx, a.claim)
 }
+
+type nopGauge struct{}
+
+func (nopGauge) Set(float64) {}
 
 // entry is a member held in an open group.
 type entry struct {
@@ -106,7 +135,10 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 		lastRead: time.Now(),
 		next:     resume,
 		snapKey:  key,
-		baseline: a.cfg.Metrics.attnBaseline.WithLabelValues(strconv.Itoa(claim.Partition)),
+		baseline: nopGauge{},
+	}
+	if a.cfg.Credit.Method == credit.MethodAttnSR {
+		p.baseline = a.cfg.Metrics.attnBaseline.WithLabelValues(strconv.Itoa(claim.Partition))
 	}
 	emitCtx, cancelEmit := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEmit()
@@ -206,6 +238,9 @@ func (p *partition) handle(rec consumers.Record) {
 	sc, err := schemas.ScoredRecords().Decode(rec.Value)
 	if err == nil {
 		err = schemas.ValidateScored(sc, p.a.cfg.Limits)
+	}
+	if err == nil {
+		err = credit.ValidateMember(member(sc), p.a.cfg.Credit)
 	}
 	if err != nil {
 		p.ledger.Read(rec.Offset, p.groups.Watermark())
@@ -434,6 +469,9 @@ func (p *partition) acked(k ack) {
 func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc) {
 	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.ledger.Pending()))
 	snap := p.ledger.Snapshot(p.groups.Closed())
+	p.a.mu.Lock()
+	p.a.positions[p.claim.Partition] = Position{Next: p.next, Committable: snap.NextOffset, OpenGroups: p.groups.Open(), InFlight: len(p.sem)}
+	p.a.mu.Unlock()
 	b, err := snap.Marshal()
 	if err != nil {
 		p.log.Error().Err(err).Msg("marshal snapshot")

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/internal/broker"
+)
+
+func init() {
+	register("broker", "run the embedded Kafka broker for outside clients", runBroker)
+}
+
+func runBroker(args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:9092", "listen address of the first broker (port 0: any free port)")
+	brokers := fs.Int("brokers", 1, "number of brokers (broker i listens on port+i)")
+	partitions := fs.Int("partitions", 3, "partitions of the --topics and of auto-created topics")
+	topics := fs.String("topics", "", "comma-separated topics to create at start")
+	maxMsg := fs.Int("max-message-bytes", 0, "largest produce batch accepted (0: Kafka's default 1048588)")
+	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); enables TLS")
+	tlsKey := fs.String("tls-key", "", "server key (PEM)")
+	tlsCA := fs.String("tls-ca", "", "CA (PEM) that client certificates must chain to; requires client certificates")
+	saslUser := fs.String("sasl-user", "", "SASL user; enables SASL")
+	saslPass := fs.String("sasl-password", "", "SASL password (or env CREDITFLOW_SASL_PASSWORD)")
+	saslMech := fs.String("sasl-mechanism", "SCRAM-SHA-256", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, or a comma-separated list")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: creditflow broker [flags]\n\nRuns an in-memory Kafka-compatible broker (data is lost on exit). Stop with SIGINT/SIGTERM.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	lvl, err := zerolog.ParseLevel(*logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	opts := []broker.Option{broker.WithAddr(*addr), broker.WithBrokers(*brokers),
+		broker.WithDefaultPartitions(*partitions), broker.WithLogger(log)}
+	if *topics != "" {
+		var ts []string
+		for _, t := range strings.Split(*topics, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				ts = append(ts, t)
+			}
+		}
+		opts = append(opts, broker.WithTopics(*partitions, ts...))
+	}
+	if *maxMsg > 0 {
+		opts = append(opts, broker.WithMaxMessageBytes(*maxMsg))
+	}
+	if *tlsCert != "" || *tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return fmt.Errorf("loading --tls-cert/--tls-key: %w", err)
+		}
+		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if *tlsCA != "" {
+			pem, err := os.ReadFile(*tlsCA)
+			if err != nil {
+				return fmt.Errorf("reading --tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("--tls-ca %s holds no PEM certificate", *tlsCA)
+			}
+			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
+		opts = append(opts, broker.WithTLS(tc))
+	} else if *tlsCA != "" {
+		return errors.New("--tls-ca needs --tls-cert and --tls-key")
+	}
+	if *saslUser != "" {
+		pass := *saslPass
+		if pass == "" {
+			pass = os.Getenv("CREDITFLOW_SASL_PASSWORD")
+		}
+		for _, m := range strings.Split(*saslMech, ",") {
+			opts = append(opts, broker.WithSASL(strings.TrimSpace(m), *saslUser, pass))
+		}
+	}
+	b, err := broker.Start(opts...)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info().Strs("addrs", b.Addrs()).Bool("tls", *tlsCert != "").Bool("sasl", *saslUser != "").
+		Msg("broker listening; stop with Ctrl-C")
+	// One line on stdout for scripts: the bootstrap list.
+	fmt.Println(strings.Join(b.Addrs(), ","))
+	<-ctx.Done()
+	log.Info().Msg("broker stopping")
+	return nil
+}

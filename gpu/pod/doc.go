@@ -1,0 +1,10 @@
+// Package pod holds the GPU scorer pod: a Python (PyTorch) server in
+// gpu/pod/cfpod that speaks the creditflow.scorer/v1 protocol
+// (docs/scorer-protocol.md) on accelerator machines. See gpu/pod/README.md.
+//
+// The Go package itself has no code; its tests start the pod on 127.0.0.1
+// (when python3 can import torch) and check through gpu.Client that its LAPO
+// scores and AttnSR step graphs match the Go reference scorer
+// (gpu.NewLocal) on Llama, Qwen2 and Qwen3 checkpoints, and that hot loading
+// a new policy version works.
+package pod

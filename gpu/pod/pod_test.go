@@ -1,0 +1,576 @@
+package pod_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+)
+
+const podToken = "pod-test-token"
+
+var (
+	pythonOnce sync.Once
+	pythonPath string
+)
+
+// findPython returns an interpreter that can import torch, or skips the test.
+func findPython(t *testing.T) string {
+	t.Helper()
+	pythonOnce.Do(func() {
+		cands := []string{os.Getenv("CREDITFLOW_POD_PYTHON"), "python3", "/usr/bin/python3"}
+		for _, c := range cands {
+			if c == "" {
+				continue
+			}
+			if err := exec.Command(c, "-c", "import torch").Run(); err == nil {
+				pythonPath = c
+				return
+			}
+		}
+	})
+	if pythonPath == "" {
+		t.Skip("no python3 with torch (install python3-torch, or set CREDITFLOW_POD_PYTHON)")
+	}
+	return pythonPath
+}
+
+type pod struct {
+	url    string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startPod runs `python -m cfpod` on 127.0.0.1 with a free port, float32 on CPU.
+func startPod(t *testing.T, modelDir string, extra ...string) *pod {
+	t.Helper()
+	py := findPython(t)
+	dir := t.TempDir()
+	portFile := filepath.Join(dir, "port")
+	tokFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokFile, []byte(podToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"-m", "cfpod", "--model", modelDir, "--addr", "127.0.0.1:0", "--port-file", portFile,
+		"--token-file", tokFile, "--device", "cpu", "--dtype", "float32", "--threads", "2"}, extra...)
+	cmd := exec.Command(py, args...)
+	cmd.Dir = "." // gpu/pod, where the cfpod package lives
+	p := &pod{cmd: cmd, stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the pod: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("pod log:\n%s", p.stderr.String())
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		b, err := os.ReadFile(portFile)
+		if err == nil && strings.HasSuffix(string(b), "\n") {
+			p.url = "http://127.0.0.1:" + strings.TrimSpace(string(b))
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("pod exited before listening: %v\n%s", err, p.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod did not start within 90 s:\n%s", p.stderr.String())
+		}
+	}
+	resp, err := http.Get(p.url + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("pod /healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	return p
+}
+
+func newClient(t *testing.T, url string, opts ...gpu.ClientOption) *gpu.Client {
+	t.Helper()
+	c, err := gpu.NewClient([]string{url}, append([]gpu.ClientOption{gpu.WithBearerToken(podToken),
+		gpu.WithRequestTimeout(60 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// searchSets builds LAPO backward row sets shaped like search QA (prompt,
+// turns of action + observation, one row with every turn and one per turn
+// replaced by the placeholder), scaled down for a CPU.
+func searchSets(r *rand.Rand, n, vocab int, placeholder int32) []gpu.RowSet {
+	tok := func(k int) []int32 {
+		out := make([]int32, k)
+		for i := range out {
+			out[i] = int32(r.Intn(vocab))
+		}
+		return out
+	}
+	var sets []gpu.RowSet
+	for s := 0; s < n; s++ {
+		prompt := tok(40 + r.Intn(20))
+		turns := make([][]int32, 1+r.Intn(3))
+		for i := range turns {
+			turns[i] = append(tok(8+r.Intn(8)), tok(30+r.Intn(30))...)
+		}
+		target := tok(20 + r.Intn(10))
+		a := 3 + r.Intn(5)
+		span := [2]int{a, a + 3 + r.Intn(6)}
+		full := append([]int32(nil), prompt...)
+		for _, tt := range turns {
+			full = append(full, tt...)
+		}
+		rows := []gpu.Row{{Context: full, Target: target, Span: span}}
+		for k := range turns {
+			ctx := append([]int32(nil), prompt...)
+			for i, tt := range turns {
+				if i == k {
+					ctx = append(ctx, placeholder)
+				} else {
+					ctx = append(ctx, tt...)
+				}
+			}
+			rows = append(rows, gpu.Row{Context: ctx, Target: target, Span: span})
+		}
+		sets = append(sets, gpu.RowSet{ID: fmt.Sprintf("traj-%d", s), Rows: rows})
+	}
+	return sets
+}
+
+// graphJobs builds AttnSR jobs with more than one 128-token query block.
+func graphJobs(r *rand.Rand, n, vocab, layers int) []gpu.AttentionJob {
+	var jobs []gpu.AttentionJob
+	for j := 0; j < n; j++ {
+		pos := 30 + r.Intn(20)
+		K := 3 + r.Intn(4)
+		var steps []gpu.Step
+		for k := 0; k < K; k++ {
+			a := 20 + r.Intn(40)
+			st := gpu.Step{Action: [2]int{pos, pos + a}}
+			pos += a
+			if k%3 != 1 {
+				o := 10 + r.Intn(40)
+				st.Observation = [2]int{pos, pos + o}
+				pos += o
+			}
+			steps = append(steps, st)
+		}
+		toks := make([]int32, pos)
+		for i := range toks {
+			toks[i] = int32(r.Intn(vocab))
+		}
+		ls := []int{0, layers - 1, layers - 1}
+		jobs = append(jobs, gpu.AttentionJob{ID: fmt.Sprintf("job-%d", j), Tokens: toks, Steps: steps, Layers: ls})
+	}
+	return jobs
+}
+
+func compareScores(t *testing.T, what string, got, want []gpu.RowScores, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d sets, want %d", what, len(got), len(want))
+	}
+	worst := 0.0
+	for i := range want {
+		if len(got[i].Scores) != len(want[i].Scores) {
+			t.Fatalf("%s: set %d has %d scores, want %d", what, i, len(got[i].Scores), len(want[i].Scores))
+		}
+		if got[i].Truncations != want[i].Truncations {
+			t.Errorf("%s: set %d truncations %d, want %d", what, i, got[i].Truncations, want[i].Truncations)
+		}
+		for j, w := range want[i].Scores {
+			d := math.Abs(got[i].Scores[j] - w)
+			if !(d <= tol) {
+				t.Errorf("%s: set %d row %d: pod S = %.9f, reference %.9f (|diff| %.2e > %.0e)", what, i, j, got[i].Scores[j], w, d, tol)
+			}
+			worst = math.Max(worst, d)
+		}
+	}
+	t.Logf("%s: max |S_pod − S_ref| = %.3e over %d sets", what, worst, len(want))
+}
+
+func compareGraphs(t *testing.T, what string, got, want [][]gpu.StepGraph, tol float64) {
+	t.Helper()
+	worst := 0.0
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
+		}
+		for l := range want[i] {
+			g, w := got[i][l], want[i][l]
+			if g.Layer != w.Layer {
+				t.Fatalf("%s: job %d graph %d is layer %d, want %d", what, i, l, g.Layer, w.Layer)
+			}
+			for _, m := range []struct{ g, w [][]float64 }{{g.AA, w.AA}, {g.AO, w.AO}} {
+				for j := range m.w {
+					for k := range m.w[j] {
+						d := math.Abs(m.g[j][k] - m.w[j][k])
+						if !(d <= tol) {
+							t.Errorf("%s: job %d layer %d [%d][%d]: pod %.9f, reference %.9f", what, i, w.Layer, j, k, m.g[j][k], m.w[j][k])
+						}
+						worst = math.Max(worst, d)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%s: max |G_pod − G_ref| = %.3e over %d jobs", what, worst, len(want))
+}
+
+func postJSON(t *testing.T, url, token string, body any, out any) int {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req.Header.Set(gpu.ProtocolHeader, gpu.ProtocolVersion)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("POST %s: answer %d is not JSON: %v: %s", url, resp.StatusCode, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+func TestTinyMatchesReference(t *testing.T) {
+	dir := t.TempDir()
+	if err := model.WriteTiny(dir); err != nil {
+		t.Fatal(err)
+	}
+	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ref := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(3))
+	c := newClient(t, p.url)
+
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ref.Info(ctx)
+	if fmt.Sprint(info) != fmt.Sprint(want) {
+		t.Errorf("pod info %+v, reference %+v", info, want)
+	}
+
+	r := rand.New(rand.NewSource(7))
+	sets := searchSets(r, 6, 256, model.TinyDelete)
+	got, err := c.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatalf("pod ScoreRows: %v", err)
+	}
+	exp, err := ref.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareScores(t, "tiny", got, exp, 1e-4)
+
+	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
+	var resp gpu.ScoreResponse
+	wire := gpu.ScoreRequest{}
+	for _, s := range sets {
+		ws := gpu.WireRowSet{ID: s.ID}
+		for _, row := range s.Rows {
+			ws.Rows = append(ws.Rows, gpu.WireRow{Context: row.Context, Target: row.Target, Span: row.Span})
+		}
+		wire.Sets = append(wire.Sets, ws)
+	}
+	if st := postJSON(t, p.url+gpu.PathScore, podToken, wire, &resp); st != 200 {
+		t.Fatalf("raw score request: status %d", st)
+	}
+	var rowByRow int64
+	for _, s := range sets {
+		for _, row := range s.Rows {
+			rowByRow += int64(len(row.Context) + len(row.Target))
+		}
+	}
+	if resp.Usage.TokensRowByRow != rowByRow || resp.Usage.TokensForwarded <= 0 || resp.Usage.TokensForwarded >= rowByRow {
+		t.Errorf("usage %+v: want tokens_row_by_row %d and 0 < tokens_forwarded < it", resp.Usage, rowByRow)
+	}
+	t.Logf("tokens forwarded %d of %d row by row (%.2fx fewer)", resp.Usage.TokensForwarded, rowByRow,
+		float64(rowByRow)/float64(resp.Usage.TokensForwarded))
+
+	jobs := graphJobs(r, 3, 256, 2)
+	gg, err := c.Attention(ctx, jobs)
+	if err != nil {
+		t.Fatalf("pod Attention: %v", err)
+	}
+	eg, err := ref.Attention(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareGraphs(t, "tiny", gg, eg, 1e-5)
+
+	// Invalid input is rejected (400, not retried); a wrong token is a status error.
+	bad := []gpu.RowSet{{ID: "bad", Rows: []gpu.Row{{Context: []int32{1, 2}, Target: []int32{3, 999}, Span: [2]int{0, 2}}}}}
+	_, err = c.ScoreRows(ctx, bad)
+	var rej *gpu.RejectedError
+	if !errors.As(err, &rej) || !strings.Contains(rej.Message, "outside the vocabulary") {
+		t.Errorf("token out of range: got %v, want a RejectedError about the vocabulary", err)
+	}
+	wrong := newClient(t, p.url, gpu.WithBearerToken("wrong"))
+	_, err = wrong.ScoreRows(ctx, sets[:1])
+	var se *gpu.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusUnauthorized {
+		t.Errorf("wrong token: got %v, want a 401 StatusError", err)
+	}
+}
+
+// ---- Qwen2 / Qwen3 checkpoints written here (the model package exports only WriteTiny) ----
+
+type tensor struct {
+	name  string
+	shape []int
+	data  []float32
+}
+
+func writeSafetensors(path, dtype string, ts []tensor) error {
+	esz := map[string]int{"F32": 4, "BF16": 2}[dtype]
+	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	off := 0
+	for _, t := range ts {
+		n := len(t.data) * esz
+		hdr[t.name] = map[string]any{"dtype": dtype, "shape": t.shape, "data_offsets": []int{off, off + n}}
+		off += n
+	}
+	hj, err := json.Marshal(hdr)
+	if err != nil {
+		return err
+	}
+	for len(hj)%8 != 0 {
+		hj = append(hj, ' ')
+	}
+	buf := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
+	buf = append(buf, hj...)
+	for _, t := range ts {
+		for _, v := range t.data {
+			if dtype == "F32" {
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			} else {
+				b := math.Float32bits(v)
+				b += 0x7fff + (b>>16)&1 // round to nearest even
+				buf = binary.LittleEndian.AppendUint16(buf, uint16(b>>16))
+			}
+		}
+	}
+	return os.WriteFile(path, buf, 0o644)
+}
+
+// writeQwen writes a small random Qwen2 (q/k/v biases, tied, F32) or Qwen3
+// (q/k norms, untied, BF16) checkpoint.
+func writeQwen(t *testing.T, dir, arch string, seed int64) {
+	t.Helper()
+	const (
+		hidden, layers, heads, kv, hd, inter, vocab = 64, 2, 4, 2, 16, 96, 300
+	)
+	tied := arch == "Qwen2ForCausalLM"
+	cfg := map[string]any{
+		"architectures": []string{arch}, "hidden_size": hidden, "num_hidden_layers": layers,
+		"num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": inter,
+		"vocab_size": vocab, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+		"tie_word_embeddings": tied, "hidden_act": "silu", "torch_dtype": "float32",
+	}
+	r := rand.New(rand.NewSource(seed))
+	var ts []tensor
+	mat := func(name string, out, in int, a float64) {
+		d := make([]float32, out*in)
+		for i := range d {
+			d[i] = float32((2*r.Float64() - 1) * a)
+		}
+		ts = append(ts, tensor{name, []int{out, in}, d})
+	}
+	vec := func(name string, n int, center, a float64) {
+		d := make([]float32, n)
+		for i := range d {
+			d[i] = float32(center + (2*r.Float64()-1)*a)
+		}
+		ts = append(ts, tensor{name, []int{n}, d})
+	}
+	unit := func(in int) float64 { return math.Sqrt(3 / float64(in)) }
+	mat("model.embed_tokens.weight", vocab, hidden, 1)
+	for l := 0; l < layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		vec(p+"input_layernorm.weight", hidden, 1, 0.2)
+		mat(p+"self_attn.q_proj.weight", heads*hd, hidden, 2*unit(hidden))
+		mat(p+"self_attn.k_proj.weight", kv*hd, hidden, 2*unit(hidden))
+		mat(p+"self_attn.v_proj.weight", kv*hd, hidden, unit(hidden))
+		mat(p+"self_attn.o_proj.weight", hidden, heads*hd, unit(heads*hd))
+		if arch == "Qwen2ForCausalLM" {
+			vec(p+"self_attn.q_proj.bias", heads*hd, 0, 0.3)
+			vec(p+"self_attn.k_proj.bias", kv*hd, 0, 0.3)
+			vec(p+"self_attn.v_proj.bias", kv*hd, 0, 0.3)
+		} else {
+			vec(p+"self_attn.q_norm.weight", hd, 1, 0.3)
+			vec(p+"self_attn.k_norm.weight", hd, 1, 0.3)
+		}
+		vec(p+"post_attention_layernorm.weight", hidden, 1, 0.2)
+		mat(p+"mlp.gate_proj.weight", inter, hidden, unit(hidden))
+		mat(p+"mlp.up_proj.weight", inter, hidden, unit(hidden))
+		mat(p+"mlp.down_proj.weight", hidden, inter, unit(inter))
+	}
+	vec("model.norm.weight", hidden, 1, 0.2)
+	if !tied {
+		mat("lm_head.weight", vocab, hidden, 1.5*unit(hidden))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cj, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dtype := "F32"
+	if !tied {
+		dtype = "BF16"
+	}
+	// Two shards, as large checkpoints come.
+	half := len(ts) / 2
+	if err := writeSafetensors(filepath.Join(dir, "model-00001-of-00002.safetensors"), dtype, ts[:half]); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSafetensors(filepath.Join(dir, "model-00002-of-00002.safetensors"), dtype, ts[half:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHotLoadQwenCheckpoints starts the pod on the tiny model, hot-loads a
+// Qwen2 and then a Qwen3 checkpoint through POST /v1/admin/load, and checks
+// the policy version it reports and its numbers against the Go reference.
+func TestHotLoadQwenCheckpoints(t *testing.T) {
+	root := t.TempDir()
+	tiny := filepath.Join(root, "tiny")
+	if err := model.WriteTiny(tiny); err != nil {
+		t.Fatal(err)
+	}
+	p := startPod(t, tiny, "--name", "policy")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i, arch := range []string{"Qwen2ForCausalLM", "Qwen3ForCausalLM"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := filepath.Join(root, arch)
+			writeQwen(t, dir, arch, int64(11+i))
+			version := int64(10 + i)
+			var info gpu.ModelInfo
+			if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": dir, "policy_version": version}, &info); st != 200 {
+				t.Fatalf("admin load: status %d, %+v", st, info)
+			}
+			if info.PolicyVersion != version || info.Architecture != arch || info.VocabSize != 300 || info.Name != "policy" {
+				t.Errorf("after load: info %+v, want policy version %d, %s, vocab 300, name kept", info, version, arch)
+			}
+			m, err := model.Load(dir, model.WithPlaceholderIDs([]int32{299}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := gpu.NewLocal(m)
+			c := newClient(t, p.url)
+			r := rand.New(rand.NewSource(int64(100 + i)))
+			sets := searchSets(r, 4, 299, 299)
+			got, err := c.ScoreRows(ctx, sets)
+			if err != nil {
+				t.Fatalf("pod ScoreRows: %v", err)
+			}
+			exp, err := ref.ScoreRows(ctx, sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareScores(t, arch, got, exp, 1e-4)
+			jobs := graphJobs(r, 2, 300, 2)
+			gg, err := c.Attention(ctx, jobs)
+			if err != nil {
+				t.Fatalf("pod Attention: %v", err)
+			}
+			eg, err := ref.Attention(ctx, jobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareGraphs(t, arch, gg, eg, 1e-5)
+		})
+	}
+	// A failed load keeps the previous model and says why.
+	var eb gpu.ErrorBody
+	if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": filepath.Join(root, "missing")}, &eb); st != 400 || eb.Code != gpu.CodeBadRequest {
+		t.Errorf("loading a missing folder: status %d %+v, want 400 bad_request", st, eb)
+	}
+	var info gpu.ModelInfo
+	req, _ := http.NewRequest(http.MethodGet, p.url+gpu.PathInfo, nil)
+	req.Header.Set("Authorization", "Bearer "+podToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if info.Architecture != "Qwen3ForCausalLM" || info.PolicyVersion != 11 {
+		t.Errorf("after a failed load the pod serves %+v, want the Qwen3 model at policy version 11", info)
+	}
+	// The metrics name the policy version and the loads.
+	mresp, err := http.Get(p.url + gpu.PathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{"creditflow_scorer_pod_policy_version 11", `creditflow_scorer_pod_model_loads_total{result="ok"} 3`,
+		`creditflow_scorer_pod_model_loads_total{result="error"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	_ = strconv.Itoa
+}

@@ -1,0 +1,119 @@
+package stage
+
+import (
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+func ids(xs ...int32) []int32 { return xs }
+
+// A trajectory: prompt [1 2], search turn A [10 | 11 12], tool turn [20 | 21],
+// search turn B [30 | 31], answer [40].
+func sampleTrajectory() *schemas.Trajectory {
+	return &schemas.Trajectory{
+		TrajectoryID: "t", PromptID: "p", GroupSize: 1,
+		Prompt: ids(1, 2),
+		Turns: []schemas.Turn{
+			{Kind: schemas.KindSearch, Action: ids(10), Observation: ids(11, 12)},
+			{Kind: schemas.KindTool, Action: ids(20), Observation: ids(21)},
+			{Kind: schemas.KindSearch, Action: ids(30), Observation: ids(31)},
+			{Kind: schemas.KindAnswer, Action: ids(40)},
+		},
+		GoldAnswers: []string{"x"},
+		GoldTarget:  ids(90, 91, 92),
+		GoldSpan:    [2]int32{1, 2},
+	}
+}
+
+func contexts(p lapoPlan) [][]int32 {
+	var out [][]int32
+	for _, r := range p.rows {
+		out = append(out, r.Context)
+	}
+	return out
+}
+
+func TestPlanBackwardRows(t *testing.T) {
+	p, err := planLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int32{
+		{1, 2, 10, 11, 12, 20, 21, 30, 31}, // c_full: the answer turn left out
+		{1, 2, 99, 20, 21, 30, 31},         // c_−1: turn A replaced by the placeholder
+		{1, 2, 10, 11, 12, 20, 21, 99},     // c_−3
+	}
+	if got := contexts(p); !reflect.DeepEqual(got, want) {
+		t.Fatalf("contexts\n got %v\nwant %v", got, want)
+	}
+	if !reflect.DeepEqual(p.with, []int{0, -1, 0, -1}) || !reflect.DeepEqual(p.without, []int{1, -1, 2, -1}) {
+		t.Fatalf("with %v without %v", p.with, p.without)
+	}
+	for _, r := range p.rows {
+		if r.Span != [2]int{1, 2} || !reflect.DeepEqual(r.Target, ids(90, 91, 92)) {
+			t.Fatalf("row target %v span %v", r.Target, r.Span)
+		}
+	}
+	ts := p.turnScores([]float64{-1, -3, -0.5})
+	if *ts[0].Delta != 2 || *ts[2].Delta != -0.5 || ts[1].Delta != nil || ts[3].Delta != nil {
+		t.Fatalf("deltas %+v", ts)
+	}
+}
+
+func TestPlanForwardRows(t *testing.T) {
+	p, err := planLAPO(sampleTrajectory(), Forward, credit.DefaultConfig(), ids(99))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int32{
+		{1, 2, 10, 11, 12},                 // c_≤1
+		{1, 2},                             // c_<1
+		{1, 2, 10, 11, 12, 20, 21, 30, 31}, // c_≤3
+		{1, 2, 10, 11, 12, 20, 21},         // c_<3
+	}
+	if got := contexts(p); !reflect.DeepEqual(got, want) {
+		t.Fatalf("contexts\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestPlanNoRowsWithoutGold(t *testing.T) {
+	for name, mut := range map[string]func(*schemas.Trajectory){
+		"no gold answers":   func(t *schemas.Trajectory) { t.GoldAnswers = nil },
+		"empty first gold":  func(t *schemas.Trajectory) { t.GoldAnswers = []string{"", "y"} },
+		"no target tokens":  func(t *schemas.Trajectory) { t.GoldTarget = nil },
+		"no eligible turns": func(t *schemas.Trajectory) { t.Turns = t.Turns[3:] },
+	} {
+		tr := sampleTrajectory()
+		mut(tr)
+		p, err := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+		if err != nil || len(p.rows) != 0 {
+			t.Fatalf("%s: %d rows, err %v", name, len(p.rows), err)
+		}
+	}
+}
+
+func TestNonFiniteDeltaBecomesZero(t *testing.T) {
+	p, _ := planLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
+	inf := math.Inf(1)
+	ts := p.turnScores([]float64{inf, inf, 0})
+	if *ts[0].Delta != 0 {
+		t.Fatalf("inf - inf gave Δ %v, want 0", *ts[0].Delta)
+	}
+}
+
+func TestAttentionJobLayout(t *testing.T) {
+	j := attentionJob(sampleTrajectory(), []int{0, 1})
+	if !reflect.DeepEqual(j.Tokens, ids(1, 2, 10, 11, 12, 20, 21, 30, 31, 40)) {
+		t.Fatalf("tokens %v", j.Tokens)
+	}
+	want := [][2][2]int{{{2, 3}, {3, 5}}, {{5, 6}, {6, 7}}, {{7, 8}, {8, 9}}, {{9, 10}, {10, 10}}}
+	for i, s := range j.Steps {
+		if s.Action != want[i][0] || s.Observation != want[i][1] {
+			t.Fatalf("step %d: %v %v, want %v", i, s.Action, s.Observation, want[i])
+		}
+	}
+}
