@@ -294,7 +294,9 @@ func TestTinyMatchesReference(t *testing.T) {
 	if err := model.WriteTiny(dir); err != nil {
 		t.Fatal(err)
 	}
+	t0 := time.Now()
 	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3")
+	t.Logf("started in %v", time.Since(t0))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	ref := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(3))
@@ -320,6 +322,7 @@ func TestTinyMatchesReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareScores(t, "tiny", got, exp, 1e-4)
+	t.Logf("scored at %v", time.Since(t0))
 
 	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
 	var resp gpu.ScoreResponse
@@ -356,6 +359,7 @@ func TestTinyMatchesReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareGraphs(t, "tiny", gg, eg, 1e-5)
+	t.Logf("graphs at %v", time.Since(t0))
 
 	// Invalid input is rejected (400, not retried); a wrong token is a status error.
 	bad := []gpu.RowSet{{ID: "bad", Rows: []gpu.Row{{Context: []int32{1, 2}, Target: []int32{3, 999}, Span: [2]int{0, 2}}}}}

@@ -237,7 +237,9 @@ func (p *partition) handle(rec consumers.Record) {
 	p.lastRead = now
 	sc, err := schemas.ScoredRecords().Decode(rec.Value)
 	if err == nil {
-		err = schemas.ValidateScored(sc, p.a.cfg.Limits)
+		lim := p.a.cfg.Limits
+		lim.VocabSize = 0 // token ranges were checked against the scorer's vocabulary by the score stage
+		err = schemas.ValidateScored(sc, lim)
 	}
 	if err == nil {
 		err = credit.ValidateMember(member(sc), p.a.cfg.Credit)

@@ -1,0 +1,210 @@
+package stage_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// small is a short, valid search-QA trajectory for the tiny model.
+func small(prompt, id string, size, index int, eventMs int64) schemas.Trajectory {
+	gold := "oslo"
+	target := fmt.Sprintf(synth.Template, gold)
+	a := strings.Index(target, "<answer>") + len("<answer>")
+	pred := "oslo"
+	return schemas.Trajectory{
+		TrajectoryID: id, PromptID: prompt, GroupSize: int32(size), SampleIndex: int32(index), CreatedAtMs: eventMs,
+		Prompt: synth.Tokens("question?"),
+		Turns: []schemas.Turn{
+			{Kind: schemas.KindSearch, Action: synth.Tokens("<search>x</search>"), Observation: synth.Tokens("<information>oslo " + id + "</information>")},
+			{Kind: schemas.KindAnswer, Action: synth.Tokens("<answer>oslo</answer>")},
+		},
+		PredAnswer: &pred, GoldAnswers: []string{gold},
+		GoldTarget: synth.Tokens(target), GoldSpan: [2]int32{int32(a), int32(a + len(gold))},
+	}
+}
+
+// TestBadInputEndsInDeadLetters sends a table of malformed and misplaced
+// records through both stages: each must end in the dead-letter topic with
+// its own reason and its original bytes, and the good records around them
+// must still become samples.
+func TestBadInputEndsInDeadLetters(t *testing.T) {
+	b, err := broker.Start(broker.WithDefaultPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	cfg := stage.DefaultConfig()
+	cfg.Brokers = b.Addrs()
+	cfg.Window.TimeoutMs = 10_000
+	cfg.Limits.MaxRecordBytes = 64 << 10
+	cfg.Limits.MaxTokens = 2000
+	cfg.CommitInterval = 50 * time.Millisecond
+	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(1)...); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+
+	enc := func(tr schemas.Trajectory) []byte {
+		v, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	type bad struct {
+		key    string
+		value  []byte
+		reason string
+	}
+	nan, inf := math.NaN(), math.Inf(1)
+	var table []bad
+	addBad := func(reason string, mutate func(*schemas.Trajectory)) {
+		tr := small("bad-"+reason, "bad-"+reason, 2, 0, 0)
+		mutate(&tr)
+		table = append(table, bad{key: tr.TrajectoryID, value: enc(tr), reason: reason})
+	}
+	good := small("ok", "ok-0", 2, 0, 0)
+	table = append(table, bad{"bad-truncated", enc(good)[:40], schemas.ReasonUndecodable})
+	sample := schemas.Sample{TrajectoryID: "s", PromptID: "s", Tokens: []int32{1}, LossMask: []uint8{1}, Advantages: []float32{0}}
+	wrong, err := schemas.Samples().Encode(&sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table = append(table, bad{"bad-wrong-schema", wrong, schemas.ReasonUnknownSchema})
+	addBad(schemas.ReasonBadSpan, func(tr *schemas.Trajectory) { tr.GoldSpan = [2]int32{5, 500} })
+	addBad(schemas.ReasonTokenOutOfRange, func(tr *schemas.Trajectory) { tr.Prompt = append(tr.Prompt, 260) })
+	addBad(schemas.ReasonNonFiniteReward, func(tr *schemas.Trajectory) { tr.Reward = &nan })
+	addBad(schemas.ReasonNonFiniteReward+"-inf", func(tr *schemas.Trajectory) { tr.Reward = &inf })
+	table[len(table)-1].reason = schemas.ReasonNonFiniteReward
+	addBad(schemas.ReasonMissingReward, func(tr *schemas.Trajectory) { tr.GoldAnswers = nil; tr.PredAnswer = nil })
+	addBad(schemas.ReasonTooManyTurns, func(tr *schemas.Trajectory) {
+		for len(tr.Turns) < 100 {
+			tr.Turns = append([]schemas.Turn{tr.Turns[0]}, tr.Turns...)
+		}
+	})
+	addBad(schemas.ReasonTooLarge, func(tr *schemas.Trajectory) { // 10× the record limit
+		tr.Turns[0].Observation = make([]int32, 160_000)
+	})
+	addBad(schemas.ReasonTooManyTokens, func(tr *schemas.Trajectory) { tr.Turns[0].Observation = make([]int32, 3000) })
+
+	var msgs []producers.Message
+	put := func(key string, v []byte) {
+		msgs = append(msgs, producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(key), Value: v})
+	}
+	put("ok", enc(good))
+	for _, x := range table {
+		put(x.key, x.value)
+	}
+	// Group-level trouble for the advantage stage:
+	put("ok", enc(small("ok", "ok-0", 2, 0, 0)))               // duplicate: ignored, counted
+	put("ok", enc(small("ok", "ok-1", 2, 1, 0)))               // completes "ok"
+	put("ok", enc(small("ok", "ok-2", 2, 2, 0)))               // late
+	put("mix", enc(small("mix", "mix-0", 2, 0, 0)))            // opens "mix" (size 2)
+	put("mix", enc(small("mix", "mix-1", 3, 1, 0)))            // group_size_mismatch
+	put("lonely", enc(small("lonely", "lonely-0", 3, 0, 100))) // alone in its window
+	put("part", enc(small("part", "part-0", 3, 0, 200)))       // two of three: partial
+	put("part", enc(small("part", "part-1", 3, 1, 200)))
+	put("later", enc(small("later", "later-0", 2, 0, 20_000))) // moves event time past both windows
+	put("later", enc(small("later", "later-1", 2, 1, 20_000)))
+	if err := prod.Produce(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"ok-2": schemas.ReasonLate, "mix-1": schemas.ReasonGroupSizeMismatch,
+		"lonely-0": schemas.ReasonGroupIncomplete, "mix-0": schemas.ReasonGroupIncomplete}
+	for _, x := range table {
+		want[x.key] = x.reason
+	}
+
+	scorer := gpu.NewLocal(model.Tiny())
+	sc, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv, err := stage.NewAdvantageStage(cfg, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sc.Run(ctx) }()
+	go func() { _ = adv.Run(ctx) }()
+
+	got := map[string]string{}
+	deadline := time.Now().Add(90 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		got = map[string]string{}
+		for _, recs := range readTopic(t, b.Addrs(), cfg.Topics.DeadLetters) {
+			for _, r := range recs {
+				dl, err := schemas.DeadLetters().Decode(r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := string(r.Key)
+				if strings.HasPrefix(dl.Stage, "advantage") {
+					s, err := schemas.ScoredRecords().Decode(dl.Value)
+					if err != nil {
+						t.Fatalf("advantage dead letter without its scored bytes: %v", err)
+					}
+					key = s.Trajectory.TrajectoryID
+				} else {
+					for _, x := range table {
+						if x.key == key && string(x.value) != string(dl.Value) {
+							t.Fatalf("%s: dead letter does not carry the original bytes", key)
+						}
+					}
+				}
+				var reasonHeader string
+				for _, h := range r.Headers {
+					if h.Key == schemas.HeaderReason {
+						reasonHeader = string(h.Value)
+					}
+				}
+				if reasonHeader != dl.Reason {
+					t.Fatalf("%s: header reason %q, record reason %q", key, reasonHeader, dl.Reason)
+				}
+				got[key] = dl.Reason
+			}
+		}
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: dead-letter reason %q, want %q", k, got[k], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("dead letters %v, want exactly %v", got, want)
+	}
+	samples := samplesByID(t, b.Addrs(), cfg.Topics.Samples, 6)
+	for _, id := range []string{"ok-0", "ok-1", "part-0", "part-1", "later-0", "later-1"} {
+		raw, ok := samples[id]
+		if !ok {
+			t.Fatalf("no sample for %s (samples: %d)", id, len(samples))
+		}
+		s, _ := schemas.Samples().Decode([]byte(raw))
+		if s.Partial != strings.HasPrefix(id, "part") {
+			t.Fatalf("%s: partial = %v", id, s.Partial)
+		}
+	}
+	if len(samples) != 6 {
+		t.Fatalf("%d samples, want 6", len(samples))
+	}
+}
