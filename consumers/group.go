@@ -372,18 +372,17 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 	}
 	ch := make(chan Record, g.cfg.Buffer)
 	claim := Claim{Topic: topic, Partition: a.ID, Generation: gen.ID, StartOffset: start, Records: ch}
+	fetchCtx, stopFetch := context.WithCancel(ctx)
 	fetchDone := make(chan struct{})
 	go func() {
 		defer close(fetchDone)
 		defer close(ch)
-		g.fetch(ctx, topic, a.ID, start, ch)
+		g.fetch(fetchCtx, topic, a.ID, start, ch)
 	}()
 	err = fn(ctx, claim, commit)
-	if err != nil && ctx.Err() == nil {
-		// The handler gave up: stop fetching before reporting.
-		<-ctx.Done()
-	}
-	// Drain so that the fetcher is never stuck on a full channel.
+	// The handler is done with this claim: stop fetching. Draining keeps
+	// the fetcher from blocking on a full channel.
+	stopFetch()
 	go func() {
 		for range ch {
 		}
@@ -437,7 +436,7 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    1 << 30,
-		ErrorLogger:    kafka.LoggerFunc(func(f string, a ...any) { g.log.Debug().Str("topic", topic).Int("partition", partition).Msgf(f, a...) }),
+		ErrorLogger:    kafka.LoggerFunc(func(f string, a ...any) { g.log.Warn().Str("topic", topic).Int("partition", partition).Msgf(f, a...) }),
 	})
 	defer r.Close()
 	if err := r.SetOffset(start); err != nil {
@@ -447,6 +446,8 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 	part := itoa(partition)
 	recs := g.m.records.WithLabelValues(topic)
 	lag := g.m.lag.WithLabelValues(topic, part)
+	// The partition may move to another member: drop its lag series then.
+	defer g.m.lag.DeleteLabelValues(topic, part)
 	expect := start
 	backoff := 50 * time.Millisecond
 	for {

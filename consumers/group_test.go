@@ -446,3 +446,95 @@ func TestStaleMemberRejectedByCoordinator(t *testing.T) {
 }
 
 var _ = sort.Ints
+
+// A handler error ends the generation; the member rejoins and the
+// partition is handed out again from the last commit.
+func TestHandlerErrorRestartsFromCommit(t *testing.T) {
+	b := startBroker(t, broker.WithTopics(1, "errs"))
+	brokers := b.Addrs()
+	p := newProducer(t, brokers)
+	produceSeq(t, p, "errs", 1, 0, 20)
+	g, err := consumers.NewGroup(groupCfg(brokers, "errs", "errs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	starts := make(chan int64, 4)
+	var failed atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Run(ctx, func(ctx context.Context, cl consumers.Claim, commit consumers.CommitFunc) error {
+			starts <- cl.StartOffset
+			for r := range cl.Records {
+				if r.Offset == 7 && failed.CompareAndSwap(false, true) {
+					return errors.New("handler failure")
+				}
+				if err := commit(ctx, r.Offset+1); err != nil {
+					return nil
+				}
+			}
+			return nil
+		})
+	}()
+	for i, want := range []int64{0, 7} {
+		select {
+		case got := <-starts:
+			if got != want {
+				t.Fatalf("claim %d starts at %d, want %d", i, got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("claim %d never came (Run returned? %v)", i, len(done))
+		}
+	}
+	waitFor(t, 30*time.Second, "all committed", func() bool { return committed(t, brokers, "errs", "errs", 1)[0] == 20 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestStartAtLatest(t *testing.T) {
+	b := startBroker(t, broker.WithTopics(1, "late"))
+	brokers := b.Addrs()
+	p := newProducer(t, brokers)
+	produceSeq(t, p, "late", 1, 0, 5)
+	cfg := groupCfg(brokers, "late", "late")
+	cfg.StartAt = "latest"
+	g, err := consumers.NewGroup(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	starts := make(chan int64, 1)
+	got := make(chan int64, 10)
+	go func() {
+		_ = g.Run(ctx, func(ctx context.Context, cl consumers.Claim, commit consumers.CommitFunc) error {
+			starts <- cl.StartOffset
+			for r := range cl.Records {
+				got <- r.Offset
+			}
+			return nil
+		})
+	}()
+	select {
+	case s := <-starts:
+		if s != 5 {
+			t.Fatalf("latest start = %d, want 5", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no claim")
+	}
+	produceSeq(t, p, "late", 1, 5, 3)
+	for want := int64(5); want < 8; want++ {
+		select {
+		case o := <-got:
+			if o != want {
+				t.Fatalf("got offset %d, want %d", o, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("records after start never came")
+		}
+	}
+}

@@ -167,10 +167,17 @@ func CommittedOffsets(ctx context.Context, brokers []string, sec kafkasec.Config
 	if err != nil {
 		return nil, fmt.Errorf("consumers: committed offsets of group %s: %w", groupID, err)
 	}
+	out := make(map[int]int64, len(parts))
+	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
+		// A group that never committed (some brokers say so explicitly).
+		for _, p := range parts {
+			out[p] = -1
+		}
+		return out, nil
+	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("consumers: committed offsets of group %s: %w", groupID, resp.Error)
 	}
-	out := make(map[int]int64, len(parts))
 	for _, p := range resp.Topics[topic] {
 		if p.Error != nil {
 			return nil, fmt.Errorf("consumers: committed offset of %s/%d: %w", topic, p.Partition, p.Error)

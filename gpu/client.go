@@ -25,6 +25,11 @@ import (
 // ErrClosed is returned by a Client's methods after Close.
 var ErrClosed = errors.New("scorer client is closed")
 
+// ErrUnavailable is wrapped by the error a Client returns when every attempt
+// of a request failed (connection errors, timeouts, 5xx): a transient
+// condition; back off and call again, do not dead-letter.
+var ErrUnavailable = errors.New("scorer unavailable")
+
 // Client is the Scorer that talks to scorer pods over creditflow.scorer/v1.
 //
 // Guarantees:
@@ -54,6 +59,7 @@ type Client struct {
 	rr      atomic.Uint64
 	scoreQ  chan *item
 	attnQ   chan *item
+	slots   chan struct{} // one per request in flight
 
 	infoLock chan struct{}
 	info     ModelInfo
@@ -84,6 +90,7 @@ type clientConfig struct {
 	retry          RetryPolicy
 	unhealthyAfter int
 	probeInterval  time.Duration
+	inFlightPerEP  int
 	infoTTL        time.Duration
 	reg            prometheus.Registerer
 	log            zerolog.Logger
@@ -178,6 +185,19 @@ func WithHealthPolicy(n int, interval time.Duration) ClientOption {
 			return fmt.Errorf("health policy needs a positive failure count and probe interval, got %d and %v", n, interval)
 		}
 		c.unhealthyAfter, c.probeInterval = n, interval
+		return nil
+	}
+}
+
+// WithMaxInFlight bounds the requests in flight to n per endpoint (default
+// 8). Work that finds every slot taken keeps coalescing until one frees, so
+// batches grow under load instead of overloading the pods.
+func WithMaxInFlight(n int) ClientOption {
+	return func(c *clientConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("max in flight must be positive, got %d", n)
+		}
+		c.inFlightPerEP = n
 		return nil
 	}
 }
@@ -300,6 +320,7 @@ func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
 		retry:          RetryPolicy{MaxAttempts: 4, BaseBackoff: 20 * time.Millisecond, MaxBackoff: time.Second},
 		unhealthyAfter: 3,
 		probeInterval:  time.Second,
+		inFlightPerEP:  8,
 		infoTTL:        30 * time.Second,
 		log:            zerolog.Nop(),
 	}
@@ -349,6 +370,7 @@ func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
 		c.metrics.healthy.WithLabelValues(u).Set(1)
 		c.eps = append(c.eps, ep)
 	}
+	c.slots = make(chan struct{}, cfg.inFlightPerEP*len(c.eps))
 	c.wg.Add(2)
 	go c.batcher("score", c.scoreQ)
 	go c.batcher("attention", c.attnQ)
@@ -403,7 +425,10 @@ func (it *item) finish(r itemResult) {
 	}
 }
 
-// batcher coalesces items into requests of at most the token budget.
+// batcher coalesces items into requests of at most the token budget. A
+// batch is sent when it reaches the budget, or when MaxWait has passed since
+// its first item and a request slot is free; while no slot is free it keeps
+// growing.
 func (c *Client) batcher(op string, in chan *item) {
 	defer c.wg.Done()
 	var (
@@ -411,13 +436,18 @@ func (c *Client) batcher(op string, in chan *item) {
 		tokens int
 		timer  *time.Timer
 		timerC <-chan time.Time
+		slotC  chan struct{} // c.slots while the batch is due, else nil
 	)
-	flush := func() {
+	// flush sends the batch; held says whether a slot is already taken.
+	flush := func(held bool) {
 		if timer != nil {
 			timer.Stop()
-			timerC = nil
 		}
+		timerC, slotC = nil, nil
 		if len(batch) == 0 {
+			if held {
+				<-c.slots
+			}
 			return
 		}
 		b, t := batch, tokens
@@ -429,6 +459,17 @@ func (c *Client) batcher(op string, in chan *item) {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			if !held {
+				select {
+				case c.slots <- struct{}{}:
+				case <-c.ctx.Done():
+					for _, it := range b {
+						it.finish(itemResult{err: ErrClosed})
+					}
+					return
+				}
+			}
+			defer func() { <-c.slots }()
 			c.send(op, b)
 		}()
 	}
@@ -436,13 +477,16 @@ func (c *Client) batcher(op string, in chan *item) {
 		select {
 		case it := <-in:
 			if len(batch) > 0 && tokens+it.tokens > c.cfg.budget {
-				flush()
+				flush(false)
 			}
 			batch = append(batch, it)
 			tokens += it.tokens
-			if tokens >= c.cfg.budget || c.cfg.maxWait == 0 {
-				flush()
-			} else if timerC == nil {
+			switch {
+			case tokens >= c.cfg.budget:
+				flush(false)
+			case c.cfg.maxWait == 0:
+				slotC = c.slots
+			case timerC == nil && slotC == nil:
 				if timer == nil {
 					timer = time.NewTimer(c.cfg.maxWait)
 				} else {
@@ -452,7 +496,9 @@ func (c *Client) batcher(op string, in chan *item) {
 			}
 		case <-timerC:
 			timerC = nil
-			flush()
+			slotC = c.slots
+		case slotC <- struct{}{}:
+			flush(true)
 		case <-c.ctx.Done():
 			for _, it := range batch {
 				it.finish(itemResult{err: ErrClosed})
@@ -486,6 +532,8 @@ func (c *Client) submit(ctx context.Context, q chan *item, items []*item) ([]ite
 			out[i] = r
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
 		}
 	}
 	return out, nil
@@ -559,19 +607,19 @@ func (c *Client) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGr
 // within the caller's call.
 func shiftItem(err error, items []*item, offsets []int) error {
 	var rej *RejectedError
-	if !errors.As(err, &rej) || rej.Item < 0 {
+	if !errors.As(err, &rej) {
 		return err
 	}
-	for k, it := range items {
-		// the rejection carries the chunk it came from via its id match
-		if k < len(offsets) && rej.chunk == it {
-			cp := *rej
-			cp.Item += offsets[k]
-			cp.chunk = nil
-			return &cp
+	cp := *rej
+	cp.chunk = nil
+	if cp.Item >= 0 {
+		for k, it := range items {
+			if rej.chunk == it {
+				cp.Item += offsets[k]
+			}
 		}
 	}
-	return err
+	return &cp
 }
 
 // pick chooses the endpoint with the least tokens in flight, preferring
@@ -687,7 +735,7 @@ func (c *Client) send(op string, items []*item) {
 	case ctx.Err() != nil:
 		final = context.Canceled // every caller has gone; they already returned
 	default:
-		final = fmt.Errorf("scorer %s request failed after %d attempts over %d endpoints: %w", op, c.cfg.retry.MaxAttempts, len(tried), last)
+		final = fmt.Errorf("%w: %s request failed after %d attempts over %d endpoints: %w", ErrUnavailable, op, c.cfg.retry.MaxAttempts, len(tried), last)
 	}
 	for _, it := range items {
 		if err := it.ctx.Err(); err != nil {
@@ -707,6 +755,10 @@ func (c *Client) refuse(op string, items []*item, ep *endpoint, aerr *attemptErr
 		}
 		return
 	}
+	if len(items) == 1 && aerr.status == http.StatusRequestEntityTooLarge && items[0].units() > 1 {
+		c.splitItem(op, items[0])
+		return
+	}
 	if len(items) == 1 {
 		rej := &RejectedError{Code: aerr.body.Code, Message: aerr.body.Error, ID: aerr.body.ID, Endpoint: ep.url, Item: -1, chunk: items[0]}
 		if rej.Code == "" {
@@ -714,6 +766,14 @@ func (c *Client) refuse(op string, items []*item, ep *endpoint, aerr *attemptErr
 		}
 		if aerr.body.Item != nil {
 			rej.Item = *aerr.body.Item
+		} else if items[0].units() == 1 {
+			// The request held one set or job: that is the one at fault.
+			rej.Item = 0
+			if len(items[0].sets) == 1 {
+				rej.ID = items[0].sets[0].ID
+			} else {
+				rej.ID = items[0].jobs[0].ID
+			}
 		}
 		items[0].finish(itemResult{err: rej})
 		return
@@ -738,6 +798,55 @@ func (c *Client) refuse(op string, items []*item, ep *endpoint, aerr *attemptErr
 	go func() { defer wg.Done(); c.send(op, items[:half]) }()
 	go func() { defer wg.Done(); c.send(op, items[half:]) }()
 	wg.Wait()
+}
+
+// splitItem sends the two halves of one caller's work separately (after a
+// 413) and hands the caller the joined results, or the first error.
+func (c *Client) splitItem(op string, it *item) {
+	half := it.units() / 2
+	parts := [2]*item{
+		{ctx: it.ctx, done: make(chan itemResult, 1)},
+		{ctx: it.ctx, done: make(chan itemResult, 1)},
+	}
+	if op == "score" {
+		parts[0].sets, parts[1].sets = it.sets[:half], it.sets[half:]
+	} else {
+		parts[0].jobs, parts[1].jobs = it.jobs[:half], it.jobs[half:]
+	}
+	for _, p := range parts {
+		for _, s := range p.sets {
+			p.tokens += rowsTokens(s)
+		}
+		for _, j := range p.jobs {
+			p.tokens += len(j.Tokens)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.send(op, []*item{p}) }()
+	}
+	wg.Wait()
+	var joined itemResult
+	for k, p := range parts {
+		r := <-p.done
+		if r.err != nil {
+			var rej *RejectedError
+			if errors.As(r.err, &rej) && rej.chunk == p {
+				cp := *rej
+				cp.chunk = it
+				if cp.Item >= 0 {
+					cp.Item += k * half
+				}
+				r.err = &cp
+			}
+			it.finish(itemResult{err: r.err})
+			return
+		}
+		joined.scores = append(joined.scores, r.scores...)
+		joined.graphs = append(joined.graphs, r.graphs...)
+	}
+	it.finish(joined)
 }
 
 func (c *Client) backoff(attempt int) time.Duration {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,7 +212,7 @@ func TestClientFailover(t *testing.T) {
 	closeURL := closer(t)
 
 	c := newClient(t, []string{badURL, closeURL, slowURL, downURL, goodURL},
-		WithRequestTimeout(time.Second),
+		WithRequestTimeout(2*time.Second), // generous: the healthy endpoint must never time out
 		WithRetryPolicy(RetryPolicy{MaxAttempts: 6, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}),
 		WithHealthPolicy(1, 20*time.Millisecond),
 		WithMaxWait(0)) // one request per caller: many requests to spread
@@ -334,23 +336,37 @@ func TestClientSplitsOnTooLarge(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// One set over the limit alone is rejected as too large.
+	// One caller with all 16 sets in one call: split until each part fits.
+	got, err := c.ScoreRows(context.Background(), sets)
+	if err != nil {
+		t.Fatalf("16 sets in one call over a limit of 8 rows: %v", err)
+	}
+	equalScores(t, "one caller split", got, want)
+	// One set over the limit alone is rejected as too large, with its index.
+	withHuge := append([]RowSet(nil), sets[:5]...)
 	huge := RowSet{ID: "huge"}
 	for k := 0; k < 9; k++ {
 		huge.Rows = append(huge.Rows, sets[0].Rows[0])
 	}
-	_, err := c.ScoreRows(context.Background(), []RowSet{huge})
-	if rej, ok := asRejected(err); !ok || rej.Code != CodeTooLarge {
-		t.Fatalf("9 rows over a limit of 8: %v, want too_large rejection", err)
+	withHuge = append(withHuge, huge)
+	_, err = c.ScoreRows(context.Background(), withHuge)
+	if rej, ok := asRejected(err); !ok || rej.Code != CodeTooLarge || rej.Item != 5 || rej.ID != "huge" {
+		t.Fatalf("9 rows over a limit of 8: %v, want too_large rejection of item 5", err)
 	}
 }
 
 func TestClientHonoursContext(t *testing.T) {
-	finished := make(chan struct{})
+	finished := make(chan struct{}) // closed when the server answers
+	abandoned := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer close(finished)
-		time.Sleep(2 * time.Second)
-		w.WriteHeader(500)
+		io.ReadAll(r.Body) // lets the server notice the client leaving
+		select {
+		case <-time.After(5 * time.Second):
+			close(finished)
+			w.WriteHeader(500)
+		case <-r.Context().Done():
+			close(abandoned)
+		}
 	})
 	url, _ := serveHandler(t, h)
 	c := newClient(t, []string{url})
@@ -362,8 +378,14 @@ func TestClientHonoursContext(t *testing.T) {
 	}
 	select {
 	case <-finished:
-		t.Fatal("the caller returned only after the server finished")
+		t.Fatal("the caller returned only after the server answered")
 	default:
+	}
+	// With its only caller gone the request itself is cancelled.
+	select {
+	case <-abandoned:
+	case <-finished:
+		t.Fatal("the request ran to its end although its caller had gone")
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
@@ -377,11 +399,14 @@ func TestClientHonoursContext(t *testing.T) {
 }
 
 func TestClientInfoRequiresOneModel(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "other-model") // Load names the model after its folder
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := model.WriteTiny(dir); err != nil {
 		t.Fatal(err)
 	}
-	other, err := model.Load(dir, model.WithName("other-model"))
+	other, err := model.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,5 +423,66 @@ func TestClientInfoRequiresOneModel(t *testing.T) {
 	_, err = newClient(t, []string{a, o}).Info(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "different models") {
 		t.Fatalf("two models: %v, want an error", err)
+	}
+}
+
+func TestServerGracefulShutdown(t *testing.T) {
+	block := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	srv := NewServer(&gatedScorer{Scorer: NewLocal(tiny()), gate: block, entered: entered})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	c := newClient(t, []string{url}, WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
+	sets := makeSets(50, 1, 1)
+	want := expectedScores(t, sets)
+	result := make(chan error, 1)
+	go func() {
+		got, err := c.ScoreRows(context.Background(), sets)
+		if err == nil {
+			equalScores(t, "request in flight during shutdown", got, want)
+		}
+		result <- err
+	}()
+	<-entered
+	cancel() // shutdown starts while the request is in flight
+	waitFor(t, "the server to start draining", func() bool { return srv.draining.Load() })
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v before the in-flight request finished", err)
+	default:
+	}
+	close(block)
+	if err := <-result; err != nil {
+		t.Fatalf("in-flight request: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after graceful shutdown: %v", err)
+	}
+	if _, err := http.Get(url + PathHealth); err == nil {
+		t.Fatal("server still answers after shutdown")
+	}
+}
+
+func TestClientGivesUpAfterRetryLimit(t *testing.T) {
+	bad := &flaky{h: http.NotFoundHandler()}
+	bad.broken.Store(true)
+	url, _ := serveHandler(t, bad)
+	c := newClient(t, []string{url, closer(t)},
+		WithRetryPolicy(RetryPolicy{MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}))
+	_, err := c.ScoreRows(context.Background(), makeSets(1, 1, 1))
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("all endpoints failing: %v, want ErrUnavailable", err)
+	}
+	if _, ok := asRejected(err); ok {
+		t.Fatal("an outage reported as a rejection of the input")
+	}
+	if st := c.Stats(); st.Requests != 3 || st.Retries != 2 {
+		t.Fatalf("stats %+v, want 3 attempts and 2 retries", st)
 	}
 }

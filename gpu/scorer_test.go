@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestTokensWireFormat(t *testing.T) {
@@ -185,7 +189,8 @@ func TestClientMatchesLocalAndModel(t *testing.T) {
 func TestClientCoalescesConcurrentCallers(t *testing.T) {
 	cnt := &counter{h: NewServer(NewLocal(tiny())).Handler()}
 	url, _ := serveHandler(t, cnt)
-	c := newClient(t, []string{url})
+	reg := prometheus.NewRegistry()
+	c := newClient(t, []string{url}, WithRegisterer(reg))
 	const callers = 50
 	sets := makeSets(8, callers, 5)
 	want := expectedScores(t, sets)
@@ -226,16 +231,41 @@ func TestClientCoalescesConcurrentCallers(t *testing.T) {
 		t.Fatalf("%d attention callers made %d requests; want fewer requests than callers", callers, n)
 	}
 	t.Logf("score: %d callers in %d requests; attention: %d callers in %d requests", callers, cnt.score.Load(), callers, cnt.attention.Load())
+	// The client's metrics saw the same requests.
+	n := cnt.score.Load()
+	if got := testutil.ToFloat64(c.metrics.requests.WithLabelValues(url, "score")); got != float64(n) {
+		t.Errorf("creditflow_scorer_requests_total{op=score} = %v, server saw %d", got, n)
+	}
+	if got := testutil.CollectAndCount(reg, "creditflow_scorer_request_duration_seconds"); got != 2 {
+		t.Errorf("request duration series: %d, want 2 (score and attention on one endpoint)", got)
+	}
+	fwd := testutil.ToFloat64(c.metrics.forwarded)
+	rbr := testutil.ToFloat64(c.metrics.rowByRow)
+	if fwd <= 0 || fwd >= rbr {
+		t.Errorf("tokens forwarded %v, row by row %v: want 0 < forwarded < row by row", fwd, rbr)
+	}
+	var rowByRow int
+	for _, s := range sets {
+		rowByRow += rowsTokens(s)
+	}
+	if rbr != float64(rowByRow) {
+		t.Errorf("row-by-row tokens %v, want %d", rbr, rowByRow)
+	}
+	if got := testutil.ToFloat64(c.metrics.inFlight.WithLabelValues(url)); got != 0 {
+		t.Errorf("in-flight gauge %v after all calls returned", got)
+	}
 }
 
 func TestServerMetricsAndHealth(t *testing.T) {
-	url, _ := serveScorer(t, NewServer(NewLocal(tiny()), WithServerToken("s3cret")))
+	reg := prometheus.NewRegistry()
+	url, _ := serveScorer(t, NewServer(NewLocal(tiny(), WithLocalRegisterer(reg)), WithServerToken("s3cret"), WithServerRegistry(reg)))
 	c := newClient(t, []string{url}, WithBearerToken("s3cret"))
 	if _, err := c.ScoreRows(context.Background(), makeSets(1, 2, 2)); err != nil {
 		t.Fatal(err)
 	}
 	body := httpGet(t, url+PathMetrics, 200)
-	for _, want := range []string{`creditflow_scorer_server_requests_total{op="score",status="200"} 1`, "creditflow_scorer_server_request_duration_seconds_bucket"} {
+	for _, want := range []string{`creditflow_scorer_server_requests_total{op="score",status="200"} 1`, "creditflow_scorer_server_request_duration_seconds_bucket",
+		"creditflow_scorer_local_tokens_forwarded_total", `creditflow_scorer_server_items_total{op="score"} 2`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -244,4 +274,72 @@ func TestServerMetricsAndHealth(t *testing.T) {
 		t.Error("/metrics shows the token")
 	}
 	httpGet(t, url+PathHealth, 200)
+}
+
+// shortModel is the tiny model with its context cut to n tokens, so that
+// rows get truncated.
+func shortModel(t *testing.T, n int) *model.Model {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny-short")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := model.WriteTiny(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["max_position_embeddings"] = n
+	b, _ = json.Marshal(cfg)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Info().MaxContext != n {
+		t.Fatalf("max context %d, want %d", m.Info().MaxContext, n)
+	}
+	return m
+}
+
+func TestTruncationsPerSet(t *testing.T) {
+	m := shortModel(t, 120)
+	sets := makeSets(40, 10, 2)
+	want := make([]RowScores, len(sets))
+	total := 0
+	for i, s := range sets {
+		sc, u, err := m.ScoreRows(s.Rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = RowScores{Scores: sc, Truncations: int(u.Truncations)}
+		total += want[i].Truncations
+	}
+	if total == 0 {
+		t.Fatal("no row was long enough to be truncated; the test needs some")
+	}
+	local := NewLocal(m)
+	got, usage, err := local.ScoreRowsUsage(context.Background(), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "Local with truncation", got, want)
+	if usage.Truncations != int64(total) {
+		t.Fatalf("usage truncations %d, want %d", usage.Truncations, total)
+	}
+	url, _ := serveScorer(t, NewServer(local))
+	got, err = newClient(t, []string{url}).ScoreRows(context.Background(), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "client with truncation", got, want)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"strconv"
@@ -228,6 +229,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		TLSConfig:         s.cfg.tlsConfig,
+		ErrorLog:          stdlog.New(s.cfg.log.With().Str("source", "net/http").Logger(), "", 0),
 	}
 	tlsOn := s.cfg.tlsConfig != nil || s.cfg.certFile != ""
 	s.cfg.log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsOn).

@@ -180,7 +180,11 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 		if m.Topic == "" {
 			return fmt.Errorf("producers: message %d has no topic", i)
 		}
-		if size := int64(len(m.Key) + len(m.Value) + 64); size > p.cfg.BatchBytes {
+		size := int64(len(m.Key) + len(m.Value) + 64)
+		for _, h := range m.Headers {
+			size += int64(len(h.Key) + len(h.Value) + 8)
+		}
+		if size > p.cfg.BatchBytes {
 			return fmt.Errorf("producers: message %d to %s is %d bytes, over the batch limit of %d bytes: split the record or raise BatchBytes (and the broker's message.max.bytes)", i, m.Topic, size, p.cfg.BatchBytes)
 		}
 		km[i] = kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Value}

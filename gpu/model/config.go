@@ -10,25 +10,24 @@ import (
 
 // config is the part of a Hugging Face config.json the network needs.
 type config struct {
-	Architecture      string
-	Hidden            int
-	Layers            int
-	Heads             int
-	KVHeads           int
-	HeadDim           int
-	Intermediate      int
-	Vocab             int
-	MaxPositions      int
-	RMSNormEps        float64
-	RopeTheta         float64
-	TieEmbeddings     bool
-	AttentionBias     bool // Llama attention_bias: q, k, v and o biases
-	QKVBias           bool // Qwen2: q, k, v biases only
-	QKNorm            bool // Qwen3: per-head RMSNorm on q and k before RoPE
-	MLPBias           bool // Llama mlp_bias
-	MaxContext        int  // max_position_embeddings, capped by an active sliding window
-	invFreq           []float32
-	ropeScalingSource string
+	Architecture  string
+	Hidden        int
+	Layers        int
+	Heads         int
+	KVHeads       int
+	HeadDim       int
+	Intermediate  int
+	Vocab         int
+	MaxPositions  int
+	RMSNormEps    float64
+	RopeTheta     float64
+	TieEmbeddings bool
+	AttentionBias bool // Llama attention_bias: q, k, v and o biases
+	QKVBias       bool // Qwen2: q, k, v biases only
+	QKNorm        bool // Qwen3: per-head RMSNorm on q and k before RoPE
+	MLPBias       bool // Llama mlp_bias
+	MaxContext    int  // max_position_embeddings, capped by an active sliding window
+	invFreq       []float32
 }
 
 type hfConfig struct {
@@ -86,7 +85,7 @@ func (h *hfConfig) toConfig() (*config, error) {
 		MaxPositions:  h.MaxPositionEmbeddings,
 		RMSNormEps:    1e-6,
 		RopeTheta:     10000,
-		TieEmbeddings: true,
+		TieEmbeddings: false, // LlamaConfig, Qwen2Config and Qwen3Config default
 		MLPBias:       h.MLPBias,
 	}
 	switch c.Architecture {
@@ -230,7 +229,6 @@ func (c *config) setRope(scaling map[string]any) error {
 		return fmt.Errorf("field \"rope_scaling\": rope_type %q is not supported (want default, linear or llama3)", typ)
 	}
 	c.invFreq = inv
-	c.ropeScalingSource = typ
 	return nil
 }
 

@@ -3,4 +3,50 @@
 // checkpoints (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) or builds
 // a tiny deterministic model, scores LAPO rows with shared-prefix reuse and
 // computes AttnSR step graphs blockwise.
+//
+// # Guarantees
+//
+//   - Numerics follow the Hugging Face modeling code in float32: RMSNorm
+//     (x·rsqrt(mean(x²)+eps)·w, mean accumulated in float64), rotary
+//     embeddings in the rotate_half convention with inverse frequencies
+//     computed as Hugging Face does (default, linear and llama3 rope_scaling),
+//     grouped-query attention with a float32 softmax (float64 normalizer),
+//     SwiGLU MLP, final norm, tied or untied LM head, Qwen2 q/k/v biases,
+//     Llama attention_bias and mlp_bias, Qwen3 per-head q/k RMSNorm.
+//     Log-probabilities use a float64 log-sum-exp. The tests compare against
+//     an independent float64 implementation and, when PyTorch is installed,
+//     an independent PyTorch one (testdata/llama_ref.py).
+//   - ScoreRows equals ScoreRowsNaive exactly (bit for bit): the work done for
+//     one position depends only on its token, its position and the cached keys
+//     and values, never on how sequences were split or shared.
+//   - StepGraphs never holds an N×N matrix: queries are handled in blocks of
+//     QueryBlock tokens with O(N) probabilities per worker; it equals
+//     StepGraphsDense within 1e-5.
+//   - A *Model is immutable and safe for concurrent use; each call allocates
+//     its own key/value cache and uses up to GOMAXPROCS goroutines.
+//   - Bad input (token ids outside the vocabulary, bad spans or step ranges,
+//     unknown layers, malformed or truncated safetensors, unsupported config
+//     fields) gives an error that names the row, step, file, tensor or field;
+//     nothing panics on input.
+//
+// # Cost
+//
+// ScoreRows builds a prefix trie over every row's full sequence
+// (context+target) and forwards each trie edge once on top of its parent's
+// key/value cache (a depth-first walk that truncates one cache), so the T+1
+// backward rows of a trajectory forward the shared prefix once
+// (Usage.TokensForwarded versus Usage.TokensRowByRow). The last layer runs
+// attention and MLP only at the positions whose next token is scored, and the
+// LM head only there. StepGraphs runs the layers up to the deepest requested
+// one and stops.
+//
+// # The tiny model
+//
+// Tiny() is a 2-layer Llama (hidden 64, 2 query heads sharing 1 KV head, head_dim
+// 16, SwiGLU 128, max_position_embeddings 32768) over a byte-level vocabulary
+// of 260 ids (bytes, TinyBOS, TinyEOS, TinyPad, TinyDelete = "[DELETE]"),
+// with weights from a fixed-seed splitmix64 generator: identical on every
+// machine. WriteTiny writes it as a Hugging Face folder that Load reads back
+// to the same numbers, for other implementations (such as the GPU scorer) to
+// test against.
 package model

@@ -186,8 +186,8 @@ func (m *Model) forward(c *kvCache, toks []int32, o fwdOpts) [][]float32 {
 		}
 		parallelFor(na, na*(pos0+T)*HD*2, func(w, lo, hi int) {
 			sc := attnScratch[w]
-			if cap(sc) < pos0+T {
-				sc = make([]float32, pos0+T)
+			if cap(sc) < group*(pos0+T) {
+				sc = make([]float32, group*(pos0+T))
 				attnScratch[w] = sc
 			}
 			ms := mlpScratch[w]
@@ -198,9 +198,9 @@ func (m *Model) forward(c *kvCache, toks []int32, o fwdOpts) [][]float32 {
 				p := pos0 + t
 				qt := q[t*HD : (t+1)*HD]
 				at := attn[t*HD : (t+1)*HD]
-				for h := 0; h < cfg.Heads; h++ {
-					g := h / group
-					attendOne(at[h*D:(h+1)*D], qt[h*D:(h+1)*D], c.k[l][g][:(p+1)*D], c.v[l][g][:(p+1)*D], sc[:p+1], scale)
+				for g := 0; g < cfg.KVHeads; g++ {
+					hs := g * group * D
+					attendGroup(at[hs:hs+group*D], qt[hs:hs+group*D], c.k[l][g][:(p+1)*D], c.v[l][g][:(p+1)*D], sc[:group*(p+1)], group, scale)
 				}
 				xt := x[t*H : (t+1)*H]
 				ob := ms[2*I : 2*I+H]
@@ -255,12 +255,14 @@ func attendOne(out, q, keys, vals, s []float32, scale float32) {
 		sum += float64(e)
 	}
 	inv := 1 / sum
+	for j := 0; j < n; j++ {
+		s[j] = float32(float64(s[j]) * inv)
+	}
 	for i := range out {
 		out[i] = 0
 	}
 	for j := 0; j < n; j++ {
-		p := float32(float64(s[j]) * inv)
-		axpy(out, p, vals[j*D:(j+1)*D])
+		axpy(out, s[j], vals[j*D:(j+1)*D])
 	}
 }
 
@@ -348,10 +350,11 @@ func dot(a, b []float32) float32 {
 	var s0, s1, s2, s3 float32
 	i := 0
 	for ; i+4 <= n; i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
+		aa, bb := (*[4]float32)(a[i:i+4]), (*[4]float32)(b[i:i+4])
+		s0 += aa[0] * bb[0]
+		s1 += aa[1] * bb[1]
+		s2 += aa[2] * bb[2]
+		s3 += aa[3] * bb[3]
 	}
 	for ; i < n; i++ {
 		s0 += a[i] * b[i]
@@ -468,4 +471,59 @@ func parallelFor(n, work int, fn func(w, lo, hi int)) {
 		}(w)
 	}
 	wg.Wait()
+}
+
+// attendGroup is attendOne for the query heads that share one KV head: it
+// computes their scores in one pass over the keys. Each head's arithmetic is
+// exactly attendOne's.
+func attendGroup(out, q, keys, vals, s []float32, heads int, scale float32) {
+	D := len(q) / heads
+	n := len(s) / heads
+	if heads != 2 {
+		for h := 0; h < heads; h++ {
+			attendOne(out[h*D:(h+1)*D], q[h*D:(h+1)*D], keys, vals, s[h*n:(h+1)*n], scale)
+		}
+		return
+	}
+	q0, q1 := q[:D], q[D:2*D]
+	s0, s1 := s[:n], s[n:2*n]
+	mx0, mx1 := float32(math.Inf(-1)), float32(math.Inf(-1))
+	for j := 0; j < n; j++ {
+		k := keys[j*D : (j+1)*D]
+		v0 := dot(q0, k) * scale
+		v1 := dot(q1, k) * scale
+		s0[j], s1[j] = v0, v1
+		if v0 > mx0 {
+			mx0 = v0
+		}
+		if v1 > mx1 {
+			mx1 = v1
+		}
+	}
+	for h, sh := range [][]float32{s0, s1} {
+		mx := mx0
+		if h == 1 {
+			mx = mx1
+		}
+		var sum float64
+		for j := 0; j < n; j++ {
+			e := expNeg(sh[j] - mx)
+			sh[j] = e
+			sum += float64(e)
+		}
+		inv := 1 / sum
+		for j := 0; j < n; j++ {
+			sh[j] = float32(float64(sh[j]) * inv)
+		}
+		o := out[h*D : (h+1)*D]
+		for i := range o {
+			o[i] = 0
+		}
+	}
+	o0, o1 := out[:D], out[D:2*D]
+	for j := 0; j < n; j++ {
+		v := vals[j*D : (j+1)*D]
+		axpy(o0, s0[j], v)
+		axpy(o1, s1[j], v)
+	}
 }

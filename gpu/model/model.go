@@ -34,7 +34,7 @@ type Model struct {
 	lmHead      []float32 // [vocab][hidden]; aliases embed when tied
 }
 
-// Option configures Load.
+// Option configures LoadWith.
 type Option func(*loadOptions)
 
 type loadOptions struct {
@@ -67,7 +67,12 @@ func (m *Model) Info() Info {
 // Load reads a Hugging Face model folder: config.json plus one or more
 // *.safetensors files (F32, F16 or BF16; an index file is not needed). It
 // returns an error naming the field, file or tensor for anything it cannot use.
-func Load(dir string, opts ...Option) (*Model, error) {
+// The placeholder ids come from "[DELETE]" in the folder's tokenizer.json when
+// it is one token there; LoadWith sets them explicitly.
+func Load(dir string) (*Model, error) { return LoadWith(dir) }
+
+// LoadWith is Load with options.
+func LoadWith(dir string, opts ...Option) (*Model, error) {
 	var o loadOptions
 	for _, f := range opts {
 		f(&o)
@@ -201,8 +206,8 @@ func tinyConfig() *config {
 		Architectures:         []string{"LlamaForCausalLM"},
 		HiddenSize:            64,
 		NumHiddenLayers:       2,
-		NumAttentionHeads:     4,
-		NumKeyValueHeads:      ptr(2),
+		NumAttentionHeads:     2,
+		NumKeyValueHeads:      ptr(1),
 		HeadDim:               ptr(16),
 		IntermediateSize:      128,
 		VocabSize:             TinyVocab,
@@ -309,8 +314,8 @@ func fromTensors(cfg *config, ts []stTensor) (*Model, error) {
 	return build(cfg, get, has)
 }
 
-// Tiny returns the built-in tiny model: a 2-layer Llama (hidden 64, 4 query
-// heads, 2 KV heads, head_dim 16, SwiGLU 128) over a byte-level vocabulary
+// Tiny returns the built-in tiny model: a 2-layer Llama (hidden 64, 2 query
+// heads sharing 1 KV head, head_dim 16, SwiGLU 128) over a byte-level vocabulary
 // (ids 0..255 are bytes, then TinyBOS, TinyEOS, TinyPad and TinyDelete, the
 // "[DELETE]" placeholder), with weights drawn from a fixed seed: the same
 // numbers on every machine. Use TinyTokens to turn text into its ids.

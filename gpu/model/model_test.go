@@ -15,6 +15,7 @@ var archs = []testArch{
 	{arch: "LlamaForCausalLM"},
 	{arch: "LlamaForCausalLM", tied: true},
 	{arch: "LlamaForCausalLM", attnBias: true},
+	{arch: "LlamaForCausalLM", mlpBias: true},
 	{arch: "Qwen2ForCausalLM", tied: true},
 	{arch: "Qwen3ForCausalLM", headDim: 6}, // head_dim differs from hidden/heads
 }
@@ -26,6 +27,9 @@ func archName(a testArch) string {
 	}
 	if a.attnBias {
 		s += "/bias"
+	}
+	if a.mlpBias {
+		s += "/mlpbias"
 	}
 	return s
 }
@@ -114,6 +118,7 @@ func TestBiasAndNormWeightsMatter(t *testing.T) {
 		{testArch{arch: "Qwen2ForCausalLM"}, "model.layers.0.self_attn.k_proj.bias"},
 		{testArch{arch: "Qwen2ForCausalLM"}, "model.layers.1.self_attn.v_proj.bias"},
 		{testArch{arch: "LlamaForCausalLM", attnBias: true}, "model.layers.0.self_attn.o_proj.bias"},
+		{testArch{arch: "LlamaForCausalLM", mlpBias: true}, "model.layers.1.mlp.up_proj.bias"},
 		{testArch{arch: "Qwen3ForCausalLM", headDim: 6}, "model.layers.0.self_attn.q_norm.weight"},
 		{testArch{arch: "Qwen3ForCausalLM", headDim: 6}, "model.layers.1.self_attn.k_norm.weight"},
 	} {
@@ -347,6 +352,13 @@ func TestWriteTinyLoadsSameNumbers(t *testing.T) {
 	if got := m.Info().PlaceholderIDs; len(got) != 1 || got[0] != TinyDelete {
 		t.Fatalf("placeholder from tokenizer.json: %v", got)
 	}
+	mo, err := LoadWith(dir, WithPlaceholderIDs([]int32{91, 68}), WithName("tiny-copy"))
+	if err != nil || mo.Info().Name != "tiny-copy" || len(mo.Info().PlaceholderIDs) != 2 || mo.Info().PlaceholderIDs[1] != 68 {
+		t.Fatalf("LoadWith: %v %+v", err, mo)
+	}
+	if _, err := LoadWith(dir, WithPlaceholderIDs([]int32{TinyVocab})); err == nil || !strings.Contains(err.Error(), "placeholder") {
+		t.Fatalf("placeholder outside the vocabulary: %v", err)
+	}
 	r := rand.New(rand.NewPCG(5, 5))
 	rows := searchRows(r, 256, TinyDelete)
 	a, _, _ := Tiny().ScoreRows(rows)
@@ -479,7 +491,7 @@ func TestMalformedSafetensors(t *testing.T) {
 		"unknown dtype":     {withHeader(strings.Replace(header, `"F32"`, `"F17"`, 1)), []string{"unknown dtype", "F17"}},
 		"missing tensor":    {withHeader(strings.Replace(header, `"model.norm.weight"`, `"model.nrm.weight"`, 1)), []string{"model.norm.weight", "missing"}},
 		"bad offsets":       {withHeader(strings.Replace(header, `"data_offsets":[0,`, `"data_offsets":[4,`, 1)), []string{"data_offsets"}},
-		"wrong shape":       {withHeader(strings.Replace(header, `"shape":[13,8]`, `"shape":[8,13]`, 1)), []string{"lm_head.weight", "shape"}},
+		"wrong shape":       {withHeader(strings.Replace(header, `"shape":[13,16]`, `"shape":[16,13]`, 1)), []string{"lm_head.weight", "shape"}},
 		"int dtype as data": {withHeader(strings.Replace(header, `"model.norm.weight":{"dtype":"F32"`, `"model.norm.weight":{"dtype":"I32"`, 1)), []string{"model.norm.weight", "I32"}},
 	}
 	for name, c := range cases {
@@ -556,5 +568,112 @@ func TestExpNeg(t *testing.T) {
 	}
 	if expNeg(0) != 1 || expNeg(-100) != 0 {
 		t.Fatalf("expNeg(0) = %v, expNeg(-100) = %v", expNeg(0), expNeg(-100))
+	}
+}
+
+// One model serves many goroutines at once with the same results.
+func TestConcurrentUse(t *testing.T) {
+	m := Tiny()
+	r := rand.New(rand.NewPCG(9, 9))
+	rows := searchRows(r, 256, TinyDelete)
+	steps, n := trajectorySteps(r, 10, 5, 12, 12, func(int) bool { return true })
+	toks := randTokens(r, n, 256)
+	want, _, _ := m.ScoreRows(rows)
+	wantG, _ := m.StepGraphs(toks, steps, []int{0, 1})
+	errs := make(chan string, 16)
+	done := make(chan struct{})
+	for g := 0; g < 6; g++ {
+		go func(g int) {
+			defer func() { done <- struct{}{} }()
+			if g%2 == 0 {
+				got, _, err := m.ScoreRows(rows)
+				if err != nil || got[1] != want[1] || got[len(got)-1] != want[len(want)-1] {
+					errs <- "ScoreRows differs under concurrency"
+				}
+				return
+			}
+			got, err := m.StepGraphs(toks, steps, []int{0, 1})
+			if err != nil || maxDiff(got[1].AA, wantG[1].AA) != 0 {
+				errs <- "StepGraphs differs under concurrency"
+			}
+		}(g)
+	}
+	for g := 0; g < 6; g++ {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+// llama3 rope scaling: high frequencies unchanged, low ones divided by the
+// factor, the band between interpolated (Llama 3.1 parameters).
+func TestLlama3RopeScaling(t *testing.T) {
+	base := &config{HeadDim: 128, RopeTheta: 500000}
+	if err := base.setRope(nil); err != nil {
+		t.Fatal(err)
+	}
+	c := &config{HeadDim: 128, RopeTheta: 500000}
+	err := c.setRope(map[string]any{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hi, lo, mid int
+	for i, f := range base.invFreq {
+		wave := 2 * math.Pi / float64(f)
+		g := float64(c.invFreq[i])
+		switch {
+		case wave < 8192/4.0:
+			hi++
+			if g != float64(f) {
+				t.Errorf("i=%d: high frequency changed %v → %v", i, f, g)
+			}
+		case wave > 8192:
+			lo++
+			if math.Abs(g-float64(f)/8) > 1e-6*float64(f) {
+				t.Errorf("i=%d: low frequency %v → %v, want /8", i, f, g)
+			}
+		default:
+			mid++
+			if !(g < float64(f) && g > float64(f)/8) {
+				t.Errorf("i=%d: medium frequency %v → %v not interpolated", i, f, g)
+			}
+		}
+	}
+	if hi == 0 || lo == 0 || mid == 0 {
+		t.Fatalf("bands hi=%d mid=%d lo=%d", hi, mid, lo)
+	}
+	lin := &config{HeadDim: 8, RopeTheta: 10000}
+	lin.setRope(map[string]any{"type": "linear", "factor": 2.0})
+	if lin.invFreq[0] != 0.5 {
+		t.Fatalf("linear scaling: %v", lin.invFreq)
+	}
+}
+
+// attendGroup gives exactly attendOne's numbers for each head.
+func TestAttendGroupEqualsOne(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, c := range []struct{ heads, d, n int }{{2, 16, 300}, {3, 6, 50}, {2, 4, 1}, {1, 16, 20}} {
+		q := make([]float32, c.heads*c.d)
+		k := make([]float32, c.n*c.d)
+		v := make([]float32, c.n*c.d)
+		for _, a := range [][]float32{q, k, v} {
+			for i := range a {
+				a[i] = float32(r.NormFloat64())
+			}
+		}
+		want := make([]float32, len(q))
+		got := make([]float32, len(q))
+		s := make([]float32, c.heads*c.n)
+		for h := 0; h < c.heads; h++ {
+			attendOne(want[h*c.d:(h+1)*c.d], q[h*c.d:(h+1)*c.d], k, v, s[:c.n], 0.3)
+		}
+		attendGroup(got, q, k, v, s, c.heads, 0.3)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%+v: element %d: %v, want %v", c, i, got[i], want[i])
+			}
+		}
 	}
 }

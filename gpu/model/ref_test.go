@@ -185,6 +185,7 @@ type testArch struct {
 	arch     string
 	tied     bool
 	attnBias bool
+	mlpBias  bool
 	headDim  int // 0: hidden/heads
 }
 
@@ -194,17 +195,18 @@ func testModel(t testing.TB, a testArch, seed uint64) (*config, []stTensor, *Mod
 	t.Helper()
 	h := &hfConfig{
 		Architectures:         []string{a.arch},
-		HiddenSize:            8,
+		HiddenSize:            16,
 		NumHiddenLayers:       2,
 		NumAttentionHeads:     4,
 		NumKeyValueHeads:      ptr(2),
-		IntermediateSize:      12,
+		IntermediateSize:      24,
 		VocabSize:             13,
 		MaxPositionEmbeddings: 64,
 		RMSNormEps:            ptr(1e-5),
 		RopeTheta:             ptr(100.0),
 		TieWordEmbeddings:     ptr(a.tied),
 		AttentionBias:         a.attnBias,
+		MLPBias:               a.mlpBias,
 	}
 	if a.headDim > 0 {
 		h.HeadDim = ptr(a.headDim)
@@ -261,6 +263,11 @@ func randomTensors(cfg *config, seed uint64) []stTensor {
 		add(p+"mlp.gate_proj.weight", 0, 0.6, cfg.Intermediate, H)
 		add(p+"mlp.up_proj.weight", 0, 0.6, cfg.Intermediate, H)
 		add(p+"mlp.down_proj.weight", 0, 0.5, H, cfg.Intermediate)
+		if cfg.MLPBias {
+			add(p+"mlp.gate_proj.bias", 0, 0.5, cfg.Intermediate)
+			add(p+"mlp.up_proj.bias", 0, 0.5, cfg.Intermediate)
+			add(p+"mlp.down_proj.bias", 0, 0.5, H)
+		}
 	}
 	add("model.norm.weight", 1, 0.3, H)
 	if !cfg.TieEmbeddings {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,14 +288,22 @@ func postJSON(t *testing.T, url, token string, body any, out any) int {
 	return resp.StatusCode
 }
 
-func TestTinyMatchesReference(t *testing.T) {
-	dir := t.TempDir()
+// TestPodMatchesReference starts one pod on the tiny model and checks it
+// against the Go reference scorer, then hot-loads Qwen2 and Qwen3 checkpoints
+// into the same pod (one start: importing torch is slow on small machines).
+func TestPodMatchesReference(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "tiny")
 	if err := model.WriteTiny(dir); err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Now()
 	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3")
-	t.Logf("started in %v", time.Since(t0))
+	t.Run("tiny", func(t *testing.T) { testTiny(t, p) })
+	t.Run("hot-load", func(t *testing.T) { testHotLoad(t, p, root) })
+}
+
+// testTiny compares scores, usage, step graphs and errors with the reference.
+func testTiny(t *testing.T, p *pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	ref := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(3))
@@ -322,7 +329,6 @@ func TestTinyMatchesReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareScores(t, "tiny", got, exp, 1e-4)
-	t.Logf("scored at %v", time.Since(t0))
 
 	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
 	var resp gpu.ScoreResponse
@@ -359,7 +365,6 @@ func TestTinyMatchesReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareGraphs(t, "tiny", gg, eg, 1e-5)
-	t.Logf("graphs at %v", time.Since(t0))
 
 	// Invalid input is rejected (400, not retried); a wrong token is a status error.
 	bad := []gpu.RowSet{{ID: "bad", Rows: []gpu.Row{{Context: []int32{1, 2}, Target: []int32{3, 999}, Span: [2]int{0, 2}}}}}
@@ -493,16 +498,10 @@ func writeQwen(t *testing.T, dir, arch string, seed int64) {
 	}
 }
 
-// TestHotLoadQwenCheckpoints starts the pod on the tiny model, hot-loads a
-// Qwen2 and then a Qwen3 checkpoint through POST /v1/admin/load, and checks
-// the policy version it reports and its numbers against the Go reference.
-func TestHotLoadQwenCheckpoints(t *testing.T) {
-	root := t.TempDir()
-	tiny := filepath.Join(root, "tiny")
-	if err := model.WriteTiny(tiny); err != nil {
-		t.Fatal(err)
-	}
-	p := startPod(t, tiny, "--name", "policy")
+// testHotLoad hot-loads a Qwen2 and then a Qwen3 checkpoint through POST
+// /v1/admin/load and checks the policy version the pod reports and its
+// numbers against the Go reference on the same checkpoints.
+func testHotLoad(t *testing.T, p *pod, root string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	for i, arch := range []string{"Qwen2ForCausalLM", "Qwen3ForCausalLM"} {
@@ -514,10 +513,10 @@ func TestHotLoadQwenCheckpoints(t *testing.T) {
 			if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": dir, "policy_version": version}, &info); st != 200 {
 				t.Fatalf("admin load: status %d, %+v", st, info)
 			}
-			if info.PolicyVersion != version || info.Architecture != arch || info.VocabSize != 300 || info.Name != "policy" {
+			if info.PolicyVersion != version || info.Architecture != arch || info.VocabSize != 300 || info.Name != "creditflow-tiny" {
 				t.Errorf("after load: info %+v, want policy version %d, %s, vocab 300, name kept", info, version, arch)
 			}
-			m, err := model.Load(dir, model.WithPlaceholderIDs([]int32{299}))
+			m, err := model.LoadWith(dir, model.WithPlaceholderIDs([]int32{299}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -571,10 +570,10 @@ func TestHotLoadQwenCheckpoints(t *testing.T) {
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{"creditflow_scorer_pod_policy_version 11", `creditflow_scorer_pod_model_loads_total{result="ok"} 3`,
-		`creditflow_scorer_pod_model_loads_total{result="error"} 1`} {
+		`creditflow_scorer_pod_model_loads_total{result="error"} 1`, `creditflow_scorer_server_requests_total{op="score",status="200"}`,
+		"creditflow_scorer_pod_tokens_forwarded_total "} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	_ = strconv.Itoa
 }

@@ -55,7 +55,8 @@ type Option func(*config) error
 
 // WithAddr sets the listening address of the first broker (default
 // "127.0.0.1:0", any free port). With several brokers, broker i listens on
-// port+i, or on a free port when port is 0.
+// port+i, or on a free port when port is 0. The host is also the address
+// the brokers advertise to clients, so use a concrete address (not 0.0.0.0).
 func WithAddr(addr string) Option {
 	return func(c *config) error {
 		h, p, err := net.SplitHostPort(addr)

@@ -3,9 +3,20 @@ package broker_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -228,4 +239,99 @@ func TestPythonConfluentKafka(t *testing.T) {
 	if n != 5 {
 		t.Fatalf("read %d python records, want 5", n)
 	}
+}
+
+// TestKcatMutualTLS connects kcat with a client certificate to a broker
+// that requires one.
+func TestKcatMutualTLS(t *testing.T) {
+	if _, err := exec.LookPath("kcat"); err != nil {
+		t.Skip("kcat not installed")
+	}
+	dir := t.TempDir()
+	caPEM, serverCert, clientCertPEM, clientKeyPEM := testPKI(t)
+	ca := filepath.Join(dir, "ca.pem")
+	cc := filepath.Join(dir, "client.pem")
+	ck := filepath.Join(dir, "client-key.pem")
+	for f, b := range map[string][]byte{ca: caPEM, cc: clientCertPEM, ck: clientKeyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	b, err := broker.Start(broker.WithTopics(1, "tls"), broker.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bs := strings.Join(b.Addrs(), ",")
+	sec := []string{"-X", "security.protocol=SSL", "-X", "ssl.ca.location=" + ca,
+		"-X", "ssl.certificate.location=" + cc, "-X", "ssl.key.location=" + ck}
+	run(t, "over-tls\n", "kcat", append([]string{"-b", bs, "-P", "-t", "tls"}, sec...)...)
+	if out := run(t, "", "kcat", append([]string{"-b", bs, "-C", "-t", "tls", "-e", "-q"}, sec...)...); strings.TrimSpace(out) != "over-tls" {
+		t.Fatalf("kcat over TLS read %q", out)
+	}
+
+	// TLS and SASL together (SASL_SSL).
+	b2, err := broker.Start(broker.WithTopics(1, "tls"), broker.WithSASL("SCRAM-SHA-256", "svc", "pw"),
+		broker.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	bs2 := strings.Join(b2.Addrs(), ",")
+	sec2 := []string{"-X", "security.protocol=SASL_SSL", "-X", "ssl.ca.location=" + ca,
+		"-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=svc", "-X", "sasl.password=pw"}
+	run(t, "sasl-ssl\n", "kcat", append([]string{"-b", bs2, "-P", "-t", "tls"}, sec2...)...)
+	if out := run(t, "", "kcat", append([]string{"-b", bs2, "-C", "-t", "tls", "-e", "-q"}, sec2...)...); strings.TrimSpace(out) != "sasl-ssl" {
+		t.Fatalf("kcat over SASL_SSL read %q", out)
+	}
+}
+
+// testPKI makes a CA, a server certificate for 127.0.0.1 and a client
+// certificate (PEM).
+func testPKI(t *testing.T) (caPEM []byte, server tls.Certificate, clientCert, clientKey []byte) {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey := newKey()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, server bool) ([]byte, *ecdsa.PrivateKey) {
+		k := newKey()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "leaf"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		if server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, k
+	}
+	sDER, sKey := issue(2, true)
+	cDER, cKey := issue(3, false)
+	kb, err := x509.MarshalECPrivateKey(cKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		tls.Certificate{Certificate: [][]byte{sDER}, PrivateKey: sKey},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }

@@ -35,6 +35,12 @@ func TestStringHidesPassword(t *testing.T) {
 			t.Errorf("description lacks user or mechanism: %s", s)
 		}
 	}
+	// Nested in client configs, too.
+	for _, s := range []string{fmt.Sprintf("%+v", producers.Config{Security: c}), fmt.Sprintf("%v", consumers.Config{Security: c})} {
+		if strings.Contains(s, "hunter2") {
+			t.Fatalf("password leaked through a client config: %s", s)
+		}
+	}
 	if err := (kafkasec.Config{SASLMechanism: "GSSAPI", Username: "x"}).Validate(); err == nil {
 		t.Fatal("unknown mechanism accepted")
 	}

@@ -56,7 +56,7 @@ class Model:
         self.nkv = c.get("num_key_value_heads") or self.nh
         self.hd = c.get("head_dim") or self.h // self.nh
         self.eps = c.get("rms_norm_eps", 1e-6)
-        self.theta = 10000.0
+        self.theta = c.get("rope_theta", 10000.0)
         self.tied = c.get("tie_word_embeddings", True)
         self.w = load_tensors(d)
         if self.tied or "lm_head.weight" not in self.w:

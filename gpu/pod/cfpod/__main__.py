@@ -48,6 +48,9 @@ def parse_args(argv):
     p.add_argument("--shutdown-timeout", type=float, default=float(_env("shutdown_timeout", "30")))
     p.add_argument("--tls-cert", default=_env("tls_cert"))
     p.add_argument("--tls-key", default=_env("tls_key"))
+    p.add_argument("--packing", default=_env("packing"), choices=["walk", "tree"],
+                   help="prefix sharing of LAPO rows: tree (one packed forward per request; default on cuda) "
+                        "or walk (depth-first over the prefix tree; default on cpu)")
     p.add_argument("--threads", type=int, default=int(_env("threads", "0")), help="torch CPU threads (0: torch's default)")
     p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warn", "error"])
     a = p.parse_args(argv)
@@ -61,7 +64,11 @@ def main(argv=None):
     log = Logger(a.log_level)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    dtype = dtype_from_name(a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32"))
+    try:
+        dtype = dtype_from_name(a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32"))
+    except ValueError as e:
+        log.error("cannot start", error=str(e))
+        return 2
     token = _read_secret(a.token_file, "token") if a.token_file else os.environ.get("CREDITFLOW_SCORER_TOKEN", "")
     admin = _read_secret(a.admin_token_file, "admin token") if a.admin_token_file else ""
     ph = [int(x) for x in a.placeholder_ids.split(",") if x.strip()] if a.placeholder_ids else None
@@ -70,7 +77,7 @@ def main(argv=None):
         pod = Pod(a.model, device=a.device, dtype=dtype, token=token, admin_token=admin,
                   policy_version=a.policy_version, name=a.name, placeholder_ids=ph,
                   max_request_bytes=a.max_request_bytes, max_rows=a.max_rows, max_tokens=a.max_tokens,
-                  max_concurrent=a.max_concurrent, log=log)
+                  max_concurrent=a.max_concurrent, log=log, packing=a.packing)
     except (ModelError, OSError) as e:
         log.error("cannot start: model load failed", error=str(e))
         return 2

@@ -291,6 +291,9 @@ class Model:
         self._half = half
         # Fused attention kernels on accelerators; the float32 reference path elsewhere.
         self.use_sdpa = _HAS_SDPA and self.device.type == "cuda"
+        # How score_rows shares prefixes (see there): one packed forward per request on
+        # accelerators, where call count dominates; a depth-first walk on CPU.
+        self.packing = "tree" if self.device.type == "cuda" else "walk"
 
     @classmethod
     def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None):
@@ -355,9 +358,10 @@ class Model:
         rot = torch.cat([-x[..., h:], x[..., :h]], -1)
         return x * cos[:, None, :] + rot * sin[:, None, :]
 
-    def _attend(self, q, K, V, qpos, causal0):
-        """Causal attention of queries q [T, Hq, D] at absolute positions qpos over keys and
-        values [Hkv, S, D]; returns [T, Hq*D]. causal0: the queries are positions 0..S-1."""
+    def _attend(self, q, K, V, allowed, causal0=False):
+        """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D]; returns
+        [T, Hq*D]. allowed(s, e) gives the bool mask [e-s, S] of the keys queries s..e-1 may
+        see; causal0: the queries are positions 0..S-1 of one sequence (plain causal)."""
         c = self.cfg
         T, S = q.shape[0], K.shape[1]
         group = c.heads // c.kv_heads
@@ -369,30 +373,33 @@ class Model:
             if causal0:
                 o = F.scaled_dot_product_attention(qh[None], Kx[None], Vx[None], is_causal=True)[0]
             else:
+                # A masked call may fall back to a kernel that materializes the scores:
+                # bound them to 2^27 values per chunk.
+                step = max(1, (1 << 27) // max(S * c.heads, 1))
                 outs = []
-                step = max(1, (1 << 26) // max(S, 1))
-                keys = torch.arange(S, device=q.device)
                 for s in range(0, T, step):
-                    qp = qpos[s:s + step]
-                    mask = keys[None, :] <= qp[:, None]
-                    outs.append(F.scaled_dot_product_attention(qh[None, :, s:s + step], Kx[None], Vx[None],
-                                                               attn_mask=mask[None, None])[0])
+                    e = min(T, s + step)
+                    outs.append(F.scaled_dot_product_attention(qh[None, :, s:e], Kx[None], Vx[None],
+                                                               attn_mask=allowed(s, e)[None, None])[0])
                 o = torch.cat(outs, 1)
             return o.permute(1, 0, 2).reshape(T, -1)
         # Reference path: float32 scores and softmax, query blocks bound the memory.
         qg = qh.reshape(c.kv_heads, group, T, c.head_dim)
         out = torch.empty(c.kv_heads, group, T, c.head_dim, dtype=self.dtype, device=q.device)
-        keys = torch.arange(S, device=q.device)
         step = max(1, (1 << 24) // max(S * c.heads, 1))
         Kt = K.float().transpose(1, 2)[:, None]  # [Hkv, 1, D, S]
         Vf = V.float()[:, None]
         for s in range(0, T, step):
-            qp = qpos[s:s + step]
-            sc = torch.matmul(qg[:, :, s:s + step].float(), Kt) * scale  # [Hkv, g, b, S]
-            sc.masked_fill_(keys[None, :] > qp[:, None], float("-inf"))
+            e = min(T, s + step)
+            sc = torch.matmul(qg[:, :, s:e].float(), Kt) * scale  # [Hkv, g, b, S]
+            sc.masked_fill_(~allowed(s, e), float("-inf"))
             p = torch.softmax(sc, -1)
-            out[:, :, s:s + step] = torch.matmul(p, Vf).to(self.dtype)
+            out[:, :, s:e] = torch.matmul(p, Vf).to(self.dtype)
         return out.reshape(c.heads, T, c.head_dim).permute(1, 0, 2).reshape(T, -1)
+
+    def _causal(self, qpos, S):
+        keys = torch.arange(S, device=self.device)
+        return lambda s, e: keys[None, :] <= qpos[s:e, None]
 
     @torch.no_grad()
     def forward(self, cache, toks, out_pos=None, layers=None, on_q=None):
@@ -435,8 +442,8 @@ class Model:
                 # wanted positions need the rest of the layer.
                 x, q, qpos, cos, sin = x[out_pos], q[out_pos], pos[out_pos], cos[out_pos], sin[out_pos]
                 out_pos = torch.arange(x.shape[0], device=self.device)
-            a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T], qpos,
-                             pos0 == 0 and q.shape[0] == T)
+            a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T],
+                             self._causal(qpos, pos0 + T), pos0 == 0 and q.shape[0] == T)
             x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
             h = self._rms(x, W["post_attention_layernorm.weight"])
             gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))
@@ -513,16 +520,41 @@ class Model:
         return node
 
     @torch.no_grad()
-    def score_rows(self, rows):
+    def score_rows(self, rows, packing=None, pack_tokens=65536):
         """S for every row (SPEC 2.1): the mean natural-log probability of target[a:b] given
         context and target[:k]. rows: [(context ids, target ids, (a, b))]. Returns
         (scores as floats, Usage). A context longer than max_context - len(target) keeps
-        its rightmost tokens (counted in Usage.truncations)."""
+        its rightmost tokens (counted in Usage.truncations).
+
+        The rows are merged into a radix tree and each distinct prefix is forwarded once:
+        packing "walk" forwards the tree depth-first, one edge at a time on its parent's
+        key/value cache (lean, exact, many small calls: the CPU default); "tree" packs up
+        to pack_tokens tokens of the tree into one sequence with tree positions and an
+        ancestor mask (one forward per pack: the accelerator default). Both forward the
+        same tokens."""
         prep, u = self._prepare(rows)
         if not prep:
             return [], u
         root = self._tree(prep, list(range(len(prep))), 0)
         lp = [[0.0] * (b - a) for (_, _, a, b) in prep]
+        mode = packing or self.packing
+        if mode == "tree":
+            self._score_tree(prep, root, lp, u, pack_tokens)
+        elif mode == "walk":
+            self._score_walk(prep, root, lp, u)
+        else:
+            raise ValueError(f"packing {mode!r} is not supported (want walk or tree)")
+        return [math.fsum(v) / len(v) for v in lp], u
+
+    def _fill(self, lp, outs, hid, where):
+        """log-probs of the scored tokens outs [(row, k, position, token)] from hidden states
+        hid, whose row for an out is where[out]."""
+        sel = torch.tensor(where, dtype=torch.long, device=self.device)
+        tg = torch.tensor([o[3] for o in outs], dtype=torch.long, device=self.device)
+        for (i, k, _, _), v in zip(outs, self._log_probs(hid[sel], tg).tolist()):
+            lp[i][k] = v
+
+    def _score_walk(self, prep, root, lp, u):
         cache = Cache(self, max(len(p[0]) for p in prep), self.cfg.layers)
         stack = [root]
         while stack:  # depth-first; a node's cache prefix is exactly its parent's path
@@ -537,14 +569,101 @@ class Model:
                     where = {p: j for j, p in enumerate(poss)}
                     out_pos = torch.tensor([p - node.start for p in poss], dtype=torch.long, device=self.device)
                     hid = self.forward(cache, toks, out_pos=out_pos)
-                    sel = torch.tensor([where[o[2]] for o in node.outs], dtype=torch.long, device=self.device)
-                    tg = torch.tensor([o[3] for o in node.outs], dtype=torch.long, device=self.device)
-                    for (i, k, _, _), v in zip(node.outs, self._log_probs(hid[sel], tg).tolist()):
-                        lp[i][k] = v
+                    self._fill(lp, node.outs, hid, [where[o[2]] for o in node.outs])
                 else:
                     self.forward(cache, toks)
             stack.extend(reversed(node.children))
-        return [math.fsum(v) / len(v) for v in lp], u
+
+    def _score_tree(self, prep, root, lp, u, pack_tokens):
+        def size(n):
+            return (n.end - n.start) + sum(size(ch) for ch in n.children)
+        packs, cur, n = [], [], 0
+        for ch in root.children:  # subtrees of the root, packed up to pack_tokens
+            sz = size(ch)
+            if cur and n + sz > pack_tokens:
+                packs.append(cur)
+                cur, n = [], 0
+            cur.append(ch)
+            n += sz
+        packs.append(cur)
+        for pack in packs:
+            nodes, parent = [], []  # pre-order: every ancestor before its descendants
+
+            def visit(nd, par, children):
+                if not (nd.outs or nd.children):
+                    return
+                idx = len(nodes)
+                nodes.append(nd)
+                parent.append(par)
+                for ch in children:
+                    visit(ch, idx, ch.children)
+            visit(root, -1, pack)
+            toks, pos, node_of, offset = [], [], [], []
+            for idx, nd in enumerate(nodes):
+                offset.append(len(toks))
+                toks.extend(prep[nd.ref][0][nd.start:nd.end])
+                pos.extend(range(nd.start, nd.end))
+                node_of.extend([idx] * (nd.end - nd.start))
+            if not toks:
+                continue
+            anc = torch.zeros(len(nodes), len(nodes), dtype=torch.bool)
+            for idx in range(len(nodes)):
+                if parent[idx] >= 0:
+                    anc[idx] = anc[parent[idx]]
+                anc[idx, idx] = True
+            outs, out_at = [], []
+            for idx, nd in enumerate(nodes):
+                for o in nd.outs:
+                    outs.append(o)
+                    out_at.append(offset[idx] + o[2] - nd.start)
+            uniq = sorted(set(out_at))
+            where = {p: j for j, p in enumerate(uniq)}
+            hid = self.forward_packed(toks, pos, node_of, anc, uniq)
+            self._fill(lp, outs, hid, [where[p] for p in out_at])
+            u.tokens_forwarded += len(toks)
+
+    @torch.no_grad()
+    def forward_packed(self, toks, pos, node_of, anc, out_idx):
+        """One forward over a packed token tree: token i sits at position pos[i] in node
+        node_of[i] and sees the tokens j <= i whose node is an ancestor of (or is) its own
+        (anc[n, m]: m is an ancestor of n or n itself; ancestors come first). Returns the
+        final-norm hidden states of the packed indices out_idx."""
+        c, dev = self.cfg, self.device
+        U = len(toks)
+        toks_t = torch.tensor(toks, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
+        node_t = torch.tensor(node_of, dtype=torch.long, device=dev)
+        anc_t = anc.to(dev)
+        out_t = torch.tensor(out_idx, dtype=torch.long, device=dev)
+        kidx = torch.arange(U, device=dev)
+        cos, sin = self._rope_tables(pos_t)
+        x = self.embed[toks_t]
+        qidx = kidx
+
+        def allowed(s, e):
+            qi = qidx[s:e]
+            return anc_t[node_t[qi]][:, node_t] & (kidx[None, :] <= qi[:, None])
+        for li in range(c.layers):
+            W = self.layer_w[li]
+            h = self._rms(x, W["input_layernorm.weight"])
+            n = h.shape[0]
+            k = F.linear(h, W["self_attn.k_proj.weight"], W.get("self_attn.k_proj.bias")).view(n, c.kv_heads, c.head_dim)
+            v = F.linear(h, W["self_attn.v_proj.weight"], W.get("self_attn.v_proj.bias")).view(n, c.kv_heads, c.head_dim)
+            q = F.linear(h, W["self_attn.q_proj.weight"], W.get("self_attn.q_proj.bias")).view(n, c.heads, c.head_dim)
+            if c.qk_norm:
+                q = self._rms(q, W["self_attn.q_norm.weight"])
+                k = self._rms(k, W["self_attn.k_norm.weight"])
+            q = self._rope(q, cos, sin)
+            k = self._rope(k, cos, sin)
+            if li == c.layers - 1:  # the last layer only for the wanted positions
+                x, q, qidx = x[out_t], q[out_t], out_t
+            a = self._attend(q, k.permute(1, 0, 2), v.permute(1, 0, 2), allowed)
+            x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
+            h = self._rms(x, W["post_attention_layernorm.weight"])
+            gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))
+            up = F.linear(h, W["mlp.up_proj.weight"], W.get("mlp.up_proj.bias"))
+            x = x + F.linear(F.silu(gt) * up, W["mlp.down_proj.weight"], W.get("mlp.down_proj.bias"))
+        return self._rms(x, self.norm)
 
     @torch.no_grad()
     def score_rows_naive(self, rows):
@@ -631,7 +750,7 @@ class Model:
             for s in range(0, len(qpos), block):
                 pos = qpos_t[s:s + block]
                 B = pos.shape[0]
-                S = int(pos[-1]) + 1  # queries are in increasing order
+                S = qpos[s + B - 1] + 1  # queries are in increasing order
                 qb = q[pos].float().permute(1, 0, 2).reshape(c.kv_heads, group, B, c.head_dim)
                 kb = cache.k[li][:, :S].float().transpose(1, 2)[:, None]  # [Hkv, 1, D, S]
                 sc = torch.matmul(qb, kb) * scale  # [Hkv, g, B, S]

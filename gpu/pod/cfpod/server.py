@@ -99,11 +99,21 @@ def _bad_token(ids, vocab):
     return -1
 
 
-def parse_score_request(req, info):
+def parse_score_request(req, info, limits=None):
     """Decodes and validates a score request (the rules of gpu/errors.go validateSets).
+    limits(rows, tokens) runs after decoding and before validating, as in the Go server.
     Returns [(id, [(context, target, (a, b))])]."""
     if not isinstance(req, dict) or not isinstance(req.get("sets"), list):
         raise bad('score request must be an object with a "sets" list')
+    if limits:
+        n_rows = n_tok = 0
+        for s in req["sets"]:
+            rows = s.get("rows") if isinstance(s, dict) else None
+            for r in rows if isinstance(rows, list) else []:
+                n_rows += 1
+                if isinstance(r, dict):
+                    n_tok += sum(len(x) * 3 // 16 for x in (r.get("context"), r.get("target")) if isinstance(x, str))
+        limits(n_rows, n_tok)
     V, MC = info["vocab_size"], info["max_context"]
     out = []
     for i, s in enumerate(req["sets"]):
@@ -144,17 +154,22 @@ def parse_score_request(req, info):
     return out
 
 
-def parse_attention_request(req, info):
-    """Decodes and validates an attention request (gpu/errors.go validateJobs).
-    Returns [(id, tokens, [((a0, a1), (o0, o1) or None)], layers)]."""
+def parse_attention_request(req, info, limits=None):
+    """Decodes and validates an attention request (gpu/errors.go validateJobs); limits as
+    in parse_score_request. Returns [(id, tokens, [((a0, a1), (o0, o1) or None)], layers)]."""
     if not isinstance(req, dict) or not isinstance(req.get("jobs"), list):
         raise bad('attention request must be an object with a "jobs" list')
+    if limits:
+        limits(len(req["jobs"]), sum(len(j["tokens"]) * 3 // 16 for j in req["jobs"]
+                                     if isinstance(j, dict) and isinstance(j.get("tokens"), str)))
     V, MC, NL = info["vocab_size"], info["max_context"], info["layers"]
     out = []
     for i, jb in enumerate(req["jobs"]):
         if not isinstance(jb, dict):
             raise bad(f"job {i} is not an object", i)
         jid = jb.get("id") or ""
+        if not isinstance(jid, str):
+            raise bad(f"job {i}: id must be a string", i)
         toks = decode_tokens(jb.get("tokens"), f"job {i} tokens")
         n = len(toks)
         if n == 0:
@@ -225,8 +240,8 @@ class Pod:
 
     def __init__(self, model_dir, device="cpu", dtype=torch.float32, token="", admin_token="",
                  policy_version=0, name=None, placeholder_ids=None, max_request_bytes=64 << 20,
-                 max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None):
-        self.device, self.dtype = device, dtype
+                 max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None):
+        self.device, self.dtype, self.packing = device, dtype, packing
         self.token, self.admin_token = token or "", admin_token or token or ""
         self.placeholder_ids = placeholder_ids
         self.max_request_bytes, self.max_rows, self.max_tokens = max_request_bytes, max_rows, max_tokens
@@ -293,8 +308,11 @@ class Pod:
                                placeholder_ids=self.placeholder_ids, name=name or self.name)
             except (ModelError, OSError) as e:
                 self.m_loads.inc(1, "error")
-                self.log.error("model load failed; the previous model keeps serving", folder=folder, error=str(e))
+                self.log.error("model load failed" + ("; the previous model keeps serving" if self.current else ""),
+                               folder=folder, error=str(e))
                 raise
+            if self.packing:
+                m.packing = self.packing
             if self.name is None:
                 self.name = m.name  # the model's name stays fixed across policy versions
             m.name = name or self.name
@@ -393,9 +411,8 @@ class Pod:
 
     def score(self, req):
         cur = self.current
-        sets = parse_score_request(req, cur.info)
+        sets = parse_score_request(req, cur.info, self.check_limits)
         rows = [r for _, rs in sets for r in rs]
-        self.check_limits(len(rows), sum(len(c) + len(t) for c, t, _ in rows))
         self.m_items.inc(len(sets), "score")
         self.m_tokens.inc(sum(len(c) + len(t) for c, t, _ in rows), "score")
         try:
@@ -417,8 +434,7 @@ class Pod:
 
     def attention(self, req):
         cur = self.current
-        jobs = parse_attention_request(req, cur.info)
-        self.check_limits(len(jobs), sum(len(t) for _, t, _, _ in jobs))
+        jobs = parse_attention_request(req, cur.info, self.check_limits)
         self.m_items.inc(len(jobs), "attention")
         self.m_tokens.inc(sum(len(t) for _, t, _, _ in jobs), "attention")
         results = []
@@ -463,8 +479,11 @@ class Logger:
         rec = {"level": level, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "message": msg}
         rec.update(kw)
         with self._lock:
-            self.stream.write(json.dumps(rec, default=str) + "\n")
-            self.stream.flush()
+            try:
+                self.stream.write(json.dumps(rec, default=str) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed log stream must not fail requests
 
     def debug(self, msg, **kw):
         self._log("debug", msg, **kw)
@@ -542,15 +561,29 @@ class Handler(BaseHTTPRequestHandler):
                         pass
                     break
                 total += size
-                if total > pod.max_request_bytes:
-                    self.close_connection = True
-                    raise self._too_big()
                 chunks.append(self.rfile.read(size))
+                if total > pod.max_request_bytes:
+                    chunks = []
                 self.rfile.readline(16)
+            if total > pod.max_request_bytes:
+                raise self._too_big()
             return b"".join(chunks)
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > pod.max_request_bytes:
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
             self.close_connection = True
+            raise bad("Content-Length is not an integer") from None
+        if n > pod.max_request_bytes:
+            # Read and drop the body so that the answer reaches the client (closing with
+            # unread data would reset the connection); give up on absurd sizes.
+            if n <= 16 * pod.max_request_bytes:
+                while n > 0:
+                    chunk = self.rfile.read(min(n, 1 << 20))
+                    if not chunk:
+                        break
+                    n -= len(chunk)
+            else:
+                self.close_connection = True
             raise self._too_big()
         return self.rfile.read(n) if n > 0 else b""
 
@@ -631,7 +664,9 @@ class Handler(BaseHTTPRequestHandler):
                 req = json.loads(body)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise bad(f"request body is not valid JSON for {op}: {e}") from None
-            items = len(req.get("sets") or req.get("jobs") or []) if isinstance(req, dict) else 0
+            if isinstance(req, dict):
+                lst = req.get("sets", req.get("jobs"))
+                items = len(lst) if isinstance(lst, list) else 0
             resp = fn(req)
             self._send(200, resp)
             self._done(op, 200, start, items)

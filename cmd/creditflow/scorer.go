@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+)
+
+func init() {
+	register("scorer", "serve the CPU reference scorer over the scorer protocol", runScorer)
+}
+
+func runScorer(args []string) error {
+	fs := flag.NewFlagSet("scorer", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
+	dir := fs.String("model", "", "model folder (config.json + *.safetensors); empty or \"tiny\" serves the built-in tiny model")
+	policy := fs.Int64("policy-version", 0, "policy version reported by /v1/info")
+	certFile := fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (needs --tls-key)")
+	keyFile := fs.String("tls-key", "", "PEM private key file for --tls-cert")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token required on /v1/ paths (surrounding whitespace ignored)")
+	maxBytes := fs.Int64("max-request-bytes", 64<<20, "largest request body accepted (413 above)")
+	maxRows := fs.Int("max-rows", 65536, "most rows (score) or jobs (attention) in one request (413 above)")
+	maxTokens := fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
+	maxRequests := fs.Int("max-concurrent-requests", 64, "requests served at once (503 above)")
+	maxCalls := fs.Int("max-model-calls", 0, "model calls run at once (0: GOMAXPROCS)")
+	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: creditflow scorer --listen ADDR [--model DIR] [--policy-version N]
+                         [--tls-cert F --tls-key F] [--token-file F] [--max-request-bytes N]
+
+Serves a model over the creditflow.scorer/v1 protocol (docs/scorer-protocol.md):
+GET /v1/info, POST /v1/score, POST /v1/attention, GET /healthz, GET /metrics.
+SIGTERM or SIGINT drains in-flight requests and exits.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	if err := loadSettings(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q; see creditflow scorer -h", fs.Args())
+	}
+	if (*certFile == "") != (*keyFile == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together; give both or neither")
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: %w", *level, err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("component", "scorer").Logger()
+
+	var token string
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return fmt.Errorf("--token-file %s is empty; put the bearer token in it or drop the flag", *tokenFile)
+		}
+	}
+
+	var m *model.Model
+	if *dir == "" || *dir == "tiny" {
+		m = model.Tiny()
+	} else if m, err = model.Load(*dir); err != nil {
+		return fmt.Errorf("--model: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	local := gpu.NewLocal(m, gpu.WithPolicyVersion(*policy), gpu.WithMaxConcurrent(*maxCalls), gpu.WithLocalRegisterer(reg))
+	opts := []gpu.ServerOption{
+		gpu.WithServerLogger(log),
+		gpu.WithServerRegistry(reg),
+		gpu.WithServerToken(token),
+		gpu.WithMaxRequestBytes(*maxBytes),
+		gpu.WithMaxRows(*maxRows),
+		gpu.WithMaxTokens(*maxTokens),
+		gpu.WithMaxConcurrentRequests(*maxRequests),
+	}
+	if *certFile != "" {
+		opts = append(opts, gpu.WithTLS(*certFile, *keyFile))
+	}
+	info := m.Info()
+	log.Info().Str("model", info.Name).Str("architecture", info.Architecture).Int("layers", info.Layers).
+		Int("vocab", info.VocabSize).Int64("policy_version", *policy).Msg("scorer model loaded")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return gpu.NewServer(local, opts...).ListenAndServe(ctx, *listen)
+}

@@ -1,0 +1,104 @@
+package gpu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/creditflow/creditflow/gpu/model"
+)
+
+// TestConformance checks an external scorer pod serving the tiny model
+// (model.WriteTiny) against the Go reference: same scores and step graphs
+// within a tolerance, and the error contract. It runs only when
+// CREDITFLOW_SCORER_URL names the pod (docs/scorer-protocol.md).
+func TestConformance(t *testing.T) {
+	url := os.Getenv("CREDITFLOW_SCORER_URL")
+	if url == "" {
+		t.Skip("set CREDITFLOW_SCORER_URL to check a running scorer pod")
+	}
+	token := os.Getenv("CREDITFLOW_SCORER_TOKEN")
+	tol := 1e-4
+	if s := os.Getenv("CREDITFLOW_SCORER_TOL"); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("CREDITFLOW_SCORER_TOL=%q: %v", s, err)
+		}
+		tol = v
+	}
+	ctx := context.Background()
+	c := newClient(t, []string{url}, WithBearerToken(token))
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := NewLocal(tiny()).Info(ctx)
+	if info.Layers != ref.Layers || info.VocabSize != ref.VocabSize {
+		t.Fatalf("pod serves %+v; load the tiny model (model.WriteTiny) to compare with the reference %+v", info, ref)
+	}
+
+	sets := makeSets(31, 25, 5)
+	want := expectedScores(t, sets)
+	got, err := c.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		for j := range want[i].Scores {
+			if d := math.Abs(got[i].Scores[j] - want[i].Scores[j]); !(d <= tol) {
+				t.Fatalf("set %d row %d: pod %v, reference %v (|diff| %g > %g)", i, j, got[i].Scores[j], want[i].Scores[j], d, tol)
+			}
+		}
+	}
+	jobs := makeJobs(32, 10)
+	wantG := expectedGraphs(t, jobs)
+	gotG, err := c.Attention(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range wantG {
+		for l := range wantG[i] {
+			w, g := wantG[i][l], gotG[i][l]
+			if g.Layer != w.Layer {
+				t.Fatalf("job %d graph %d: layer %d, want %d", i, l, g.Layer, w.Layer)
+			}
+			for r := range w.AA {
+				for k := range w.AA[r] {
+					if d := math.Abs(g.AA[r][k] - w.AA[r][k]); !(d <= tol) {
+						t.Fatalf("job %d layer %d aa[%d][%d]: pod %v, reference %v", i, w.Layer, r, k, g.AA[r][k], w.AA[r][k])
+					}
+					if d := math.Abs(g.AO[r][k] - w.AO[r][k]); !(d <= tol) {
+						t.Fatalf("job %d layer %d ao[%d][%d]: pod %v, reference %v", i, w.Layer, r, k, g.AO[r][k], w.AO[r][k])
+					}
+				}
+			}
+		}
+	}
+
+	// Error contract.
+	bad := makeSets(33, 3, 3)
+	bad[2].Rows[0].Target[0] = model.TinyVocab
+	_, err = c.ScoreRows(ctx, bad)
+	if rej, ok := asRejected(err); !ok || rej.Item != 2 {
+		t.Errorf("out-of-vocabulary token in set 2: %v, want a rejection of item 2", err)
+	}
+	hdr := map[string]string{ProtocolHeader: "creditflow.scorer/v0"}
+	if token != "" {
+		hdr["Authorization"] = "Bearer " + token
+	}
+	body, _ := json.Marshal(setsToWire(sets[:1]))
+	if st, eb := post(t, url+PathScore, hdr, body); st != 400 || eb.Code != CodeVersionMismatch {
+		t.Errorf("old protocol header: %d %s, want 400 version_mismatch", st, eb.Code)
+	}
+	if token != "" {
+		wrong := newClient(t, []string{url}, WithBearerToken(token+"x"))
+		var se *StatusError
+		if _, err := wrong.ScoreRows(ctx, sets[:1]); !errors.As(err, &se) || se.Status != 401 {
+			t.Errorf("wrong token: %v, want 401", err)
+		}
+	}
+}

@@ -1,0 +1,171 @@
+"""Throughput of the pod's model operations on a randomly initialized model (no download):
+
+    python3 -m cfpod.bench --device cuda --dtype bfloat16            # ~0.5B Llama-shaped model
+    python3 -m cfpod.bench --device cpu --size small                 # a quick run anywhere
+
+LAPO rows on the search-QA shape (prompt ~250 tokens, 1-3 turns of 60 action + 450
+observation tokens, the answer turn left out, gold template ~25 tokens; backward: one row
+with every turn and one per turn replaced by the placeholder), sent in requests of at most
+--budget tokens as the Go client batches them, with prefix sharing (both packings: one packed
+tree forward per request, and the depth-first walk) and, on a subset in the same run, row by
+row (the baseline). Then AttnSR step graphs on the default 6 layers at the
+--attention-lengths (steps of ~40 action + ~160 observation tokens). Prints one line per
+measurement and, with --json, a last line holding every number.
+"""
+
+import argparse
+import json
+import random
+import time
+
+import torch
+
+from .model import Config, Model, dtype_from_name
+
+SIZES = {
+    # Qwen2.5-0.5B's shape: 24 layers, hidden 896, 14 query / 2 KV heads of 64, tied.
+    "0.5b": {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "num_hidden_layers": 24,
+             "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 4864,
+             "vocab_size": 151936, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+             "rope_theta": 1000000.0, "tie_word_embeddings": True, "hidden_act": "silu"},
+    "small": {"architectures": ["LlamaForCausalLM"], "hidden_size": 128, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 256,
+              "vocab_size": 4096, "max_position_embeddings": 32768, "rope_theta": 10000.0,
+              "tie_word_embeddings": False, "hidden_act": "silu"},
+}
+
+
+def default_layers(n):
+    return [int((n - 1) * l / 27 + 0.5) for l in (8, 10, 12, 14, 16, 18)]
+
+
+def search_qa_trajectory(r, vocab, placeholder):
+    """Backward LAPO rows of one search-QA trajectory."""
+    tok = lambda n: [r.randrange(vocab) for _ in range(n)]  # noqa: E731
+    prompt = tok(240 + r.randrange(21))
+    turns = [tok(55 + r.randrange(11)) + tok(430 + r.randrange(41)) for _ in range(1 + r.randrange(3))]
+    template = tok(23 + r.randrange(5))
+    span = (14, 14 + 4 + r.randrange(4))  # the gold answer's tokens inside the template
+    rows = [(prompt + sum(turns, []), template, span)]
+    for k in range(len(turns)):
+        ctx = list(prompt)
+        for i, t in enumerate(turns):
+            ctx += [placeholder] if i == k else t
+        rows.append((ctx, template, span))
+    return rows
+
+
+def batches(trajs, budget):
+    cur, n = [], 0
+    for rows in trajs:
+        t = sum(len(c) + len(g) for c, g, _ in rows)
+        if cur and n + t > budget:
+            yield cur
+            cur, n = [], 0
+        cur.append(rows)
+        n += t
+    if cur:
+        yield cur
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="cfpod.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--size", default="0.5b", choices=sorted(SIZES))
+    p.add_argument("--trajectories", type=int, default=64)
+    p.add_argument("--naive-trajectories", type=int, default=16, help="row-by-row baseline on this many")
+    p.add_argument("--budget", type=int, default=32768, help="tokens per request (the Go client's default)")
+    p.add_argument("--attention-lengths", default="8192,32768")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    dev = torch.device(a.device)
+    dtype = dtype_from_name(a.dtype or ("bfloat16" if dev.type == "cuda" else "float32"))
+    cfg = Config(SIZES[a.size])
+    t0 = time.perf_counter()
+    m = Model.random(cfg, seed=a.seed, device=dev, dtype=dtype)
+    sync(dev)
+    params = sum(t.numel() for t in [m.embed, m.norm] + [w for L in m.layer_w for w in L.values()])
+    if not cfg.tie_embeddings:
+        params += m.lm_head.numel()
+    res = {"device": str(dev), "dtype": str(dtype).replace("torch.", ""), "size": a.size,
+           "params": params, "init_seconds": round(time.perf_counter() - t0, 2)}
+    if dev.type == "cuda":
+        res["gpu"] = torch.cuda.get_device_name(dev)
+    print(f"model: {a.size} ({params / 1e6:.0f}M parameters, random) on {res['device']} in {res['dtype']}", flush=True)
+
+    r = random.Random(a.seed)
+    ph = cfg.vocab - 1
+    trajs = [search_qa_trajectory(r, cfg.vocab - 1, ph) for _ in range(a.trajectories)]
+    rows = sum(len(t) for t in trajs)
+    m.score_rows(trajs[0])  # warm-up (kernels, allocator)
+    sync(dev)
+    best = None
+    for packing in ("tree", "walk"):
+        fwd = rbr = 0
+        t0 = time.perf_counter()
+        for b in batches(trajs, a.budget):
+            _, u = m.score_rows([row for t in b for row in t], packing=packing)
+            fwd += u.tokens_forwarded
+            rbr += u.tokens_row_by_row
+        sync(dev)
+        dt = time.perf_counter() - t0
+        res["lapo_" + packing] = {"trajectories": len(trajs), "rows": rows, "seconds": round(dt, 3),
+                                  "rows_per_second": round(rows / dt, 1),
+                                  "trajectories_per_second": round(len(trajs) / dt, 2),
+                                  "tokens_forwarded": fwd, "tokens_row_by_row": rbr,
+                                  "sharing_ratio": round(rbr / fwd, 3), "forwarded_tokens_per_second": round(fwd / dt)}
+        print(f"LAPO {packing}: {rows} rows of {len(trajs)} trajectories in {dt:.2f} s = {rows / dt:.1f} rows/s, "
+              f"{fwd / dt:.0f} forwarded tokens/s; tokens forwarded {fwd} vs row by row {rbr} ({rbr / fwd:.2f}x fewer)",
+              flush=True)
+        best = max(best or 0, rows / dt)
+    sub = trajs[:a.naive_trajectories]
+    nrows = sum(len(t) for t in sub)
+    t0 = time.perf_counter()
+    for t in sub:
+        m.score_rows_naive(t)
+    sync(dev)
+    ndt = time.perf_counter() - t0
+    res["lapo_row_by_row"] = {"trajectories": len(sub), "rows": nrows, "seconds": round(ndt, 3),
+                              "rows_per_second": round(nrows / ndt, 1)}
+    res["lapo_speedup_vs_row_by_row"] = round(best / (nrows / ndt), 2)
+    print(f"LAPO row by row: {nrows} rows in {ndt:.2f} s = {nrows / ndt:.1f} rows/s; the faster prefix sharing is "
+          f"{res['lapo_speedup_vs_row_by_row']:.2f}x faster", flush=True)
+
+    layers = default_layers(cfg.layers)
+    res["attention"] = []
+    for n in [int(x) for x in a.attention_lengths.split(",") if x]:
+        n = min(n, cfg.max_context)
+        toks = [r.randrange(cfg.vocab) for _ in range(n)]
+        steps, pos = [], 200
+        while pos + 200 <= n:
+            steps.append(((pos, pos + 40), (pos + 40, pos + 200)))
+            pos += 200
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        m.step_graphs(toks[:1024], [s for s in steps if s[1][1] <= 1024], layers)  # warm-up
+        sync(dev)
+        t0 = time.perf_counter()
+        m.step_graphs(toks, steps, layers)
+        sync(dev)
+        dt = time.perf_counter() - t0
+        item = {"tokens": n, "steps": len(steps), "layers": layers, "seconds": round(dt, 3),
+                "tokens_per_second": round(n / dt)}
+        if dev.type == "cuda":
+            item["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
+        res["attention"].append(item)
+        print(f"AttnSR graphs: {n} tokens, {len(steps)} steps, layers {layers}: {dt:.2f} s"
+              + (f", peak memory {item['peak_memory_gib']} GiB" if "peak_memory_gib" in item else ""), flush=True)
+    if a.json:
+        print(json.dumps(res))
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+import base64
+import http.client
+import io
+import json
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import unittest
+
+import torch
+
+from cfpod.model import Model
+from cfpod.server import PROTOCOL_HEADER, PROTOCOL_VERSION, Logger, Pod, make_server
+from tests.util import DEVICE, ON_CPU, TOL, small_config, write_checkpoint
+
+TOKEN = "s3cret"
+
+
+def b64(ids):
+    return base64.b64encode(struct.pack(f"<{len(ids)}i", *ids)).decode()
+
+
+class ServerTest(unittest.TestCase):
+    def assertClose(self, got, want):
+        """Equal on CPU (same arithmetic); within TOL on accelerators, whose kernels may
+        not be bitwise deterministic."""
+        if ON_CPU:
+            self.assertEqual(got, want)
+            return
+        flat = lambda x: [v for r in x for v in (r if isinstance(r, list) else [r])]  # noqa: E731
+        for a, b in zip(flat(got), flat(want)):
+            self.assertAlmostEqual(a, b, delta=TOL)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp()
+        cls.folder = os.path.join(cls.dir, "m1")
+        write_checkpoint(cls.folder, small_config(), seed=1, placeholder=96)
+        cls.log = io.StringIO()
+        cls.pod = Pod(cls.folder, device=DEVICE, token=TOKEN, admin_token="admin", policy_version=4,
+                      max_rows=50, max_tokens=20000, max_request_bytes=200000, max_concurrent=2,
+                      log=Logger("info", cls.log))
+        cls.srv = make_server(cls.pod, "127.0.0.1", 0)
+        cls.port = cls.srv.server_address[1]
+        threading.Thread(target=cls.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.shutdown()
+        cls.srv.server_close()
+        shutil.rmtree(cls.dir)
+
+    def call(self, method, path, body=None, token=TOKEN, header=True, raw=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        h = {}
+        if token:
+            h["Authorization"] = f"Bearer {token}"
+        if header:
+            h[PROTOCOL_HEADER] = PROTOCOL_VERSION
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        out = r.read()
+        c.close()
+        ctype = r.getheader("Content-Type") or ""
+        return r.status, (json.loads(out) if ctype.startswith("application/json") else out.decode()), r
+
+    def score_body(self, rows_per_set):
+        return {"sets": [{"id": f"s{i}", "rows": [{"context": b64(c), "target": b64(t), "span": list(s)}
+                                                   for c, t, s in rows]} for i, rows in enumerate(rows_per_set)]}
+
+    def test_health_info_and_metrics(self):
+        st, body, _ = self.call("GET", "/healthz", token=None, header=False)
+        self.assertEqual((st, body["status"], body["protocol"]), (200, "ok", PROTOCOL_VERSION))
+        st, info, r = self.call("GET", "/v1/info", header=False)
+        self.assertEqual(st, 200)
+        self.assertEqual(r.getheader(PROTOCOL_HEADER), PROTOCOL_VERSION)
+        self.assertEqual((info["architecture"], info["layers"], info["vocab_size"], info["max_context"],
+                          info["placeholder_ids"], info["protocol"]),
+                         ("LlamaForCausalLM", 3, 97, 2048, [96], PROTOCOL_VERSION))
+        self.assertGreaterEqual(info["policy_version"], 4)
+        st, text, _ = self.call("GET", "/metrics", token=None, header=False)
+        self.assertEqual(st, 200)
+        self.assertIn("# TYPE creditflow_scorer_server_requests_total counter", text)
+        self.assertIn('creditflow_scorer_server_requests_total{op="info",status="200"}', text)
+        self.assertIn("creditflow_scorer_pod_policy_version", text)
+
+    def test_score_matches_the_model_and_reports_usage(self):
+        rows = [[([1, 2, 3, 4, 5], [6, 7, 8], (0, 3)), ([1, 2, 3, 96, 5], [6, 7, 8], (1, 3))],
+                [([9, 9], [1, 2], (0, 2))]]
+        before = self.pod.m_forwarded.value()
+        st, body, _ = self.call("POST", "/v1/score", self.score_body(rows))
+        self.assertEqual(st, 200, body)
+        m = self.pod.current.model
+        want, u = m.score_rows([r for rs in rows for r in rs])
+        got = body["results"][0]["scores"] + body["results"][1]["scores"]
+        self.assertClose(got, want)
+        self.assertEqual([r["truncations"] for r in body["results"]], [0, 0])
+        self.assertEqual(body["usage"], {"tokens_forwarded": u.tokens_forwarded,
+                                         "tokens_row_by_row": 8 + 8 + 4, "truncations": 0})
+        self.assertEqual(u.tokens_forwarded, 3 + 5 + 5 + 4)
+        self.assertEqual(self.pod.m_forwarded.value() - before, u.tokens_forwarded)
+
+    def test_attention_matches_the_model(self):
+        toks = list(range(60))
+        steps = [{"action": [5, 20], "observation": [20, 30]}, {"action": [30, 40], "observation": None},
+                 {"action": [40, 60], "observation": [60, 60]}]
+        st, body, _ = self.call("POST", "/v1/attention",
+                                {"jobs": [{"id": "j", "tokens": b64(toks), "steps": steps, "layers": [2, 0]}]})
+        self.assertEqual(st, 200, body)
+        want = self.pod.current.model.step_graphs(toks, [((5, 20), (20, 30)), ((30, 40), None),
+                                                         ((40, 60), None)], [2, 0])
+        got = body["results"][0]["graphs"]
+        self.assertEqual([g["layer"] for g in got], [2, 0])
+        for g, (l, aa, ao) in zip(got, want):
+            self.assertClose(g["aa"], aa)
+            self.assertClose(g["ao"], ao)
+
+    def test_protocol_errors(self):
+        ok = self.score_body([[([1, 2], [3], (0, 1))]])
+        cases = [
+            (("POST", "/v1/score", ok), {"token": None}, 401, "unauthorized"),
+            (("POST", "/v1/score", ok), {"token": "wrong"}, 401, "unauthorized"),
+            (("POST", "/v1/score", ok), {"header": False}, 400, "version_mismatch"),
+            (("GET", "/v1/score", None), {}, 405, "method_not_allowed"),
+            (("GET", "/nope", None), {}, 404, "not_found"),
+            (("POST", "/v1/score", None), {"raw": b"{not json"}, 400, "bad_request"),
+            (("POST", "/v1/score", {"sets": 3}), {}, 400, "bad_request"),
+            (("POST", "/v1/attention", {"jobs": [{"tokens": 5}]}), {}, 400, "bad_request"),
+            (("POST", "/v1/score", {"sets": [{"rows": [{"context": b64([1]), "target": b64([2]), "span": [0]}]}]}),
+             {}, 400, "bad_request"),
+            (("POST", "/v1/score", {"sets": [{"rows": [{"context": "@@", "target": b64([1]), "span": [0, 1]}]}]}),
+             {}, 400, "bad_request"),
+            (("POST", "/v1/score", {"sets": [{"rows": [{"context": b64([1]), "target": b64([1]), "span": [0, 1]}]}] * 51}),
+             {}, 413, "too_large"),
+            (("POST", "/v1/score", None), {"raw": b" " * 200001}, 413, "too_large"),
+            (("POST", "/v1/attention", {"jobs": [{"tokens": b64([1] * 20001), "steps": [{"action": [0, 1]}],
+                                                  "layers": [0]}]}), {}, 413, "too_large"),
+        ]
+        for (method, path, body), kw, status, code in cases:
+            with self.subTest(path=path, status=status, kw=kw):
+                st, b, r = self.call(method, path, body, **kw)
+                self.assertEqual((st, b["code"]), (status, code), b)
+                self.assertTrue(b["error"])
+                self.assertEqual(r.getheader(PROTOCOL_HEADER), PROTOCOL_VERSION)
+                if status == 401:
+                    self.assertIn("Bearer", r.getheader("WWW-Authenticate"))
+                if status == 405:
+                    self.assertEqual(r.getheader("Allow"), "POST")
+        logged = self.log.getvalue()
+        self.assertIn('"status": 401', logged)
+        self.assertNotIn(TOKEN, logged)  # the token is never logged
+
+    def test_bad_items_are_named(self):
+        body = self.score_body([[([1, 2], [3], (0, 1))], [([1, 2], [3, 4], (1, 3))]])
+        st, b, _ = self.call("POST", "/v1/score", body)
+        self.assertEqual((st, b["code"], b["item"], b["id"]), (400, "bad_request", 1, "s1"))
+        self.assertIn("span [1, 3)", b["error"])
+        for job, msg in (({"tokens": b64([1, 2, 3]), "steps": [{"action": [0, 2]}], "layers": [3]}, "layer 3"),
+                         ({"tokens": b64([1, 200]), "steps": [{"action": [0, 2]}], "layers": [0]}, "vocabulary"),
+                         ({"tokens": b64([1, 2, 3]), "steps": [{"action": [1, 2]}, {"action": [0, 3]}],
+                           "layers": [0]}, "action range")):
+            st, b, _ = self.call("POST", "/v1/attention", {"jobs": [{"tokens": b64([1, 2]), "steps": [
+                {"action": [0, 1]}], "layers": [0]}, dict(job, id="x")]})
+            self.assertEqual((st, b["item"], b["id"]), (400, 1, "x"), b)
+            self.assertIn(msg, b["error"])
+
+    def test_overload_and_draining_answer_503(self):
+        ok = self.score_body([[([1, 2], [3], (0, 1))]])
+        # A handler releases its slot just after its answer is sent: wait for that.
+        self.assertTrue(self.pod.wait_idle(10))
+        self.assertTrue(self.pod.enter() and self.pod.enter())  # hold both slots
+        try:
+            st, b, r = self.call("POST", "/v1/score", ok)
+            self.assertEqual((st, b["code"], r.getheader("Retry-After")), (503, "overloaded", "1"))
+        finally:
+            self.pod.leave()
+            self.pod.leave()
+        self.pod.draining.set()
+        try:
+            self.assertEqual(self.call("GET", "/healthz")[0], 503)
+            self.assertEqual(self.call("POST", "/v1/score", ok)[0], 503)
+        finally:
+            self.pod.draining.clear()
+        self.assertEqual(self.call("POST", "/v1/score", ok)[0], 200)
+
+    def test_hot_load_admin_and_watch(self):
+        folder2 = os.path.join(self.dir, "m2")
+        write_checkpoint(folder2, small_config(), seed=2, placeholder=96)
+        with open(os.path.join(folder2, "policy_version"), "w") as f:
+            f.write("17\n")
+        row = self.score_body([[([1, 2, 3], [4, 5], (0, 2))]])
+        s1 = self.call("POST", "/v1/score", row)[1]["results"][0]["scores"]
+        # The admin token, not the scorer token, guards the admin endpoint.
+        self.assertEqual(self.call("POST", "/v1/admin/load", {"model": folder2})[0], 401)
+        st, info, _ = self.call("POST", "/v1/admin/load", {"model": folder2}, token="admin")
+        self.assertEqual((st, info["policy_version"]), (200, 17), info)
+        s2 = self.call("POST", "/v1/score", row)[1]["results"][0]["scores"]
+        self.assertNotEqual(s1, s2)
+        want = Model.load(folder2, device=DEVICE).score_rows([([1, 2, 3], [4, 5], (0, 2))])[0]
+        self.assertClose(s2, want)
+        st, b, _ = self.call("POST", "/v1/admin/load", {"model": os.path.join(self.dir, "none")}, token="admin")
+        self.assertEqual((st, b["code"]), (400, "bad_request"))
+        self.assertEqual(self.call("GET", "/v1/info")[1]["policy_version"], 17)
+        # Watching: a changed policy_version file reloads the folder.
+        stop = threading.Event()
+        self.pod.watch(0.05, stop)
+        with open(os.path.join(folder2, "policy_version"), "w") as f:
+            f.write("18\n")
+        deadline = time.time() + 30
+        while self.pod.current.policy_version != 18 and time.time() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        self.assertEqual(self.call("GET", "/v1/info")[1]["policy_version"], 18)
+        # Back to the first model for the other tests.
+        st, _, _ = self.call("POST", "/v1/admin/load", {"model": self.folder, "policy_version": 4}, token="admin")
+        self.assertEqual(st, 200)
+
+    def test_nan_scores_travel_as_null(self):
+        m = self.pod.current.model
+        saved = m.norm
+        m.norm = torch.full_like(saved, float("nan"))
+        try:
+            st, b, _ = self.call("POST", "/v1/score", self.score_body([[([1, 2], [3], (0, 1))]]))
+        finally:
+            m.norm = saved
+        self.assertEqual((st, b["results"][0]["scores"]), (200, [None]))
+
+
+if __name__ == "__main__":
+    unittest.main()

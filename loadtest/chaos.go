@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creditflow/creditflow/processors/credit"
+)
+
+// ChaosOptions configure a chaos run.
+type ChaosOptions struct {
+	Kills         int           // stops of the processor (each followed by a restart)
+	Graceful      bool          // stop with SIGTERM (drain, snapshot, commit) instead of SIGKILL
+	Groups        int           // prompts of G = 5 trajectories
+	Partitions    int           // partitions per topic
+	Method        string        // lapo | attnsr
+	Seed          uint64        // workload and schedule seed
+	ProduceEvery  time.Duration // one group is produced every ProduceEvery
+	ScorerProcess bool          // scorers run as child processes
+	Scorers       int           // scorer processes with ScorerProcess
+	KillScorers   bool          // SIGKILL and restart scorer processes too
+	BrokerOutages int           // broker cuts of OutageLength each
+	OutageLength  time.Duration
+	Timeout       time.Duration // for each of the reference and the chaos phase
+	Bin           string        // prebuilt creditflow binary ("" builds one)
+	Dir           string        // scratch directory for the binary and the logs ("" makes one)
+	Logf          func(format string, args ...any)
+}
+
+// DefaultChaos is the default chaos run.
+func DefaultChaos() ChaosOptions {
+	return ChaosOptions{Kills: 5, Groups: 40, Partitions: 4, Method: credit.MethodLAPO, Seed: 7,
+		ProduceEvery: 750 * time.Millisecond, Scorers: 2, OutageLength: 3 * time.Second, Timeout: 10 * time.Minute}
+}
+
+// ChaosResult is what a chaos run measured. JSON names are stable.
+type ChaosResult struct {
+	Method        string `json:"method"`
+	Kills         int    `json:"kills"`
+	Signal        string `json:"signal"`
+	ScorerKills   int    `json:"scorer_kills"`
+	BrokerOutages int    `json:"broker_outages"`
+	Groups        int    `json:"groups"`
+	Comparison
+	DeadLetters      int            `json:"dead_letters"`
+	DeadByReason     map[string]int `json:"dead_letters_by_reason,omitempty"`
+	ProcessorStarts  int            `json:"processor_starts"`
+	UnexpectedExits  int            `json:"unexpected_exits"`
+	CleanShutdown    bool           `json:"clean_shutdown"`
+	Seconds          float64        `json:"seconds"`
+	ReferenceSeconds float64        `json:"reference_seconds"`
+	LogWarnings      map[string]int `json:"log_warnings,omitempty"`
+	Logs             string         `json:"logs"`
+}
+
+// OK reports whether nothing was lost, changed or invalid.
+func (r ChaosResult) OK() bool { return r.Lost == 0 && r.Mismatched == 0 && r.Invalid == 0 }
+
+func (o *ChaosOptions) check() error {
+	switch {
+	case o.Groups <= 0:
+		return fmt.Errorf("--groups must be positive")
+	case o.Kills < 0 || o.BrokerOutages < 0:
+		return fmt.Errorf("--kills and --broker-outages cannot be negative")
+	case o.Partitions <= 0:
+		return fmt.Errorf("--partitions must be positive")
+	case o.Method != credit.MethodLAPO && o.Method != credit.MethodAttnSR:
+		return fmt.Errorf("--method %q: use lapo or attnsr", o.Method)
+	case o.ScorerProcess && o.Scorers <= 0:
+		return fmt.Errorf("--scorers must be positive with --scorer-process")
+	case o.KillScorers && !o.ScorerProcess:
+		return fmt.Errorf("--kill-scorers needs --scorer-process")
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// scratch makes the scratch directory when none is set.
+func scratch(dir, pattern string) (string, error) {
+	if dir != "" {
+		return dir, os.MkdirAll(dir, 0o755)
+	}
+	return os.MkdirTemp("", pattern)
+}
+
+// RunChaos runs the reference and then the chaos phase and compares them.
+func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
+	if err := o.check(); err != nil {
+		return ChaosResult{}, err
+	}
+	dir, err := scratch(o.Dir, "creditflow-chaos-")
+	if err != nil {
+		return ChaosResult{}, err
+	}
+	res := ChaosResult{Method: o.Method, Groups: o.Groups, Logs: dir, Signal: "SIGKILL"}
+	sig := syscall.SIGKILL
+	if o.Graceful {
+		sig, res.Signal = syscall.SIGTERM, "SIGTERM"
+	}
+	o.Logf("chaos: building creditflow and starting the embedded broker (logs in %s)", dir)
+	e, err := newEnv(ctx, o.Bin, dir, o.Partitions, nopLog())
+	if err != nil {
+		return res, err
+	}
+	defer e.Close()
+	w := newWorkload(o.Method, o.Groups, o.Seed)
+
+	o.Logf("chaos: reference run (uninterrupted): %d groups of %d, %s", o.Groups, groupSize, o.Method)
+	ref, err := runReference(ctx, e, w, o.Method, o.Timeout)
+	if err != nil {
+		return res, err
+	}
+	res.ReferenceSeconds = round3(ref.seconds)
+	o.Logf("chaos: reference done in %.1fs", ref.seconds)
+
+	rng := rand.New(rand.NewPCG(o.Seed, 0xc4a05))
+	var rmu sync.Mutex
+	rnd := func(f func(r *rand.Rand) time.Duration) time.Duration {
+		rmu.Lock()
+		defer rmu.Unlock()
+		return f(rng)
+	}
+
+	t := topicsFor("chaos")
+	if err := e.createTopics(ctx, t); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	var scorerURLs []string
+	var scorers []*proc
+	if o.ScorerProcess {
+		for i := 0; i < o.Scorers; i++ {
+			port, err := freePort()
+			if err != nil {
+				return res, err
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			bin, args, err := scorerCommand(e.bin, addr)
+			if err != nil {
+				return res, err
+			}
+			sp := newProc(fmt.Sprintf("scorer-%d", i), bin, dir, args...)
+			if err := sp.start(); err != nil {
+				return res, err
+			}
+			defer sp.stop(syscall.SIGTERM, 10*time.Second)
+			scorers = append(scorers, sp)
+			scorerURLs = append(scorerURLs, "http://"+addr)
+		}
+	}
+	p := newProc("processor", e.bin, dir, processorArgs(e.brokers, "chaos", t, o.Method, scorerURLs)...)
+	if err := p.start(); err != nil {
+		return res, err
+	}
+	defer p.stop(syscall.SIGKILL, 5*time.Second)
+
+	col := newCollector(e, t, w)
+	cctx, cancelCol := context.WithCancel(ctx)
+	defer cancelCol()
+	go col.run(cctx)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go p.supervise(runCtx)
+	for _, sp := range scorers {
+		go sp.supervise(runCtx)
+	}
+	var wg sync.WaitGroup
+	prodErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery)
+	}()
+
+	var mu sync.Mutex
+	kills, scorerKills, outages := 0, 0, 0
+	seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
+	waitUntil := func(cond func() bool) bool {
+		for !cond() {
+			if !sleepCtx(runCtx, 100*time.Millisecond) {
+				return false
+			}
+		}
+		return true
+	}
+
+	// Processor kills at random moments, spread over the run's progress.
+	rmu.Lock()
+	killAt := progressTargets(rng, o.Kills, w.expected())
+	outageAt := progressTargets(rng, o.BrokerOutages, w.expected())
+	rmu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, target := range killAt {
+			started := time.Now()
+			up := rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 5*time.Second) })
+			if !waitUntil(func() bool { return seenAtLeast(target) && time.Since(started) >= up }) {
+				return
+			}
+			if seenAtLeast(w.expected()) {
+				return
+			}
+			exited := p.stop(sig, 40*time.Second)
+			mu.Lock()
+			kills++
+			mu.Unlock()
+			seen, _ := col.progress()
+			o.Logf("chaos: %s %d/%d of the processor at %d/%d samples (%.1fs; exited by itself: %v, %s)", res.Signal, i+1, o.Kills, seen, w.expected(),
+				time.Since(start).Seconds(), exited, p.lastExit())
+			if !sleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 0, time.Second) })) {
+				return
+			}
+			if err := p.start(); err != nil {
+				o.Logf("chaos: restart failed: %v", err)
+				return
+			}
+		}
+	}()
+	if o.KillScorers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !seenAtLeast(w.expected()) {
+				if !sleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 3*time.Second, 8*time.Second) })) {
+					return
+				}
+				rmu.Lock()
+				sp := scorers[rng.IntN(len(scorers))]
+				rmu.Unlock()
+				sp.stop(syscall.SIGKILL, 5*time.Second)
+				mu.Lock()
+				scorerKills++
+				mu.Unlock()
+				o.Logf("chaos: SIGKILL of %s (%.1fs)", sp.name, time.Since(start).Seconds())
+				sleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 3*time.Second) }))
+				if err := sp.start(); err != nil {
+					o.Logf("chaos: scorer restart failed: %v", err)
+				}
+			}
+		}()
+	}
+	if o.BrokerOutages > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, target := range outageAt {
+				if !waitUntil(func() bool { return seenAtLeast(target) }) || seenAtLeast(w.expected()) {
+					return
+				}
+				e.b.Cut()
+				o.Logf("chaos: broker cut for %v (%.1fs)", o.OutageLength, time.Since(start).Seconds())
+				sleepCtx(runCtx, o.OutageLength)
+				e.b.Restore()
+				mu.Lock()
+				outages++
+				mu.Unlock()
+			}
+		}()
+	}
+
+	// Progress lines while waiting.
+	go func() {
+		for sleepCtx(runCtx, 5*time.Second) {
+			s, d := col.progress()
+			o.Logf("chaos: %d/%d samples, %d dead letters (%.0fs)", s, w.expected(), d, time.Since(start).Seconds())
+		}
+	}()
+	complete := col.waitFor(ctx, w.expected(), start.Add(o.Timeout))
+	res.Seconds = round3(time.Since(start).Seconds())
+	stopRun()
+	wg.Wait()
+	e.b.Restore()
+	if err := <-prodErr; err != nil && complete {
+		return res, err
+	}
+	// Let late duplicates arrive, then stop the processor gracefully.
+	sleepCtx(ctx, 2*time.Second)
+	res.CleanShutdown = p.stop(syscall.SIGTERM, 40*time.Second) && p.lastExit() == "exit 0"
+	col.poll(ctx)
+	cancelCol()
+
+	mu.Lock()
+	res.Kills, res.ScorerKills, res.BrokerOutages = kills, scorerKills, outages
+	mu.Unlock()
+	res.Comparison = col.compare(ref.samples, validateSample)
+	res.DeadLetters, res.DeadByReason = col.deadLetters()
+	res.ProcessorStarts = p.starts
+	res.UnexpectedExits = p.unexpectedExits()
+	logs := []string{p.logf}
+	for _, sp := range scorers {
+		logs = append(logs, sp.logf)
+		res.UnexpectedExits += sp.unexpectedExits()
+	}
+	res.LogWarnings = logSummary(logs...)
+	if !complete {
+		return res, fmt.Errorf("chaos: %d of %d samples after %v", res.Seen, res.Expected, o.Timeout)
+	}
+	return res, nil
+}
+
+// scorerCommand is how a scorer process is started at addr: `creditflow
+// scorer` when the binary has that command with an address flag, else this
+// harness's own scorer-serve command (the same CPU reference scorer).
+func scorerCommand(bin, addr string) (string, []string, error) {
+	out, _ := exec.Command(bin, "scorer", "-h").CombinedOutput()
+	help := string(out)
+	if !strings.Contains(help, "unknown command") {
+		for _, f := range []string{"addr", "listen"} {
+			if strings.Contains(help, "-"+f+" ") || strings.Contains(help, "-"+f+"\n") {
+				return bin, []string{"scorer", "--" + f, addr}, nil
+			}
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("scorer process: %w", err)
+	}
+	return self, []string{scorerServeCmd, "--addr", addr}, nil
+}
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+func chaosCmd(args []string) (int, error) {
+	o := DefaultChaos()
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.IntVar(&o.Kills, "kills", o.Kills, "SIGKILLs of the processor at random moments (each followed by a restart)")
+	fs.BoolVar(&o.Graceful, "graceful", o.Graceful, "stop the processor with SIGTERM instead of SIGKILL (a graceful drain each time)")
+	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts of 5 trajectories each")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
+	fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo or attnsr")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the workload and of the kill schedule")
+	fs.DurationVar(&o.ProduceEvery, "produce-every", o.ProduceEvery, "produce one group every this long (steady input rate)")
+	fs.BoolVar(&o.ScorerProcess, "scorer-process", o.ScorerProcess, "run the scorers as separate child processes")
+	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer processes with --scorer-process")
+	fs.BoolVar(&o.KillScorers, "kill-scorers", o.KillScorers, "also SIGKILL and restart scorer processes at random moments")
+	fs.IntVar(&o.BrokerOutages, "broker-outages", o.BrokerOutages, "cut the broker off this many times during the run")
+	fs.DurationVar(&o.OutageLength, "outage-length", o.OutageLength, "length of each broker outage")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each phase (reference, chaos) after this long")
+	fs.StringVar(&o.Bin, "bin", o.Bin, "prebuilt creditflow binary (default: build ./cmd/creditflow)")
+	fs.StringVar(&o.Dir, "dir", o.Dir, "scratch directory for the binary and the child logs (default: a new temp dir)")
+	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	o.Logf = stderrf
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := RunChaos(ctx, o)
+	printChaos(res)
+	if *asJSON {
+		printJSON(res)
+	}
+	if err != nil {
+		return 1, err
+	}
+	if !res.OK() {
+		return 1, fmt.Errorf("chaos: %d lost, %d mismatched, %d invalid samples", res.Lost, res.Mismatched, res.Invalid)
+	}
+	return 0, nil
+}
+
+func printChaos(r ChaosResult) {
+	w := os.Stdout
+	fmt.Fprintf(w, "method            %s, %d groups\n", r.Method, r.Groups)
+	fmt.Fprintf(w, "faults            %d processor stops by %s, %d scorer kills, %d broker outages (%d processor starts)\n",
+		r.Kills, r.Signal, r.ScorerKills, r.BrokerOutages, r.ProcessorStarts)
+	fmt.Fprintf(w, "samples           expected %d, seen %d, lost %d, mismatched %d, duplicates %d, invalid %d, unexpected %d\n",
+		r.Expected, r.Seen, r.Lost, r.Mismatched, r.Duplicates, r.Invalid, r.Unexpected)
+	fmt.Fprintf(w, "dead letters      %d %v\n", r.DeadLetters, r.DeadByReason)
+	fmt.Fprintf(w, "unexpected exits  %d (child processes that died without being stopped; restarted)\n", r.UnexpectedExits)
+	fmt.Fprintf(w, "time              chaos %.1fs, reference %.1fs; clean SIGTERM shutdown at the end: %v\n", r.Seconds, r.ReferenceSeconds, r.CleanShutdown)
+	if len(r.LostIDs) > 0 {
+		fmt.Fprintf(w, "lost (first)      %v\n", r.LostIDs)
+	}
+	if len(r.BadIDs) > 0 {
+		fmt.Fprintf(w, "mismatched        %v\n", r.BadIDs)
+	}
+	printWarnings(r.LogWarnings)
+	fmt.Fprintf(w, "logs              %s\n", r.Logs)
+}

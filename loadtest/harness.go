@@ -1,0 +1,612 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// groupSize is G of the synthetic workload.
+const groupSize = 5
+
+// buildBinary builds cmd/creditflow into dir and returns the binary's path.
+func buildBinary(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "creditflow")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/creditflow")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build creditflow: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// moduleRoot finds the directory holding go.mod, from the working directory up.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod found above the working directory: run the harness inside the creditflow module, or pass --bin")
+		}
+		dir = parent
+	}
+}
+
+// env is what one harness run shares: the embedded broker that outlives
+// every processor, the creditflow binary and a scratch directory for logs.
+type env struct {
+	b       *broker.Broker
+	brokers []string
+	bin     string
+	dir     string
+	parts   int
+	log     zerolog.Logger
+	prod    *producers.Producer
+}
+
+func newEnv(ctx context.Context, bin, dir string, partitions int, log zerolog.Logger) (*env, error) {
+	if bin == "" {
+		var err error
+		if bin, err = buildBinary(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
+	b, err := broker.Start(broker.WithDefaultPartitions(partitions))
+	if err != nil {
+		return nil, err
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs(), RetryFor: 5 * time.Minute})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return &env{b: b, brokers: b.Addrs(), bin: bin, dir: dir, parts: partitions, log: log, prod: prod}, nil
+}
+
+func (e *env) Close() {
+	_ = e.prod.Close()
+	e.b.Close()
+}
+
+// topics are the topic names of one pipeline instance, all prefixed.
+func topicsFor(prefix string) stage.Topics {
+	t := stage.DefaultTopics()
+	t.Trajectories = prefix + "." + t.Trajectories
+	t.Scored = prefix + "." + t.Scored
+	t.Samples = prefix + "." + t.Samples
+	t.DeadLetters = prefix + "." + t.DeadLetters
+	t.State = prefix + "." + t.State
+	return t
+}
+
+func (e *env) createTopics(ctx context.Context, t stage.Topics) error {
+	cfg := stage.Config{Topics: t}
+	return producers.EnsureTopics(ctx, e.brokers, kafkasec.Config{}, cfg.TopicSpecs(e.parts)...)
+}
+
+// workload is the deterministic input of a run.
+type workload struct {
+	gen    synth.Config
+	groups int
+}
+
+func newWorkload(method string, groups int, seed uint64) workload {
+	gen := synth.Default()
+	gen.Seed, gen.GroupSize = seed, groupSize
+	if method == credit.MethodAttnSR {
+		gen.Shape = synth.ALFWorld
+	}
+	return workload{gen: gen, groups: groups}
+}
+
+func (w workload) expected() int { return w.groups * groupSize }
+
+func (w workload) messages(topic string, g int) ([]producers.Message, error) {
+	var msgs []producers.Message
+	for _, t := range w.gen.Group(g) {
+		b, err := schemas.Trajectories().Encode(&t)
+		if err != nil {
+			return nil, fmt.Errorf("encode trajectory %s: %w", t.TrajectoryID, err)
+		}
+		msgs = append(msgs, producers.Message{Topic: topic, Key: []byte(t.PromptID), Value: b,
+			Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.Trajectories().Name())}}})
+	}
+	return msgs, nil
+}
+
+// produce writes groups [0, w.groups) to topic, one group every interval
+// (all at once when interval is 0).
+func (e *env) produce(ctx context.Context, w workload, topic string, interval time.Duration) error {
+	for g := 0; g < w.groups; g++ {
+		msgs, err := w.messages(topic, g)
+		if err != nil {
+			return err
+		}
+		if err := e.prod.Produce(ctx, msgs...); err != nil {
+			return fmt.Errorf("produce group %d: %w", g, err)
+		}
+		if interval > 0 && g < w.groups-1 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(interval):
+			}
+		}
+	}
+	return nil
+}
+
+// collector reads a samples topic and a dead-letter topic without a
+// consumer group, partition by partition from offset 0, and keeps every
+// copy of every sample by trajectory id.
+type collector struct {
+	e      *env
+	topics stage.Topics
+
+	mu       sync.Mutex
+	copies   map[string][][]byte
+	expected map[string]bool
+	seen     int // distinct expected trajectory ids seen
+	dead     int
+	reasons  map[string]int
+	next     map[string]int64 // "topic/partition" → next offset
+	readErrs int
+}
+
+func newCollector(e *env, t stage.Topics, w workload) *collector {
+	exp := map[string]bool{}
+	for g := 0; g < w.groups; g++ {
+		for i := 0; i < groupSize; i++ {
+			exp[fmt.Sprintf("%s-%d", synth.PromptID(g), i)] = true
+		}
+	}
+	return &collector{e: e, topics: t, copies: map[string][][]byte{}, expected: exp,
+		reasons: map[string]int{}, next: map[string]int64{}}
+}
+
+// run polls until ctx ends.
+func (c *collector) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.poll(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// poll reads what is new on both topics once.
+func (c *collector) poll(ctx context.Context) {
+	for _, topic := range []string{c.topics.Samples, c.topics.DeadLetters} {
+		parts, err := consumers.Partitions(ctx, c.e.brokers, kafkasec.Config{}, topic)
+		if err != nil {
+			c.noteErr()
+			continue
+		}
+		for _, p := range parts {
+			key := topic + "/" + strconv.Itoa(p)
+			c.mu.Lock()
+			from := c.next[key]
+			c.mu.Unlock()
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			end, err := consumers.ReadPartitionRange(rctx, c.e.brokers, kafkasec.Config{}, topic, p, from, func(r consumers.Record) error {
+				c.add(topic, r)
+				c.mu.Lock()
+				c.next[key] = r.Offset + 1
+				c.mu.Unlock()
+				return nil
+			})
+			cancel()
+			if err != nil {
+				c.noteErr()
+				continue
+			}
+			c.mu.Lock()
+			if end > c.next[key] {
+				c.next[key] = end
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *collector) noteErr() {
+	c.mu.Lock()
+	c.readErrs++
+	c.mu.Unlock()
+}
+
+func (c *collector) add(topic string, r consumers.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if topic == c.topics.DeadLetters {
+		c.dead++
+		reason := "unknown"
+		for _, h := range r.Headers {
+			if h.Key == schemas.HeaderReason {
+				reason = string(h.Value)
+			}
+		}
+		c.reasons[reason]++
+		return
+	}
+	id := string(r.Key)
+	if s, err := schemas.Samples().Decode(r.Value); err == nil {
+		id = s.TrajectoryID
+	}
+	if len(c.copies[id]) == 0 && c.expected[id] {
+		c.seen++
+	}
+	c.copies[id] = append(c.copies[id], append([]byte(nil), r.Value...))
+}
+
+func (c *collector) progress() (seen, dead int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen, c.dead
+}
+
+// waitFor polls until n distinct expected samples were seen, ctx ends or
+// the deadline passes; it reports whether n were seen.
+func (c *collector) waitFor(ctx context.Context, n int, deadline time.Time) bool {
+	for {
+		if s, _ := c.progress(); s >= n {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// reference returns the first copy of every sample and checks that every
+// copy of it is byte-identical; it returns the ids whose copies differ.
+func (c *collector) reference() (map[string][]byte, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ref := make(map[string][]byte, len(c.copies))
+	var differ []string
+	for id, cs := range c.copies {
+		ref[id] = cs[0]
+		for _, x := range cs[1:] {
+			if !bytes.Equal(x, cs[0]) {
+				differ = append(differ, id)
+				break
+			}
+		}
+	}
+	sort.Strings(differ)
+	return ref, differ
+}
+
+// Comparison is the outcome of comparing a run's samples with a reference.
+type Comparison struct {
+	Expected   int      `json:"expected"`
+	Seen       int      `json:"seen"`
+	Lost       int      `json:"lost"`
+	Mismatched int      `json:"mismatched"`
+	Duplicates int      `json:"duplicates"`
+	Unexpected int      `json:"unexpected"`
+	Invalid    int      `json:"invalid"`
+	LostIDs    []string `json:"lost_ids,omitempty"`
+	BadIDs     []string `json:"mismatched_ids,omitempty"`
+}
+
+// compare checks every copy of every sample against ref and validates it
+// as a trainer would (demo.Check is applied by validate).
+func (c *collector) compare(ref map[string][]byte, validate func([]byte) error) Comparison {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Comparison{Expected: len(c.expected)}
+	for id := range c.expected {
+		cs := c.copies[id]
+		if len(cs) == 0 {
+			r.Lost++
+			r.LostIDs = append(r.LostIDs, id)
+			continue
+		}
+		r.Seen++
+		r.Duplicates += len(cs) - 1
+		want, ok := ref[id]
+		bad := !ok
+		for _, x := range cs {
+			if ok && !bytes.Equal(x, want) {
+				bad = true
+			}
+			if validate != nil && validate(x) != nil {
+				r.Invalid++
+			}
+		}
+		if bad {
+			r.Mismatched++
+			r.BadIDs = append(r.BadIDs, id)
+		}
+	}
+	for id := range c.copies {
+		if !c.expected[id] {
+			r.Unexpected++
+		}
+	}
+	sort.Strings(r.LostIDs)
+	sort.Strings(r.BadIDs)
+	if len(r.LostIDs) > 20 {
+		r.LostIDs = r.LostIDs[:20]
+	}
+	if len(r.BadIDs) > 20 {
+		r.BadIDs = r.BadIDs[:20]
+	}
+	return r
+}
+
+func (c *collector) deadLetters() (int, map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int, len(c.reasons))
+	for k, v := range c.reasons {
+		m[k] = v
+	}
+	return c.dead, m
+}
+
+// proc is one child process (a processor or a scorer) that can be killed
+// and started again with the same arguments.
+type proc struct {
+	name string
+	bin  string
+	args []string
+	logf string
+
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	done       chan struct{}
+	starts     int
+	exits      []string
+	held       bool // stopped on purpose: not restarted by supervise
+	unexpected int  // exits that no stop asked for
+}
+
+func newProc(name, bin, logDir string, args ...string) *proc {
+	return &proc{name: name, bin: bin, args: args, logf: filepath.Join(logDir, name+".log")}
+}
+
+// start launches the process; its stderr and stdout go to its log file.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return fmt.Errorf("%s is already running", p.name)
+	}
+	f, err := os.OpenFile(p.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	p.starts++
+	p.held = false
+	fmt.Fprintf(f, "=== start %d at %s: %s %s\n", p.starts, time.Now().UTC().Format(time.RFC3339Nano), p.bin, strings.Join(p.args, " "))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// The child dies with the harness, so a failed run leaves nothing behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		defer f.Close()
+		st := "exit 0"
+		if err != nil {
+			st = err.Error()
+		}
+		p.exits = append(p.exits, st)
+		if !p.held {
+			p.unexpected++
+			fmt.Fprintf(f, "=== unexpected exit: %s\n", st)
+		}
+		if p.cmd == cmd {
+			p.cmd = nil
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// stop sends sig and waits up to wait for the process to exit, then kills it.
+// It reports whether the process exited by itself within wait.
+func (p *proc) stop(sig syscall.Signal, wait time.Duration) bool {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.held = true
+	p.mu.Unlock()
+	if cmd == nil {
+		return true
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return true
+	case <-time.After(wait):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return false
+	}
+}
+
+// supervise restarts the process, as a process supervisor would, whenever
+// it exited without being stopped, until ctx ends.
+func (p *proc) supervise(ctx context.Context) {
+	for sleepCtx(ctx, 500*time.Millisecond) {
+		p.mu.Lock()
+		restart := p.cmd == nil && !p.held && p.starts > 0
+		p.mu.Unlock()
+		if restart {
+			_ = p.start()
+		}
+	}
+}
+
+// unexpectedExits counts the exits that no stop asked for.
+func (p *proc) unexpectedExits() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unexpected
+}
+
+// lastExit is how the last run of the process ended.
+func (p *proc) lastExit() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.exits) == 0 {
+		return ""
+	}
+	return p.exits[len(p.exits)-1]
+}
+
+// processorArgs are the `creditflow run` arguments of one pipeline instance.
+func processorArgs(brokers []string, group string, t stage.Topics, method string, scorers []string, extra ...string) []string {
+	args := []string{"run",
+		"--brokers", strings.Join(brokers, ","),
+		"--group", group,
+		"--topic-trajectories", t.Trajectories,
+		"--topic-scored", t.Scored,
+		"--topic-samples", t.Samples,
+		"--topic-dead-letters", t.DeadLetters,
+		"--topic-state", t.State,
+		"--method", method,
+		"--metrics-addr=",
+		"--log-level", "info",
+		"--shutdown-timeout", "30s",
+	}
+	if len(scorers) > 0 {
+		args = append(args, "--scorers", strings.Join(scorers, ","))
+	}
+	return append(args, extra...)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// digits are replaced by N in log messages so that messages differing only
+// in offsets, ports or counts are counted together.
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// logSummary counts the warning and error messages of the given log files
+// by message text: what went wrong inside the children during a run.
+func logSummary(files ...string) map[string]int {
+	out := map[string]int{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if len(line) == 0 || line[0] != '{' {
+				continue
+			}
+			var ev struct {
+				Level   string `json:"level"`
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(line, &ev) != nil {
+				continue
+			}
+			if ev.Level == "warn" || ev.Level == "error" {
+				out[ev.Level+": "+digits.ReplaceAllString(ev.Message, "N")]++
+			}
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// kill targets: n sample counts spread over (0, expected), jittered.
+func progressTargets(r *rand.Rand, n, expected int) []int {
+	out := make([]int, n)
+	for i := range out {
+		lo := float64(i) / float64(n)
+		hi := float64(i+1) / float64(n)
+		f := 0.05 + 0.85*(lo+r.Float64()*(hi-lo))
+		out[i] = int(f * float64(expected))
+	}
+	return out
+}
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// jitter is a uniformly random duration in [lo, hi).
+func jitter(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
