@@ -285,8 +285,24 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	if err := <-prodErr; err != nil && complete {
 		return res, err
 	}
+	// A stop can race with the last samples: start the processor again so
+	// that the end of every run is the same (a restart that may write
+	// duplicates, then a graceful stop). A SIGKILLed member holds its
+	// partitions until its session times out, so give it time.
+	settle := 2 * time.Second
+	if !p.running() {
+		if err := p.start(); err != nil {
+			return res, err
+		}
+		settle = 15 * time.Second
+	}
+	for _, sp := range scorers {
+		if !sp.running() {
+			_ = sp.start()
+		}
+	}
 	// Let late duplicates arrive, then stop the processor gracefully.
-	sleepCtx(ctx, 2*time.Second)
+	sleepCtx(ctx, settle)
 	res.CleanShutdown = p.stop(syscall.SIGTERM, 40*time.Second) && p.lastExit() == "exit 0"
 	col.poll(ctx)
 	cancelCol()

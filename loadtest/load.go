@@ -25,6 +25,7 @@ type LoadResult struct {
 func loadCmd(args []string) (int, error) {
 	o := demo.Defaults()
 	o.Bad = 0
+	o.Groups = 60
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts (groups) to run")
 	fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "trajectories per prompt (G)")

@@ -2,7 +2,7 @@
 //
 //	go run ./loadtest chaos      [--kills 5] [--groups 40] [--method lapo|attnsr] [--scorer-process] [--kill-scorers] [--broker-outages N] [--json]
 //	go run ./loadtest rebalance  [--replicas 3] [--groups 60] [--json]
-//	go run ./loadtest load       [--groups 24] [--method lapo|attnsr] [--json]
+//	go run ./loadtest load       [--groups 60] [--method lapo|attnsr] [--json]
 //
 // What chaos and rebalance show: the same deterministic input is run once
 // through an uninterrupted `creditflow run` (the reference) and once under

@@ -11,6 +11,10 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 OUT=${1:-${OUT:-/tmp/cfpod-gpu-check}}
 mkdir -p "$OUT"
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  echo "gpu_check: $PY cannot import torch; set PYTHON to an interpreter that can" >&2
+  exit 1
+fi
 "$PY" - <<'PYEOF'
 import sys, torch
 if not torch.cuda.is_available():
@@ -20,10 +24,10 @@ print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
 PYEOF
 status=0
 echo "== 1/3 unit tests on cuda"
-if ! CFPOD_TEST_DEVICE=cuda timeout 240 "$PY" -m unittest 2>&1 | tee "$OUT/unittest.txt" | tail -n 25; then status=1; fi
+if ! CFPOD_TEST_DEVICE=cuda timeout 180 "$PY" -m unittest 2>&1 | tee "$OUT/unittest.txt" | tail -n 25; then status=1; fi
 grep -q '^OK' "$OUT/unittest.txt" || status=1
 echo "== 2/3 cuda vs cpu float32"
-timeout 180 "$PY" -m cfpod.check --device cuda 2>&1 | tee "$OUT/check.txt" || status=1
+timeout 120 "$PY" -m cfpod.check --device cuda 2>&1 | tee "$OUT/check.txt" || status=1
 echo "== 3/3 throughput (random ~0.5B model, bfloat16)"
 timeout 300 "$PY" -m cfpod.bench --device cuda --dtype bfloat16 --json 2>&1 | tee "$OUT/bench.txt" || status=1
 tail -n 1 "$OUT/bench.txt" > "$OUT/bench.json" || true

@@ -94,13 +94,19 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the pod: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{}) // closed when the process has exited; then waitErr is set
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
+		// SIGTERM drains and exits 0 (the pod's graceful shutdown).
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
-		case <-time.After(15 * time.Second):
+			if waitErr != nil {
+				t.Errorf("pod after SIGTERM: %v, want a clean exit", waitErr)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("pod did not exit within 20 s of SIGTERM")
 			_ = cmd.Process.Kill()
 			<-exited
 		}
@@ -116,8 +122,8 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 			break
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("pod exited before listening: %v\n%s", err, p.stderr.String())
+		case <-exited:
+			t.Fatalf("pod exited before listening: %v\n%s", waitErr, p.stderr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -297,7 +303,9 @@ func TestPodMatchesReference(t *testing.T) {
 	if err := model.WriteTiny(dir); err != nil {
 		t.Fatal(err)
 	}
-	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3")
+	// Tree packing here; the walk (the default) equals row-by-row scoring bitwise
+	// in the Python tests.
+	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3", "--packing", "tree")
 	t.Run("tiny", func(t *testing.T) { testTiny(t, p) })
 	t.Run("hot-load", func(t *testing.T) { testHotLoad(t, p, root) })
 }

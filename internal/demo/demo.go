@@ -380,11 +380,18 @@ func (t *trainer) deadLetter(r consumers.Record) {
 // loss mask, finite values, zero advantage outside policy tokens.
 func Check(s *schemas.Sample) error {
 	n := len(s.Tokens)
-	if n == 0 || len(s.LossMask) != n || len(s.Advantages) != n {
-		return fmt.Errorf("lengths: tokens %d, mask %d, advantages %d", n, len(s.LossMask), len(s.Advantages))
+	if n == 0 || len(s.LossMask) != n {
+		return fmt.Errorf("lengths: tokens %d, mask %d", n, len(s.LossMask))
 	}
-	if s.TokenRewards != nil && len(s.TokenRewards) != n {
-		return fmt.Errorf("token rewards %d for %d tokens", len(s.TokenRewards), n)
+	switch s.Output {
+	case "token_rewards": // PPO: the trainer computes advantages with its critic
+		if len(s.TokenRewards) != n || len(s.Advantages) != 0 {
+			return fmt.Errorf("ppo sample: token rewards %d, advantages %d for %d tokens", len(s.TokenRewards), len(s.Advantages), n)
+		}
+	default:
+		if len(s.Advantages) != n || s.TokenRewards != nil {
+			return fmt.Errorf("advantages %d for %d tokens (token rewards %d)", len(s.Advantages), n, len(s.TokenRewards))
+		}
 	}
 	if s.RolloutLogprobs != nil && len(s.RolloutLogprobs) != n {
 		return fmt.Errorf("rollout log-probs %d for %d tokens", len(s.RolloutLogprobs), n)
@@ -394,12 +401,14 @@ func Check(s *schemas.Sample) error {
 		if s.LossMask[i] > 1 {
 			return fmt.Errorf("loss mask %d at %d", s.LossMask[i], i)
 		}
-		a := float64(s.Advantages[i])
-		if math.IsNaN(a) || math.IsInf(a, 0) {
-			return fmt.Errorf("advantage %v at %d", a, i)
-		}
-		if s.LossMask[i] == 0 && a != 0 {
-			return fmt.Errorf("advantage %v on a non-policy token %d", a, i)
+		if len(s.Advantages) > 0 {
+			a := float64(s.Advantages[i])
+			if math.IsNaN(a) || math.IsInf(a, 0) {
+				return fmt.Errorf("advantage %v at %d", a, i)
+			}
+			if s.LossMask[i] == 0 && a != 0 {
+				return fmt.Errorf("advantage %v on a non-policy token %d", a, i)
+			}
 		}
 		if s.TokenRewards != nil {
 			if r := float64(s.TokenRewards[i]); math.IsNaN(r) || math.IsInf(r, 0) || (s.LossMask[i] == 0 && r != 0) {
@@ -426,6 +435,7 @@ func (t *trainer) sample(r consumers.Record) {
 	}
 	if err := Check(s); err != nil {
 		t.invalid++
+		t.seen[s.TrajectoryID] = true // seen, but unusable: reported as invalid, not lost
 		t.o.Logger.Error().Err(err).Str("trajectory_id", s.TrajectoryID).Msg("trainer: invalid sample")
 		return
 	}

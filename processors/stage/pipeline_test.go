@@ -379,3 +379,40 @@ func samplesByIDNow(t *testing.T, brokers []string, topic string) map[string]boo
 	}
 	return out
 }
+
+// TestPipelineAttnSRMatchesCompute runs the AttnSR pipeline with step graphs
+// from the scorer servers, for both outputs, and checks every sample against
+// `creditflow compute` on the scored records.
+func TestPipelineAttnSRMatchesCompute(t *testing.T) {
+	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
+		t.Run(output, func(t *testing.T) {
+			b, err := broker.Start(broker.WithDefaultPartitions(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			o := demo.Defaults()
+			o.Brokers, o.Groups, o.Partitions, o.Bad, o.Timeout = b.Addrs(), 3, 2, 0, 3*time.Minute
+			o.Method = credit.MethodAttnSR
+			o.Credit.Method, o.Credit.Output = credit.MethodAttnSR, output
+			sum, err := demo.Run(context.Background(), o)
+			if err != nil {
+				t.Fatalf("demo: %v (%+v)", err, sum)
+			}
+			if sum.Lost != 0 || sum.SamplesOut != 15 || sum.MeanConfidence <= 0 {
+				t.Fatalf("summary %+v: want 15 samples, none lost, a positive mean confidence", sum)
+			}
+			if n := compareWithCompute(t, b.Addrs(), stage.DefaultTopics(), o.Credit); n != 15 {
+				t.Fatalf("%d samples on the topic, want 15", n)
+			}
+			for _, recs := range readTopic(t, b.Addrs(), stage.DefaultTopics().Samples) {
+				for _, r := range recs {
+					s, _ := schemas.Samples().Decode(r.Value)
+					if (output == credit.OutputPPO) != (s.TokenRewards != nil) {
+						t.Fatalf("%s output: token rewards present = %v", output, s.TokenRewards != nil)
+					}
+				}
+			}
+		})
+	}
+}

@@ -57,7 +57,6 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		OutcomeAdvantage: r.OutcomeAdvantage,
 		Tokens:           make([]int32, 0, len(mask)),
 		LossMask:         mask,
-		Advantages:       make([]float32, len(adv)),
 		Temperature:      t.Temperature,
 	}
 	out.Tokens = append(out.Tokens, t.Prompt...)
@@ -65,8 +64,11 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		out.Tokens = append(out.Tokens, tu.Action...)
 		out.Tokens = append(out.Tokens, tu.Observation...)
 	}
-	for i, a := range adv {
-		out.Advantages[i] = float32(a)
+	if adv != nil { // nil for AttnSR ppo: the trainer's critic computes advantages
+		out.Advantages = make([]float32, len(adv))
+		for i, a := range adv {
+			out.Advantages[i] = float32(a)
+		}
 	}
 	if rewards != nil {
 		out.Output = "token_rewards"

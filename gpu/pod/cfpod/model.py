@@ -291,26 +291,30 @@ class Model:
         self._half = half
         # Fused attention kernels on accelerators; the float32 reference path elsewhere.
         self.use_sdpa = _HAS_SDPA and self.device.type == "cuda"
-        # How score_rows shares prefixes (see there): one packed forward per request on
-        # accelerators, where call count dominates; a depth-first walk on CPU.
-        self.packing = "tree" if self.device.type == "cuda" else "walk"
+        # How score_rows shares prefixes (see there). The walk does the least arithmetic;
+        # tree packing makes fewer, larger calls (cfpod.bench measures both).
+        self.packing = "walk"
+        self.pack_tokens = 4096
 
     @classmethod
     def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None):
         """Reads a Hugging Face model folder: config.json plus *.safetensors (F32, F16 or
         BF16; no index file needed)."""
         cfg = read_config(folder)
-        ts = st.TensorSet(folder)
+        ts = None
         try:
-            tied = cfg.tie_embeddings
-            if not tied and not ts.has("lm_head.weight"):
+            ts = st.TensorSet(folder)
+            if not cfg.tie_embeddings and not ts.has("lm_head.weight"):
                 raise ModelError('tensor "lm_head.weight" is missing and config says '
                                  "tie_word_embeddings=false")
             m = cls(cfg, lambda n, s: ts.load(n, s, dtype=dtype, device=device), device, dtype)
-        except st.SafetensorsError as e:
+        except ModelError:
+            raise
+        except (ValueError, OSError) as e:  # SafetensorsError is a ValueError
             raise ModelError(f"model {folder}: {e}") from None
         finally:
-            ts.close()
+            if ts is not None:
+                ts.close()
         m.name = name or os.path.basename(os.path.abspath(folder))
         m.placeholder = list(placeholder_ids) if placeholder_ids is not None else (find_placeholder(folder) or [])
         for t in m.placeholder:
@@ -520,7 +524,7 @@ class Model:
         return node
 
     @torch.no_grad()
-    def score_rows(self, rows, packing=None, pack_tokens=65536):
+    def score_rows(self, rows, packing=None, pack_tokens=None):
         """S for every row (SPEC 2.1): the mean natural-log probability of target[a:b] given
         context and target[:k]. rows: [(context ids, target ids, (a, b))]. Returns
         (scores as floats, Usage). A context longer than max_context - len(target) keeps
@@ -528,10 +532,11 @@ class Model:
 
         The rows are merged into a radix tree and each distinct prefix is forwarded once:
         packing "walk" forwards the tree depth-first, one edge at a time on its parent's
-        key/value cache (lean, exact, many small calls: the CPU default); "tree" packs up
-        to pack_tokens tokens of the tree into one sequence with tree positions and an
-        ancestor mask (one forward per pack: the accelerator default). Both forward the
-        same tokens."""
+        key/value cache (the least arithmetic, many small calls; the default); "tree" packs
+        whole subtrees (trajectories, usually) up to pack_tokens tokens (default
+        self.pack_tokens) into one sequence with tree positions and an ancestor mask (few
+        larger calls, for accelerators where call overhead dominates). Both forward the same tokens; a pack's attention costs
+        O(pack_tokens) per token, so packs stay a few thousand tokens long."""
         prep, u = self._prepare(rows)
         if not prep:
             return [], u
@@ -539,7 +544,7 @@ class Model:
         lp = [[0.0] * (b - a) for (_, _, a, b) in prep]
         mode = packing or self.packing
         if mode == "tree":
-            self._score_tree(prep, root, lp, u, pack_tokens)
+            self._score_tree(prep, root, lp, u, pack_tokens or self.pack_tokens)
         elif mode == "walk":
             self._score_walk(prep, root, lp, u)
         else:

@@ -717,6 +717,10 @@ class Handler(BaseHTTPRequestHandler):
         except Reject as r:
             self._error(r, {"Allow": "POST"} if r.status == 405 else None)
             self._done("admin_load", r.status, start, error=r.message)
+        except Exception as e:  # noqa: BLE001 - every failure must become a protocol answer
+            r = Reject(500, "internal", f"loading failed, the previous model keeps serving: {type(e).__name__}: {e}")
+            self._error(r)
+            self._done("admin_load", r.status, start, error=r.message)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = lambda self: self._route()  # noqa: E731
 

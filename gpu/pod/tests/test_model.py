@@ -266,7 +266,11 @@ class LoadTest(unittest.TestCase):
         h = small_config(tie_word_embeddings=False)
         write_checkpoint(folder, h)
         os.rename(os.path.join(folder, "model-00001-of-00001.safetensors"), os.path.join(folder, "x.bin"))
-        with self.assertRaisesRegex(Exception, "no \\*.safetensors"):
+        with self.assertRaisesRegex(ModelError, "no \\*.safetensors"):
+            Model.load(folder)
+        with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+            f.write(b"\x01")
+        with self.assertRaisesRegex(ModelError, "too short"):
             Model.load(folder)
 
     def test_rope_scaling(self):
