@@ -1,0 +1,83 @@
+package stage_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
+)
+
+// pythonWith returns a python3 that can import every module, or "".
+func pythonWith(modules ...string) string {
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(py, "-c", "import "+strings.Join(modules, ", ")).Run() == nil {
+			return py
+		}
+	}
+	return ""
+}
+
+// TestPythonClientsEndToEnd: a rollout worker written with librdkafka
+// (confluent-kafka) and python3-avro publishes trajectories; both stages
+// process them; a Python trainer reads and checks every sample.
+func TestPythonClientsEndToEnd(t *testing.T) {
+	py := pythonWith("confluent_kafka", "avro")
+	if py == "" {
+		t.Skip("needs a python3 with confluent_kafka and avro (Debian: python3-confluent-kafka python3-avro)")
+	}
+	b, err := broker.Start(broker.WithDefaultPartitions(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := stage.DefaultConfig()
+	cfg.Brokers = b.Addrs()
+	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(2)...); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv, err := stage.NewAdvantageStage(cfg, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sc.Run(ctx) }()
+	go func() { _ = adv.Run(ctx) }()
+
+	dir, _ := filepath.Abs("../../examples/python")
+	addr := strings.Join(b.Addrs(), ",")
+	worker := exec.Command(py, "rollout_worker.py", "--brokers", addr, "--groups", "3", "--group-size", "4")
+	worker.Dir = dir
+	if out, err := worker.CombinedOutput(); err != nil {
+		t.Fatalf("rollout worker: %v\n%s", err, out)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 150*time.Second)
+	defer tcancel()
+	trainer := exec.CommandContext(tctx, py, "trainer.py", "--brokers", addr, "--expect", "12", "--timeout", "120")
+	trainer.Dir = dir
+	out, err := trainer.CombinedOutput()
+	if err != nil {
+		t.Fatalf("trainer: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"samples": 12`) || !strings.Contains(string(out), `"invalid": 0`) {
+		t.Fatalf("trainer summary: %s", out)
+	}
+}
