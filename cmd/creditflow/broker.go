@@ -12,8 +12,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/rs/zerolog"
-
 	"github.com/creditflow/creditflow/internal/broker"
 )
 
@@ -45,11 +43,10 @@ func runBroker(args []string) error {
 		}
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*logLevel)
+	log, err := newLogger(*logLevel)
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return err
 	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 	opts := []broker.Option{broker.WithAddr(*addr), broker.WithBrokers(*brokers),
 		broker.WithDefaultPartitions(*partitions), broker.WithLogger(log)}
 	if *topics != "" {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/rs/zerolog"
 )
 
 // loadSettings applies, in increasing precedence, a JSON config file (an
@@ -78,6 +80,15 @@ func loadSettings(fs *flag.FlagSet, args []string) error {
 		return envErr
 	}
 	return fs.Parse(args)
+}
+
+// newLogger is the JSON logger on stderr that every command uses.
+func newLogger(level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: %w (use debug, info, warn or error)", level, err)
+	}
+	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(), nil
 }
 
 func splitList(s string) []string {

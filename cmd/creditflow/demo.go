@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/internal/demo"
 )
@@ -46,11 +45,10 @@ func runDemo(args []string) error {
 	if err := credit(); err != nil {
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*logLevel)
-	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	var err error
+	if o.Logger, err = newLogger(*logLevel); err != nil {
+		return err
 	}
-	o.Logger = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 	o.Credit.Method = o.Method
 	o.Brokers = splitList(*brokers)
 	tty := isTerminal(os.Stderr)

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -57,11 +55,10 @@ func runReplay(args []string) error {
 	if err := credit(); err != nil {
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*logLevel)
-	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	var err error
+	if cfg.Logger, err = newLogger(*logLevel); err != nil {
+		return err
 	}
-	cfg.Logger = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 	cfg.Brokers = splitList(*kf.brokers)
 	cfg.Window.TimeoutMs = timeout.Milliseconds()
 	cfg.IdleAfter = 0 // a replay's event time comes from the records only

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
@@ -116,11 +115,10 @@ func runRun(args []string) error {
 	if err := credit(); err != nil {
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*logLevel)
+	log, err := newLogger(*logLevel)
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return err
 	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 	cfg.Logger = log
 	cfg.Brokers = splitList(*kf.brokers)
 	cfg.Window.TimeoutMs = timeout.Milliseconds()

@@ -13,7 +13,6 @@ import (
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/rs/zerolog"
 )
 
 func init() {
@@ -54,11 +53,11 @@ Flags:`)
 	if (*certFile == "") != (*keyFile == "") {
 		return fmt.Errorf("--tls-cert and --tls-key go together; give both or neither")
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := newLogger(*level)
 	if err != nil {
-		return fmt.Errorf("--log-level %q: %w", *level, err)
+		return err
 	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("component", "scorer").Logger()
+	log = log.With().Str("component", "scorer").Logger()
 
 	var token string
 	if *tokenFile != "" {
