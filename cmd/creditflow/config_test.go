@@ -1,0 +1,71 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/creditflow/creditflow/processors/credit"
+)
+
+// Settings come from the config file, then the environment, then flags, each
+// overriding the one before.
+func TestLoadSettingsPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.json")
+	if err := os.WriteFile(file, []byte(`{"brokers": ["a:1", "b:2"], "lambda": 0.25, "group": "from-file", "stage": "score"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.String("config", "", "")
+	brokers := fs.String("brokers", "x:9", "")
+	lambda := fs.Float64("lambda", 0.5, "")
+	group := fs.String("group", "default", "")
+	stage := fs.String("stage", "both", "")
+	t.Setenv("CREDITFLOW_GROUP", "from-env")
+	t.Setenv("CREDITFLOW_STAGE", "advantage")
+	if err := loadSettings(fs, []string{"--config", file, "--stage", "both"}); err != nil {
+		t.Fatal(err)
+	}
+	if *brokers != "a:1,b:2" || *lambda != 0.25 || *group != "from-env" || *stage != "both" {
+		t.Fatalf("brokers %q lambda %v group %q stage %q", *brokers, *lambda, *group, *stage)
+	}
+}
+
+func TestLoadSettingsRejectsUnknownKeys(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(`{"lamda": 1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Float64("lambda", 0.5, "")
+	err := loadSettings(fs, []string{"--config=" + file})
+	if err == nil || !strings.Contains(err.Error(), `"lamda"`) {
+		t.Fatalf("unknown key: %v", err)
+	}
+}
+
+func TestCreditFlagsValidate(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	cfg := credit.DefaultConfig()
+	apply := creditFlags(fs, &cfg)
+	if err := fs.Parse([]string{"--no-gate", "--eligible-kinds", "search, tool", "--lambda", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Gate || cfg.Lambda != 1 || len(cfg.EligibleKinds) != 2 || cfg.EligibleKinds[1] != "tool" {
+		t.Fatalf("%+v", cfg)
+	}
+	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	cfg = credit.DefaultConfig()
+	apply = creditFlags(fs, &cfg)
+	_ = fs.Parse([]string{"--ema-delta", "2"})
+	if err := apply(); err == nil {
+		t.Fatal("δ = 2 accepted")
+	}
+}
+
