@@ -68,4 +68,3 @@ func TestCreditFlagsValidate(t *testing.T) {
 		t.Fatal("δ = 2 accepted")
 	}
 }
-
