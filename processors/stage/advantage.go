@@ -3,6 +3,7 @@ package stage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -444,6 +445,14 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 	p.sem <- struct{}{}
 	go func() {
 		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
+		if errors.As(err, new(*unwritableError)) {
+			// Retrying cannot help (the samples' limits keep records far below the
+			// broker's maximum, so this is a misconfigured topic or broker): say
+			// so loudly and move on rather than stall the partition forever.
+			p.a.cfg.Metrics.unwritable.WithLabelValues("advantage").Add(float64(len(msgs)))
+			p.log.Error().Err(err).Int("messages", len(msgs)).Msg("the broker refused these outputs for good; they are skipped")
+			err = nil
+		}
 		if err == nil {
 			for _, msg := range msgs {
 				p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()

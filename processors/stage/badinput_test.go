@@ -208,3 +208,72 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 		t.Fatalf("%d samples, want 6", len(samples))
 	}
 }
+
+// TestOversizedOutputIsDeadLettered: a trajectory whose scored record (its
+// AttnSR step graphs) would exceed the broker's maximum message size ends
+// in the dead-letter topic as too_large, and the partition keeps going.
+func TestOversizedOutputIsDeadLettered(t *testing.T) {
+	b, err := broker.Start(broker.WithDefaultPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := stage.DefaultConfig()
+	cfg.Brokers = b.Addrs()
+	cfg.Credit.Method = "attnsr"
+	cfg.Limits.MaxTurns = 400
+	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(1)...); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	big := small("big", "big-0", 1, 0, 0)
+	reward := 1.0
+	big.Reward = &reward
+	for len(big.Turns) < 300 { // 300 steps: 300×300 float64 ×2 per layer, over 1 MB
+		big.Turns = append([]schemas.Turn{{Kind: schemas.KindTool, Action: synth.Tokens("go"), Observation: synth.Tokens("ok")}}, big.Turns...)
+	}
+	after := small("after", "after-0", 1, 0, 0)
+	after.Reward = &reward
+	var msgs []producers.Message
+	for _, tr := range []schemas.Trajectory{big, after} {
+		v, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(tr.TrajectoryID), Value: v})
+	}
+	if err := prod.Produce(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sc.Run(ctx) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		dead, scored := readTopic(t, b.Addrs(), cfg.Topics.DeadLetters), readTopic(t, b.Addrs(), cfg.Topics.Scored)
+		if len(dead[0]) > 0 && len(scored[0]) > 0 {
+			dl, err := schemas.DeadLetters().Decode(dead[0][0].Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dl.Reason != schemas.ReasonTooLarge || string(dl.Value) != string(msgs[0].Value) {
+				t.Fatalf("dead letter %s (%s), original bytes kept: %v", dl.Reason, dl.Detail, string(dl.Value) == string(msgs[0].Value))
+			}
+			s, _ := schemas.ScoredRecords().Decode(scored[0][0].Value)
+			if s.Trajectory.TrajectoryID != "after-0" || len(scored[0]) != 1 {
+				t.Fatalf("scored %d records, first %s", len(scored[0]), s.Trajectory.TrajectoryID)
+			}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("no dead letter for the oversized output")
+}

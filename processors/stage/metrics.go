@@ -10,6 +10,7 @@ type Metrics struct {
 	recordsIn      *prometheus.CounterVec
 	recordsOut     *prometheus.CounterVec
 	deadLetters    *prometheus.CounterVec
+	unwritable     *prometheus.CounterVec
 	duplicates     prometheus.Counter
 	groups         *prometheus.CounterVec
 	groupWait      prometheus.Histogram
@@ -42,6 +43,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records a stage wrote and the broker acknowledged, by topic."}, []string{"stage", "topic"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_dead_letters_total",
 			Help: "Records sent to the dead-letter topic, by stage and reason."}, []string{"stage", "reason"}),
+		unwritable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_unwritable_records_total",
+			Help: "Outputs the broker refused for good (not even a dead letter could be written); each is logged as an error."}, []string{"stage"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_duplicates_total",
 			Help: "Scored records ignored because their trajectory_id was already in the group."}),
 		groups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_groups_total",
@@ -77,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		resets: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_state_missing_total",
 			Help: "Partitions that started without a snapshot while their committed offset was past the start (EMA restarted)."}),
 	}
-	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.duplicates, m.groups, m.groupWait, m.latency,
+	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.unwritable, m.duplicates, m.groups, m.groupWait, m.latency,
 		m.inflight, m.truncations, m.lapoDelta, m.lapoGate, m.lapoProcAbs, m.attnConfidence, m.attnFocus,
 		m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards, m.snapshots, m.resets)
 	return m

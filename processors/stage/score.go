@@ -165,7 +165,14 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 			msgs = append(msgs, b.msgs...)
 		}
 		if err := produceRetry(ctx, s.prod, msgs, s.log); err != nil {
-			return nil
+			if !errors.As(err, new(*unwritableError)) {
+				return nil
+			}
+			for _, b := range batch { // one by one, to find the record the broker will not take
+				if err := s.emitAlone(ctx, b); err != nil {
+					return nil
+				}
+			}
 		}
 		now := time.Now()
 		for _, b := range batch {
@@ -184,7 +191,41 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 	}
 }
 
-// produceRetry writes msgs, retrying with backoff until it succeeds or ctx ends.
+// emitAlone writes one job's output; when the broker refuses it for good
+// (e.g. a scored record over the maximum message size) the input goes to the
+// dead-letter topic instead, cut to fit if it must be.
+func (s *ScoreStage) emitAlone(ctx context.Context, j *scoreJob) error {
+	err := produceRetry(ctx, s.prod, j.msgs, s.log)
+	if err == nil || !errors.As(err, new(*unwritableError)) {
+		return err
+	}
+	detail := "the broker refused the output: " + err.Error()
+	rec := j.rec
+	if limit := 512 << 10; len(rec.Value) > limit {
+		detail = fmt.Sprintf("%s; original cut to its first %d of %d bytes", detail, limit, len(rec.Value))
+		rec.Value = rec.Value[:limit]
+	}
+	msg, derr := s.cfg.deadLetter("score", rec, schemas.ReasonTooLarge, detail)
+	if derr == nil {
+		derr = produceRetry(ctx, s.prod, []producers.Message{msg}, s.log)
+	}
+	if derr != nil && errors.As(derr, new(*unwritableError)) {
+		s.cfg.Metrics.unwritable.WithLabelValues("score").Inc()
+		s.log.Error().Err(derr).Int64("offset", j.rec.Offset).Int("partition", j.rec.Partition).
+			Msg("neither the output nor a dead letter could be written; the record is skipped")
+		return nil
+	}
+	return derr
+}
+
+// unwritableError is a produce error that retrying cannot fix.
+type unwritableError struct{ err error }
+
+func (e *unwritableError) Error() string { return e.err.Error() }
+func (e *unwritableError) Unwrap() error { return e.err }
+
+// produceRetry writes msgs, retrying with backoff until it succeeds, ctx
+// ends, or the error is not transient (*unwritableError).
 func produceRetry(ctx context.Context, p *producers.Producer, msgs []producers.Message, log zerolog.Logger) error {
 	if len(msgs) == 0 {
 		return nil
@@ -197,6 +238,9 @@ func produceRetry(ctx context.Context, p *producers.Producer, msgs []producers.M
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if !producers.Retriable(err) {
+			return &unwritableError{err}
 		}
 		log.Warn().Err(err).Dur("retry_in", backoff).Int("messages", len(msgs)).Msg("produce failed; retrying")
 		select {
