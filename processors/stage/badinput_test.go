@@ -1,7 +1,6 @@
 package stage_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/broker"
-	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -41,28 +38,13 @@ func small(prompt, id string, size, index int, eventMs int64) schemas.Trajectory
 // its own reason and its original bytes, and the good records around them
 // must still become samples.
 func TestBadInputEndsInDeadLetters(t *testing.T) {
-	b, err := broker.Start(broker.WithDefaultPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	cfg := stage.DefaultConfig()
-	cfg.Brokers = b.Addrs()
-	cfg.Window.TimeoutMs = 10_000
-	cfg.Limits.MaxRecordBytes = 64 << 10
-	cfg.Limits.MaxTokens = 2000
-	cfg.CommitInterval = 50 * time.Millisecond
-	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(1)...); err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
+	e := newEnv(t, 1, func(cfg *stage.Config) {
+		cfg.Window.TimeoutMs = 10_000
+		cfg.Limits.MaxRecordBytes = 64 << 10
+		cfg.Limits.MaxTokens = 2000
+		cfg.CommitInterval = 50 * time.Millisecond
+	})
+	ctx, b, cfg, prod := e.ctx, e.b, e.cfg, e.prod
 
 	enc := func(tr schemas.Trajectory) []byte {
 		v, err := schemas.Trajectories().Encode(&tr)
@@ -135,17 +117,7 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 		want[x.key] = x.reason
 	}
 
-	scorer := gpu.NewLocal(model.Tiny())
-	sc, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adv, err := stage.NewAdvantageStage(cfg, prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = sc.Run(ctx) }()
-	go func() { _ = adv.Run(ctx) }()
+	e.runStages(t, gpu.NewLocal(model.Tiny()))
 
 	got := map[string]string{}
 	deadline := time.Now().Add(90 * time.Second)
@@ -213,25 +185,11 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 // AttnSR step graphs) would exceed the broker's maximum message size ends
 // in the dead-letter topic as too_large, and the partition keeps going.
 func TestOversizedOutputIsDeadLettered(t *testing.T) {
-	b, err := broker.Start(broker.WithDefaultPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cfg := stage.DefaultConfig()
-	cfg.Brokers = b.Addrs()
-	cfg.Credit.Method = "attnsr"
-	cfg.Limits.MaxTurns = 400
-	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(1)...); err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
+	e := newEnv(t, 1, func(cfg *stage.Config) {
+		cfg.Credit.Method = "attnsr"
+		cfg.Limits.MaxTurns = 400
+	})
+	ctx, b, cfg, prod := e.ctx, e.b, e.cfg, e.prod
 	big := small("big", "big-0", 1, 0, 0)
 	reward := 1.0
 	big.Reward = &reward

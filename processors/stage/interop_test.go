@@ -10,10 +10,6 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/broker"
-	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/processors/stage"
-	"github.com/creditflow/creditflow/producers"
 )
 
 // pythonWith returns a python3 that can import every module, or "".
@@ -34,33 +30,9 @@ func TestPythonClientsEndToEnd(t *testing.T) {
 	if py == "" {
 		t.Skip("needs a python3 with confluent_kafka and avro (Debian: python3-confluent-kafka python3-avro)")
 	}
-	b, err := broker.Start(broker.WithDefaultPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cfg := stage.DefaultConfig()
-	cfg.Brokers = b.Addrs()
-	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(2)...); err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adv, err := stage.NewAdvantageStage(cfg, prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = sc.Run(ctx) }()
-	go func() { _ = adv.Run(ctx) }()
+	e := newEnv(t, 2, nil)
+	e.runStages(t, gpu.NewLocal(model.Tiny()))
+	ctx, b := e.ctx, e.b
 
 	dir, _ := filepath.Abs("../../examples/python")
 	addr := strings.Join(b.Addrs(), ",")

@@ -289,30 +289,14 @@ func samplesByID(t *testing.T, brokers []string, topic string, n int) map[string
 // EMA baseline R̄_t — must equal an uninterrupted run's, and both must equal
 // `creditflow compute` on the same records.
 func TestAdvantageRestartContinuesEMA(t *testing.T) {
-	b, err := broker.Start(broker.WithDefaultPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx := context.Background()
-	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-
+	e := newEnv(t, 1, func(cfg *stage.Config) {
+		cfg.Credit.Method = credit.MethodAttnSR
+		cfg.Credit.Delta = 0.8 // a baseline that moves visibly from group to group
+		cfg.CommitInterval = 50 * time.Millisecond
+	}, "samples.restarted", "samples.straight")
+	ctx, b, prod, base := e.ctx, e.b, e.prod, e.cfg
 	const groups, size = 30, 3
 	recs := randomScored(groups, size, 5)
-	base := stage.DefaultConfig()
-	base.Brokers = b.Addrs()
-	base.Credit.Method = credit.MethodAttnSR
-	base.Credit.Delta = 0.8 // a baseline that moves visibly from group to group
-	base.CommitInterval = 50 * time.Millisecond
-	specs := append(base.TopicSpecs(1), producers.TopicSpec{Name: "samples.restarted", Partitions: 1, ReplicationFactor: 1},
-		producers.TopicSpec{Name: "samples.straight", Partitions: 1, ReplicationFactor: 1})
-	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, specs...); err != nil {
-		t.Fatal(err)
-	}
 	produceScored(t, prod, base.Topics.Scored, recs[:len(recs)/2])
 
 	run := func(cfg stage.Config, until func() bool) {
