@@ -230,27 +230,38 @@ func produceRetry(ctx context.Context, p *producers.Producer, msgs []producers.M
 	if len(msgs) == 0 {
 		return nil
 	}
+	permanent := func(err error) error {
+		if !producers.Retriable(err) {
+			return &unwritableError{err}
+		}
+		return nil
+	}
+	return retry(ctx, log.With().Int("messages", len(msgs)).Logger(), "produce", permanent, func() error { return p.Produce(ctx, msgs...) })
+}
+
+// retry calls f until it succeeds or ctx ends, with exponential backoff (50 ms
+// to 5 s); permanent turns an error that retrying cannot fix into the error to
+// return (nil: retry).
+func retry(ctx context.Context, log zerolog.Logger, what string, permanent func(error) error, f func() error) error {
 	backoff := 50 * time.Millisecond
 	for {
-		err := p.Produce(ctx, msgs...)
+		err := f()
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !producers.Retriable(err) {
-			return &unwritableError{err}
+		if perr := permanent(err); perr != nil {
+			return perr
 		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Int("messages", len(msgs)).Msg("produce failed; retrying")
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg(what + " failed; retrying")
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -310,7 +321,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 	case "attnsr":
 		job := attentionJob(t, s.layers)
 		var graphs [][]gpu.StepGraph
-		err := retry(ctx, s.log, func() (err error) {
+		err := retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
 			graphs, err = s.scorer.Attention(ctx, []gpu.AttentionJob{job})
 			return err
 		})
@@ -336,7 +347,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 			return sc, nil
 		}
 		var res []gpu.RowScores
-		err = retry(ctx, s.log, func() (err error) {
+		err = retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
 			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{{ID: t.TrajectoryID, Rows: plan.rows}})
 			return err
 		})
@@ -350,26 +361,11 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 	return sc, nil
 }
 
-// retry calls f until it succeeds, the scorer rejects the input, or ctx ends.
-func retry(ctx context.Context, log zerolog.Logger, f func() error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		var rej *gpu.RejectedError
-		if errors.As(err, &rej) || ctx.Err() != nil {
-			return err
-		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Msg("scorer call failed; retrying")
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
+// scorerRejection stops retrying a scorer call when the scorer refused the input.
+func scorerRejection(err error) error {
+	var rej *gpu.RejectedError
+	if errors.As(err, &rej) {
+		return err
 	}
+	return nil
 }
