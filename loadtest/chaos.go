@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,8 +44,14 @@ func DefaultChaos() ChaosOptions {
 
 // ChaosResult is what a chaos run measured. JSON names are stable.
 type ChaosResult struct {
-	Method        string `json:"method"`
-	Kills         int    `json:"kills"`
+	Method string `json:"method"`
+	Kills  int    `json:"kills"`
+	// UnsettledKills are stops made while the processor's consumer groups
+	// were not Stable with one member (after waiting a minute for it).
+	UnsettledKills int `json:"unsettled_kills"`
+	// UncleanStops are SIGTERM stops (--graceful) after which the processor
+	// did not exit with status 0 within 40 s.
+	UncleanStops  int    `json:"unclean_stops"`
 	Signal        string `json:"signal"`
 	ScorerKills   int    `json:"scorer_kills"`
 	BrokerOutages int    `json:"broker_outages"`
@@ -175,16 +182,31 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	for _, sp := range scorers {
 		go sp.supervise(runCtx)
 	}
+	// Processor stops at random moments, spread over the run (faultPlan);
+	// broker outages at random points of the run's progress.
+	rmu.Lock()
+	plan, err := newFaultPlan(rng, o.Kills, o.Groups)
+	outageAt := progressTargets(rng, o.BrokerOutages, w.expected())
+	rmu.Unlock()
+	if err != nil {
+		return res, fmt.Errorf("chaos: %w", err)
+	}
+	var mu sync.Mutex
+	kills, scorerKills, outages, unsettled, unclean := 0, 0, 0, 0, 0
+	killsOver := false // the kill loop ended: hold nothing back any more
+	ready := func(g int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return killsOver || kills >= plan.segment(g)
+	}
 	var wg sync.WaitGroup
 	prodErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery)
+		prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery, ready)
 	}()
 
-	var mu sync.Mutex
-	kills, scorerKills, outages := 0, 0, 0
 	seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
 	waitUntil := func(cond func() bool) bool {
 		for !cond() {
@@ -195,15 +217,15 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 		return true
 	}
 
-	// Processor kills at random moments, spread over the run's progress.
-	rmu.Lock()
-	killAt := progressTargets(rng, o.Kills, w.expected())
-	outageAt := progressTargets(rng, o.BrokerOutages, w.expected())
-	rmu.Unlock()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i, target := range killAt {
+		defer func() {
+			mu.Lock()
+			killsOver = true
+			mu.Unlock()
+		}()
+		for i, target := range plan.targets {
 			started := time.Now()
 			up := rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 5*time.Second) })
 			if !waitUntil(func() bool { return seenAtLeast(target) && time.Since(started) >= up }) {
@@ -212,9 +234,21 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 			if seenAtLeast(w.expected()) {
 				return
 			}
+			if !waitSettled(runCtx, e.brokers, 1, time.Minute, "chaos.score", "chaos.advantage") {
+				if runCtx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				unsettled++
+				mu.Unlock()
+				o.Logf("chaos: the consumer groups did not settle within a minute; stopping the processor anyway")
+			}
 			exited := p.stop(sig, 40*time.Second)
 			mu.Lock()
 			kills++
+			if o.Graceful && (!exited || p.lastExit() != "exit 0") {
+				unclean++
+			}
 			mu.Unlock()
 			seen, _ := col.progress()
 			o.Logf("chaos: %s %d/%d of the processor at %d/%d samples (%.1fs; exited by itself: %v, %s)", res.Signal, i+1, o.Kills, seen, w.expected(),
@@ -308,7 +342,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	cancelCol()
 
 	mu.Lock()
-	res.Kills, res.ScorerKills, res.BrokerOutages = kills, scorerKills, outages
+	res.Kills, res.ScorerKills, res.BrokerOutages, res.UnsettledKills, res.UncleanStops = kills, scorerKills, outages, unsettled, unclean
 	mu.Unlock()
 	res.Comparison = col.compare(ref.samples, validateSample)
 	res.DeadLetters, res.DeadByReason = col.deadLetters()
@@ -333,8 +367,8 @@ func scorerCommand(bin, addr string) (string, []string, error) {
 	out, _ := exec.Command(bin, "scorer", "-h").CombinedOutput()
 	help := string(out)
 	if !strings.Contains(help, "unknown command") {
-		for _, f := range []string{"addr", "listen"} {
-			if strings.Contains(help, "-"+f+" ") || strings.Contains(help, "-"+f+"\n") {
+		for _, f := range []string{"listen", "addr"} {
+			if regexp.MustCompile(`(?m)^\s+-` + f + `(\s|$)`).MatchString(help) {
 				return bin, []string{"scorer", "--" + f, addr}, nil
 			}
 		}
@@ -390,8 +424,8 @@ func chaosCmd(args []string) (int, error) {
 func printChaos(r ChaosResult) {
 	w := os.Stdout
 	fmt.Fprintf(w, "method            %s, %d groups\n", r.Method, r.Groups)
-	fmt.Fprintf(w, "faults            %d processor stops by %s, %d scorer kills, %d broker outages (%d processor starts)\n",
-		r.Kills, r.Signal, r.ScorerKills, r.BrokerOutages, r.ProcessorStarts)
+	fmt.Fprintf(w, "faults            %d processor stops by %s (%d while its groups were unsettled, %d unclean), %d scorer kills, %d broker outages (%d processor starts)\n",
+		r.Kills, r.Signal, r.UnsettledKills, r.UncleanStops, r.ScorerKills, r.BrokerOutages, r.ProcessorStarts)
 	fmt.Fprintf(w, "samples           expected %d, seen %d, lost %d, mismatched %d, duplicates %d, invalid %d, unexpected %d\n",
 		r.Expected, r.Seen, r.Lost, r.Mismatched, r.Duplicates, r.Invalid, r.Unexpected)
 	fmt.Fprintf(w, "dead letters      %d %v\n", r.DeadLetters, r.DeadByReason)

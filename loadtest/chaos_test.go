@@ -97,6 +97,9 @@ func checkChaos(t *testing.T, res ChaosResult, err error, wantKills int) {
 	if res.UnexpectedExits != 0 {
 		t.Fatalf("%d child processes died without being stopped (see their logs)", res.UnexpectedExits)
 	}
+	if res.UnsettledKills != 0 {
+		t.Fatalf("%d stops were made while the consumer groups were not settled", res.UnsettledKills)
+	}
 	if res.Unexpected != 0 || res.DeadLetters != 0 {
 		t.Fatalf("%d unexpected samples and %d dead letters (%v) from valid input", res.Unexpected, res.DeadLetters, res.DeadByReason)
 	}
@@ -139,8 +142,8 @@ func TestGracefulRestartsNoDuplicates(t *testing.T) {
 	if res.Duplicates != 0 {
 		t.Fatalf("%d duplicate samples after graceful restarts, want 0", res.Duplicates)
 	}
-	if res.LogWarnings["error: shutdown did not finish"] != 0 {
-		t.Fatalf("a SIGTERM shutdown overran its timeout: %v", res.LogWarnings)
+	if res.UncleanStops != 0 || !res.CleanShutdown {
+		t.Fatalf("%d SIGTERM stops did not end with exit status 0 in time (final stop clean: %v)", res.UncleanStops, res.CleanShutdown)
 	}
 }
 
@@ -168,6 +171,9 @@ func TestRebalanceTwoReplicas(t *testing.T) {
 	}
 	if res.UnexpectedExits != 0 {
 		t.Fatalf("%d replicas died without being stopped (see their logs)", res.UnexpectedExits)
+	}
+	if res.Unsettled != 0 {
+		t.Fatalf("%d membership changes were made while the consumer groups were not settled", res.Unsettled)
 	}
 	if res.Joins < 1 || res.Terms+res.Kills < 1 {
 		t.Fatalf("membership changes: %d joins, %d SIGTERM, %d SIGKILL: the rebalance was not exercised", res.Joins, res.Terms, res.Kills)
@@ -214,5 +220,41 @@ func TestProgressTargets(t *testing.T) {
 		if lo, hi := 50+170*i, 50+170*(i+1); x < lo || x > hi {
 			t.Fatalf("target %d = %d outside its fifth [%d, %d] of the run", i, x, lo, hi)
 		}
+	}
+}
+
+// TestFaultPlan: each fault's target lies inside the input produced before
+// it (its own segment), so every planned fault can happen; segments cover
+// every group once, in order.
+func TestFaultPlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range []struct{ n, groups int }{{5, 40}, {2, 8}, {3, 4}, {1, 2}, {0, 5}} {
+		p, err := newFaultPlan(r, c.n, c.groups)
+		if err != nil {
+			t.Fatalf("%d faults, %d groups: %v", c.n, c.groups, err)
+		}
+		if len(p.targets) != c.n {
+			t.Fatalf("%d targets for %d faults", len(p.targets), c.n)
+		}
+		for i, x := range p.targets {
+			lo, hi := p.bounds[i]*groupSize, p.bounds[i+1]*groupSize
+			if x <= lo || x > hi {
+				t.Fatalf("%d faults, %d groups: target %d = %d outside segment (%d, %d]", c.n, c.groups, i, x, lo, hi)
+			}
+		}
+		prev := 0
+		for g := 0; g < c.groups; g++ {
+			s := p.segment(g)
+			if s < prev || s > c.n {
+				t.Fatalf("%d faults, %d groups: group %d in segment %d after %d", c.n, c.groups, g, s, prev)
+			}
+			prev = s
+		}
+		if c.n > 0 && (p.segment(0) != 0 || p.segment(c.groups-1) != c.n) {
+			t.Fatalf("%d faults, %d groups: first group in segment %d, last in %d", c.n, c.groups, p.segment(0), p.segment(c.groups-1))
+		}
+	}
+	if _, err := newFaultPlan(r, 5, 5); err == nil {
+		t.Fatal("5 faults over 5 groups: want an error (needs 6 segments)")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
@@ -76,6 +78,7 @@ type env struct {
 	b       *broker.Broker
 	brokers []string
 	bin     string
+	built   bool // bin was built for this run: removed by Close (the logs stay)
 	dir     string
 	parts   int
 	log     zerolog.Logger
@@ -83,7 +86,8 @@ type env struct {
 }
 
 func newEnv(ctx context.Context, bin, dir string, partitions int, log zerolog.Logger) (*env, error) {
-	if bin == "" {
+	built := bin == ""
+	if built {
 		var err error
 		if bin, err = buildBinary(ctx, dir); err != nil {
 			return nil, err
@@ -98,12 +102,15 @@ func newEnv(ctx context.Context, bin, dir string, partitions int, log zerolog.Lo
 		b.Close()
 		return nil, err
 	}
-	return &env{b: b, brokers: b.Addrs(), bin: bin, dir: dir, parts: partitions, log: log, prod: prod}, nil
+	return &env{b: b, brokers: b.Addrs(), bin: bin, built: built, dir: dir, parts: partitions, log: log, prod: prod}, nil
 }
 
 func (e *env) Close() {
 	_ = e.prod.Close()
 	e.b.Close()
+	if e.built {
+		_ = os.Remove(e.bin)
+	}
 }
 
 // topics are the topic names of one pipeline instance, all prefixed.
@@ -153,9 +160,16 @@ func (w workload) messages(topic string, g int) ([]producers.Message, error) {
 }
 
 // produce writes groups [0, w.groups) to topic, one group every interval
-// (all at once when interval is 0).
-func (e *env) produce(ctx context.Context, w workload, topic string, interval time.Duration) error {
+// (all at once when interval is 0). When ready is set, group g is written
+// only once ready(g) is true (the input is held back until the faults
+// planned for the part before it have happened).
+func (e *env) produce(ctx context.Context, w workload, topic string, interval time.Duration, ready func(g int) bool) error {
 	for g := 0; g < w.groups; g++ {
+		for ready != nil && !ready(g) {
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
 		msgs, err := w.messages(topic, g)
 		if err != nil {
 			return err
@@ -172,6 +186,43 @@ func (e *env) produce(ctx context.Context, w workload, topic string, interval ti
 		}
 	}
 	return nil
+}
+
+// faultPlan spreads n faults over a run of groups groups: the input is cut
+// into n+1 segments of whole groups; fault i happens once a random share
+// (30–90 %) of segment i's samples was seen, and segment i+1 is produced
+// only after fault i happened. So every planned fault happens, while the
+// processor has work, however fast or slow the machine is.
+type faultPlan struct {
+	bounds  []int // bounds[j]: first group of segment j; bounds[n+1] = groups
+	targets []int // samples seen before fault i
+}
+
+func newFaultPlan(r *rand.Rand, n, groups int) (faultPlan, error) {
+	if n > 0 && groups < n+1 {
+		return faultPlan{}, fmt.Errorf("%d faults need at least %d groups (one segment of input before each and one after the last)", n, n+1)
+	}
+	p := faultPlan{bounds: make([]int, n+2), targets: make([]int, n)}
+	for j := range p.bounds {
+		p.bounds[j] = j * groups / (n + 1)
+	}
+	for i := range p.targets {
+		lo, hi := p.bounds[i], p.bounds[i+1]
+		g := lo + int(math.Ceil((0.3+0.6*r.Float64())*float64(hi-lo)))
+		p.targets[i] = max(1, min(g, hi)*groupSize)
+	}
+	return p, nil
+}
+
+// segment is the segment of group g: the number of faults that must have
+// happened before g is produced.
+func (p faultPlan) segment(g int) int {
+	for j := len(p.bounds) - 2; j >= 0; j-- {
+		if g >= p.bounds[j] {
+			return j
+		}
+	}
+	return 0
 }
 
 // collector reads a samples topic and a dead-letter topic without a
@@ -581,7 +632,8 @@ func logSummary(files ...string) map[string]int {
 	return out
 }
 
-// kill targets: n sample counts spread over (0, expected), jittered.
+// progressTargets are n sample counts spread over (5 %, 90 %] of expected,
+// one in each n-th of that range, in increasing order.
 func progressTargets(r *rand.Rand, n, expected int) []int {
 	out := make([]int, n)
 	for i := range out {
@@ -609,4 +661,37 @@ func jitter(r *rand.Rand, lo, hi time.Duration) time.Duration {
 		return lo
 	}
 	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
+
+// groupsSettled reports whether every consumer group in ids is Stable with
+// exactly members members. The harnesses SIGKILL a processor only when its
+// groups are settled: the embedded broker (kfake) never expires a member
+// whose JoinGroup answer could not be delivered because it died waiting for
+// it, so a kill in the middle of a join would leave a member that holds its
+// partitions forever, which a real Kafka coordinator expires after the
+// session timeout (see docs/guarantees.md, "Not covered").
+func groupsSettled(ctx context.Context, brokers []string, members int, ids ...string) bool {
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	resp, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: ids})
+	if err != nil || len(resp.Groups) != len(ids) {
+		return false
+	}
+	for _, g := range resp.Groups {
+		if g.Error != nil || g.GroupState != "Stable" || len(g.Members) != members {
+			return false
+		}
+	}
+	return true
+}
+
+// waitSettled waits up to limit for groupsSettled; it reports whether the
+// groups settled.
+func waitSettled(ctx context.Context, brokers []string, members int, limit time.Duration, ids ...string) bool {
+	deadline := time.Now().Add(limit)
+	for !groupsSettled(ctx, brokers, members, ids...) {
+		if time.Now().After(deadline) || !sleepCtx(ctx, 250*time.Millisecond) {
+			return false
+		}
+	}
+	return true
 }

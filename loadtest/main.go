@@ -1,6 +1,6 @@
 // Command loadtest holds the reliability and load harnesses of creditflow:
 //
-//	go run ./loadtest chaos      [--kills 5] [--groups 40] [--method lapo|attnsr] [--scorer-process] [--kill-scorers] [--broker-outages N] [--json]
+//	go run ./loadtest chaos      [--kills 5] [--groups 40] [--method lapo|attnsr] [--graceful] [--scorer-process] [--kill-scorers] [--broker-outages N] [--json]
 //	go run ./loadtest rebalance  [--replicas 3] [--groups 60] [--json]
 //	go run ./loadtest load       [--groups 60] [--method lapo|attnsr] [--json]
 //
@@ -11,10 +11,10 @@
 // A run passes when no expected sample is lost (lost = 0), no sample
 // differs from the reference (mismatched = 0) and every sample is valid for
 // a trainer; identical duplicate copies are counted, not failed (see
-// docs/guarantees.md). chaos SIGKILLs and restarts the processor at random
-// moments (and optionally scorer processes and the broker's connections);
-// rebalance runs several replicas in one consumer group that leave
-// (SIGTERM, SIGKILL) and join under load. The processors are child
+// docs/guarantees.md). chaos SIGKILLs (or, with --graceful, SIGTERMs) and
+// restarts the processor at random moments (and optionally scorer processes
+// and the broker's connections); rebalance runs several replicas in one
+// consumer group that leave (SIGTERM, SIGKILL) and join under load. The processors are child
 // processes of the creditflow binary, built once per run.
 //
 // load runs the embedded demo pipeline and prints throughput, latency and

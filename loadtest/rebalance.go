@@ -46,6 +46,7 @@ type RebalanceResult struct {
 	DeadLetters      int            `json:"dead_letters"`
 	DeadByReason     map[string]int `json:"dead_letters_by_reason,omitempty"`
 	SlowTerms        int            `json:"sigterm_not_exited_in_time"`
+	Unsettled        int            `json:"unsettled_changes"`
 	UnexpectedExits  int            `json:"unexpected_exits"`
 	Seconds          float64        `json:"seconds"`
 	ReferenceSeconds float64        `json:"reference_seconds"`
@@ -117,13 +118,23 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 	for _, r := range reps {
 		go r.supervise(runCtx)
 	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x4eba1))
+	plan, err := newFaultPlan(rng, o.Events, o.Groups)
+	if err != nil {
+		return res, fmt.Errorf("rebalance: %w", err)
+	}
+	var mu sync.Mutex // guards res's counters, rng, the events list, done and over
+	done, over := 0, false
+	ready := func(g int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return over || done >= plan.segment(g)
+	}
 	var wg sync.WaitGroup
 	prodErr := make(chan error, 1)
 	wg.Add(1)
-	go func() { defer wg.Done(); prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery) }()
+	go func() { defer wg.Done(); prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery, ready) }()
 
-	rng := rand.New(rand.NewPCG(o.Seed, 0x4eba1))
-	var mu sync.Mutex // guards res's counters, rng and the events list
 	note := func(format string, args ...any) {
 		s, _ := col.progress()
 		msg := fmt.Sprintf("%.1fs %d/%d samples: ", time.Since(start).Seconds(), s, w.expected()) + fmt.Sprintf(format, args...)
@@ -132,12 +143,25 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 		mu.Unlock()
 		o.Logf("rebalance: %s", msg)
 	}
-	targets := progressTargets(rng, o.Events, w.expected())
+	groupIDs := []string{"rebal.score", "rebal.advantage"}
+	// Membership changes are made one at a time: each waits until both
+	// consumer groups are Stable with every running replica in them (see
+	// groupsSettled), and a replica that left rejoins before the next change.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer func() {
+			mu.Lock()
+			over = true
+			mu.Unlock()
+		}()
+		eventDone := func() {
+			mu.Lock()
+			done++
+			mu.Unlock()
+		}
 		seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
-		for i, target := range targets {
+		for i, target := range plan.targets {
 			for !seenAtLeast(target) {
 				if !sleepCtx(runCtx, 100*time.Millisecond) {
 					return
@@ -153,6 +177,7 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 					mu.Unlock()
 					note("%s joins", reps[o.Replicas-1].name)
 				}
+				eventDone()
 				continue
 			}
 			var running []*proc
@@ -162,7 +187,17 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 				}
 			}
 			if len(running) < 2 {
+				eventDone()
 				continue // keep one member
+			}
+			if !waitSettled(runCtx, e.brokers, len(running), time.Minute, groupIDs...) {
+				if runCtx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				res.Unsettled++
+				mu.Unlock()
+				note("consumer groups not settled after a minute; changing membership anyway")
 			}
 			mu.Lock()
 			r := running[rng.IntN(len(running))]
@@ -185,16 +220,16 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 				mu.Unlock()
 				note("%s killed (SIGKILL)", r.name)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if sleepCtx(runCtx, back) && r.start() == nil {
-					mu.Lock()
-					res.Joins++
-					mu.Unlock()
-					note("%s rejoins", r.name)
-				}
-			}()
+			eventDone() // the next part of the input flows while r is away
+			if !sleepCtx(runCtx, back) {
+				return
+			}
+			if r.start() == nil {
+				mu.Lock()
+				res.Joins++
+				mu.Unlock()
+				note("%s rejoins", r.name)
+			}
 		}
 	}()
 	go func() {
@@ -267,7 +302,8 @@ func rebalanceCmd(args []string) (int, error) {
 func printRebalance(r RebalanceResult) {
 	w := os.Stdout
 	fmt.Fprintf(w, "method            %s, %d groups, %d replicas\n", r.Method, r.Groups, r.Replicas)
-	fmt.Fprintf(w, "membership        %d joins, %d SIGTERM leaves (%d not exited in time), %d SIGKILL leaves\n", r.Joins, r.Terms, r.SlowTerms, r.Kills)
+	fmt.Fprintf(w, "membership        %d joins, %d SIGTERM leaves (%d not exited in time), %d SIGKILL leaves; %d changes while the groups were unsettled\n",
+		r.Joins, r.Terms, r.SlowTerms, r.Kills, r.Unsettled)
 	for _, ev := range r.Events {
 		fmt.Fprintf(w, "  %s\n", ev)
 	}

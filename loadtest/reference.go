@@ -45,7 +45,7 @@ func runReference(ctx context.Context, e *env, w workload, method string, timeou
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go col.run(cctx)
-	if err := e.produce(ctx, w, t.Trajectories, 0); err != nil {
+	if err := e.produce(ctx, w, t.Trajectories, 0, nil); err != nil {
 		return refResult{}, err
 	}
 	if !col.waitFor(ctx, w.expected(), start.Add(timeout)) {
