@@ -72,7 +72,7 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 func (a *AdvantageStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
-		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256,
+		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256, SessionTimeout: a.cfg.SessionTimeout,
 	}, consumers.WithLogger(a.log))
 	if err != nil {
 		return err

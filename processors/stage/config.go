@@ -48,6 +48,7 @@ type Config struct {
 
 	MaxInFlight    int           // score stage: trajectories being scored per partition (default 64)
 	CommitInterval time.Duration // how often offsets (and snapshots) are committed (default 500ms)
+	SessionTimeout time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
 	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
 
 	Logger  zerolog.Logger

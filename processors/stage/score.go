@@ -67,7 +67,7 @@ func (s *ScoreStage) Info() gpu.ModelInfo { return s.info }
 func (s *ScoreStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID + ".score", Topics: []string{s.cfg.Topics.Trajectories},
-		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.MaxInFlight,
+		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.MaxInFlight, SessionTimeout: s.cfg.SessionTimeout,
 	}, consumers.WithLogger(s.log))
 	if err != nil {
 		return err
