@@ -101,7 +101,7 @@ func printSummary(s demo.Summary) {
 	fmt.Fprintf(w, "dead letters      %d %v\n", s.DeadLetters, s.DeadByReason)
 	if s.Method == "attnsr" {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
-		fmt.Fprintf(w, "EMA baseline      %.4f\n", s.EMABaseline)
+		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)
 		fmt.Fprintf(w, "step rewards      %.1f%% positive, %.1f%% negative\n", 100*s.PositiveStep, 100*s.NegativeStep)
 	} else {
 		fmt.Fprintf(w, "eligible turns    %d: Δ %.1f%% positive, %.1f%% negative\n", s.EligibleTurns, 100*s.PositiveDelta, 100*s.NegativeDelta)

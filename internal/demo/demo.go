@@ -52,7 +52,7 @@ type Options struct {
 // Defaults is the demo's default size.
 func Defaults() Options {
 	return Options{Groups: 24, GroupSize: 5, Method: credit.MethodLAPO, Credit: credit.DefaultConfig(),
-		Direction: stage.Backward, Partitions: 4, Scorers: 2, Bad: 3, MaxAhead: 8, Seed: 7,
+		Direction: stage.Backward, Partitions: 4, Scorers: 2, Bad: 3, MaxAhead: 2, Seed: 7,
 		Timeout: 5 * time.Minute, Logger: zerolog.Nop()}
 }
 
@@ -475,7 +475,7 @@ func (t *trainer) sample(r consumers.Record) {
 	if s.AttnSR != nil {
 		t.attnN++
 		t.confSum += s.AttnSR.Confidence
-		t.baseline = s.AttnSR.Baseline
+		t.baseline += s.AttnSR.Baseline
 	}
 }
 
@@ -512,7 +512,7 @@ func (t *trainer) summary(el time.Duration) Summary {
 	}
 	if t.attnN > 0 {
 		s.MeanConfidence = round(t.confSum/float64(t.attnN), 4)
-		s.EMABaseline = round(t.baseline, 4)
+		s.EMABaseline = round(t.baseline/float64(t.attnN), 4)
 	}
 	s.PositiveStep = round(share(t.stepPos, t.steps), 4)
 	s.NegativeStep = round(share(t.stepNeg, t.steps), 4)
