@@ -18,28 +18,20 @@ import (
 
 // ChaosOptions configure a chaos run.
 type ChaosOptions struct {
-	Kills         int           // stops of the processor (each followed by a restart)
-	Graceful      bool          // stop with SIGTERM (drain, snapshot, commit) instead of SIGKILL
-	Groups        int           // prompts of G = 5 trajectories
-	Partitions    int           // partitions per topic
-	Method        string        // lapo | attnsr
-	Seed          uint64        // workload and schedule seed
-	ProduceEvery  time.Duration // one group is produced every ProduceEvery
-	ScorerProcess bool          // scorers run as child processes
-	Scorers       int           // scorer processes with ScorerProcess
-	KillScorers   bool          // SIGKILL and restart scorer processes too
-	BrokerOutages int           // broker cuts of OutageLength each
+	Workload
+	Kills         int  // stops of the processor (each followed by a restart)
+	Graceful      bool // stop with SIGTERM (drain, snapshot, commit) instead of SIGKILL
+	ScorerProcess bool // scorers run as child processes
+	Scorers       int  // scorer processes with ScorerProcess
+	KillScorers   bool // SIGKILL and restart scorer processes too
+	BrokerOutages int  // broker cuts of OutageLength each
 	OutageLength  time.Duration
-	Timeout       time.Duration // for each of the reference and the chaos phase
-	Bin           string        // prebuilt creditflow binary ("" builds one)
-	Dir           string        // scratch directory for the binary and the logs ("" makes one)
-	Logf          func(format string, args ...any)
 }
 
 // DefaultChaos is the default chaos run.
 func DefaultChaos() ChaosOptions {
-	return ChaosOptions{Kills: 5, Groups: 40, Partitions: 4, Method: credit.MethodLAPO, Seed: 7,
-		ProduceEvery: 750 * time.Millisecond, Scorers: 2, OutageLength: 3 * time.Second, Timeout: 10 * time.Minute}
+	return ChaosOptions{Workload: Workload{Groups: 40, Partitions: 4, Method: credit.MethodLAPO, Seed: 7,
+		ProduceEvery: 750 * time.Millisecond, Timeout: 10 * time.Minute}, Kills: 5, Scorers: 2, OutageLength: 3 * time.Second}
 }
 
 // ChaosResult is what a chaos run measured. JSON names are stable.
@@ -67,9 +59,6 @@ type ChaosResult struct {
 	LogWarnings      map[string]int `json:"log_warnings,omitempty"`
 	Logs             string         `json:"logs"`
 }
-
-// OK reports whether nothing was lost, changed or invalid.
-func (r ChaosResult) OK() bool { return r.Lost == 0 && r.Mismatched == 0 && r.Invalid == 0 }
 
 func (o *ChaosOptions) check() error {
 	switch {
@@ -304,14 +293,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 		}()
 	}
 
-	// Progress lines while waiting.
-	go func() {
-		for sleepCtx(runCtx, 5*time.Second) {
-			s, d := col.progress()
-			o.Logf("chaos: %d/%d samples, %d dead letters (%.0fs)", s, w.expected(), d, time.Since(start).Seconds())
-		}
-	}()
-	complete := col.waitFor(ctx, w.expected(), start.Add(o.Timeout))
+	complete := col.await(ctx, runCtx, "chaos", w.expected(), start, o.Timeout, o.Logf)
 	res.Seconds = round3(time.Since(start).Seconds())
 	stopRun()
 	wg.Wait()
@@ -385,40 +367,17 @@ func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 func chaosCmd(args []string) (int, error) {
 	o := DefaultChaos()
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	o.Workload.addFlags(fs)
 	fs.IntVar(&o.Kills, "kills", o.Kills, "SIGKILLs of the processor at random moments (each followed by a restart)")
 	fs.BoolVar(&o.Graceful, "graceful", o.Graceful, "stop the processor with SIGTERM instead of SIGKILL (a graceful drain each time)")
-	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts of 5 trajectories each")
-	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
-	fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo or attnsr")
-	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the workload and of the kill schedule")
-	fs.DurationVar(&o.ProduceEvery, "produce-every", o.ProduceEvery, "produce one group every this long (steady input rate)")
 	fs.BoolVar(&o.ScorerProcess, "scorer-process", o.ScorerProcess, "run the scorers as separate child processes")
 	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer processes with --scorer-process")
 	fs.BoolVar(&o.KillScorers, "kill-scorers", o.KillScorers, "also SIGKILL and restart scorer processes at random moments")
 	fs.IntVar(&o.BrokerOutages, "broker-outages", o.BrokerOutages, "cut the broker off this many times during the run")
 	fs.DurationVar(&o.OutageLength, "outage-length", o.OutageLength, "length of each broker outage")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each phase (reference, chaos) after this long")
-	fs.StringVar(&o.Bin, "bin", o.Bin, "prebuilt creditflow binary (default: build ./cmd/creditflow)")
-	fs.StringVar(&o.Dir, "dir", o.Dir, "scratch directory for the binary and the child logs (default: a new temp dir)")
-	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	o.Logf = stderrf
-	ctx, stop := signalContext()
-	defer stop()
-	res, err := RunChaos(ctx, o)
-	printChaos(res)
-	if *asJSON {
-		printJSON(res)
-	}
-	if err != nil {
-		return 1, err
-	}
-	if !res.OK() {
-		return 1, fmt.Errorf("chaos: %d lost, %d mismatched, %d invalid samples", res.Lost, res.Mismatched, res.Invalid)
-	}
-	return 0, nil
+	return runCommand(fs, args, &o.Workload, "chaos",
+		func(ctx context.Context) (ChaosResult, error) { return RunChaos(ctx, o) },
+		printChaos, func(r ChaosResult) Comparison { return r.Comparison })
 }
 
 func printChaos(r ChaosResult) {
@@ -426,17 +385,7 @@ func printChaos(r ChaosResult) {
 	fmt.Fprintf(w, "method            %s, %d groups\n", r.Method, r.Groups)
 	fmt.Fprintf(w, "faults            %d processor stops by %s (%d while its groups were unsettled, %d unclean), %d scorer kills, %d broker outages (%d processor starts)\n",
 		r.Kills, r.Signal, r.UnsettledKills, r.UncleanStops, r.ScorerKills, r.BrokerOutages, r.ProcessorStarts)
-	fmt.Fprintf(w, "samples           expected %d, seen %d, lost %d, mismatched %d, duplicates %d, invalid %d, unexpected %d\n",
-		r.Expected, r.Seen, r.Lost, r.Mismatched, r.Duplicates, r.Invalid, r.Unexpected)
-	fmt.Fprintf(w, "dead letters      %d %v\n", r.DeadLetters, r.DeadByReason)
-	fmt.Fprintf(w, "unexpected exits  %d (child processes that died without being stopped; restarted)\n", r.UnexpectedExits)
+	printOutcome(r.Comparison, r.DeadLetters, r.DeadByReason, r.UnexpectedExits, "child processes")
 	fmt.Fprintf(w, "time              chaos %.1fs, reference %.1fs; clean SIGTERM shutdown at the end: %v\n", r.Seconds, r.ReferenceSeconds, r.CleanShutdown)
-	if len(r.LostIDs) > 0 {
-		fmt.Fprintf(w, "lost (first)      %v\n", r.LostIDs)
-	}
-	if len(r.BadIDs) > 0 {
-		fmt.Fprintf(w, "mismatched        %v\n", r.BadIDs)
-	}
-	printWarnings(r.LogWarnings)
-	fmt.Fprintf(w, "logs              %s\n", r.Logs)
+	printTail(r.Comparison, r.LogWarnings, r.Logs)
 }

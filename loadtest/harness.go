@@ -337,6 +337,18 @@ func (c *collector) progress() (seen, dead int) {
 
 // waitFor polls until n distinct expected samples were seen, ctx ends or
 // the deadline passes; it reports whether n were seen.
+// await logs progress every 5 s while runCtx lasts and waits until n
+// samples were seen or timeout has passed since start.
+func (c *collector) await(ctx, runCtx context.Context, name string, n int, start time.Time, timeout time.Duration, logf func(string, ...any)) bool {
+	go func() {
+		for sleepCtx(runCtx, 5*time.Second) {
+			s, d := c.progress()
+			logf("%s: %d/%d samples, %d dead letters (%.0fs)", name, s, n, d, time.Since(start).Seconds())
+		}
+	}()
+	return c.waitFor(ctx, n, start.Add(timeout))
+}
+
 func (c *collector) waitFor(ctx context.Context, n int, deadline time.Time) bool {
 	for {
 		if s, _ := c.progress(); s >= n {
@@ -384,6 +396,9 @@ type Comparison struct {
 	LostIDs    []string `json:"lost_ids,omitempty"`
 	BadIDs     []string `json:"mismatched_ids,omitempty"`
 }
+
+// OK reports whether nothing was lost, changed or invalid.
+func (c Comparison) OK() bool { return c.Lost == 0 && c.Mismatched == 0 && c.Invalid == 0 }
 
 // compare checks every copy of every sample against ref and validates it
 // as a trainer would (demo.Check is applied by validate).

@@ -28,6 +28,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -112,3 +113,75 @@ func printWarnings(m map[string]int) {
 }
 
 func nopLog() zerolog.Logger { return zerolog.Nop() }
+
+// Workload is what every harness run shares: the input, the topics' shape,
+// the time limit, and where the binary and the logs live.
+type Workload struct {
+	Groups       int           // prompts of G = 5 trajectories
+	Partitions   int           // partitions per topic
+	Method       string        // lapo | attnsr
+	Seed         uint64        // workload and schedule seed
+	ProduceEvery time.Duration // one group is produced every ProduceEvery
+	Timeout      time.Duration // for each phase (reference, faulted run)
+	Bin          string        // prebuilt creditflow binary ("" builds one)
+	Dir          string        // scratch directory for the binary and the logs ("" makes one)
+	Logf         func(format string, args ...any)
+}
+
+func (w *Workload) addFlags(fs *flag.FlagSet) {
+	fs.IntVar(&w.Groups, "groups", w.Groups, "prompts of 5 trajectories each")
+	fs.IntVar(&w.Partitions, "partitions", w.Partitions, "partitions per topic")
+	fs.StringVar(&w.Method, "method", w.Method, "credit assignment: lapo or attnsr")
+	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the workload and of the fault schedule")
+	fs.DurationVar(&w.ProduceEvery, "produce-every", w.ProduceEvery, "produce one group every this long (steady input rate)")
+	fs.DurationVar(&w.Timeout, "timeout", w.Timeout, "give up on each phase (reference, faulted run) after this long")
+	fs.StringVar(&w.Bin, "bin", w.Bin, "prebuilt creditflow binary (default: build ./cmd/creditflow)")
+	fs.StringVar(&w.Dir, "dir", w.Dir, "scratch directory for the binary and the child logs (default: a new temp dir)")
+}
+
+// runCommand parses the flags of a fault harness, runs it, prints the result
+// (and with --json one JSON line), and turns the outcome into an exit status.
+func runCommand[R any](fs *flag.FlagSet, args []string, w *Workload, name string,
+	run func(context.Context) (R, error), print func(R), comparison func(R) Comparison) (int, error) {
+	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	w.Logf = stderrf
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := run(ctx)
+	print(res)
+	if *asJSON {
+		printJSON(res)
+	}
+	if err != nil {
+		return 1, err
+	}
+	if c := comparison(res); !c.OK() {
+		return 1, fmt.Errorf("%s: %d lost, %d mismatched, %d invalid samples", name, c.Lost, c.Mismatched, c.Invalid)
+	}
+	return 0, nil
+}
+
+// printOutcome prints what a faulted run delivered.
+func printOutcome(c Comparison, dead int, deadBy map[string]int, unexpectedExits int, children string) {
+	w := os.Stdout
+	fmt.Fprintf(w, "samples           expected %d, seen %d, lost %d, mismatched %d, duplicates %d, invalid %d, unexpected %d\n",
+		c.Expected, c.Seen, c.Lost, c.Mismatched, c.Duplicates, c.Invalid, c.Unexpected)
+	fmt.Fprintf(w, "dead letters      %d %v\n", dead, deadBy)
+	fmt.Fprintf(w, "unexpected exits  %d (%s that died without being stopped; restarted)\n", unexpectedExits, children)
+}
+
+// printTail prints the ids that went wrong, the children's warnings and where their logs are.
+func printTail(c Comparison, warnings map[string]int, logs string) {
+	w := os.Stdout
+	if len(c.LostIDs) > 0 {
+		fmt.Fprintf(w, "lost (first)      %v\n", c.LostIDs)
+	}
+	if len(c.BadIDs) > 0 {
+		fmt.Fprintf(w, "mismatched        %v\n", c.BadIDs)
+	}
+	printWarnings(warnings)
+	fmt.Fprintf(w, "logs              %s\n", logs)
+}

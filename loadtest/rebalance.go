@@ -15,22 +15,15 @@ import (
 
 // RebalanceOptions configure a rebalance run.
 type RebalanceOptions struct {
-	Replicas     int // `creditflow run` replicas in one consumer group (2 or more)
-	Events       int // membership changes under load: a join, then leaves by SIGTERM and SIGKILL, alternating
-	Groups       int
-	Partitions   int
-	Method       string
-	Seed         uint64
-	ProduceEvery time.Duration
-	Timeout      time.Duration
-	Bin, Dir     string
-	Logf         func(format string, args ...any)
+	Workload
+	Replicas int // `creditflow run` replicas in one consumer group (2 or more)
+	Events   int // membership changes under load: a join, then leaves by SIGTERM and SIGKILL, alternating
 }
 
 // DefaultRebalance is the default rebalance run.
 func DefaultRebalance() RebalanceOptions {
-	return RebalanceOptions{Replicas: 3, Events: 5, Groups: 60, Partitions: 4, Method: credit.MethodLAPO, Seed: 7,
-		ProduceEvery: 500 * time.Millisecond, Timeout: 10 * time.Minute}
+	return RebalanceOptions{Workload: Workload{Groups: 60, Partitions: 4, Method: credit.MethodLAPO, Seed: 7,
+		ProduceEvery: 500 * time.Millisecond, Timeout: 10 * time.Minute}, Replicas: 3, Events: 5}
 }
 
 // RebalanceResult is what a rebalance run measured. JSON names are stable.
@@ -53,9 +46,6 @@ type RebalanceResult struct {
 	LogWarnings      map[string]int `json:"log_warnings,omitempty"`
 	Logs             string         `json:"logs"`
 }
-
-// OK reports whether nothing was lost, changed or invalid.
-func (r RebalanceResult) OK() bool { return r.Lost == 0 && r.Mismatched == 0 && r.Invalid == 0 }
 
 // RunRebalance runs the reference and then replicas that leave and join
 // under load, and compares the two.
@@ -232,13 +222,7 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 			}
 		}
 	}()
-	go func() {
-		for sleepCtx(runCtx, 5*time.Second) {
-			s, d := col.progress()
-			o.Logf("rebalance: %d/%d samples, %d dead letters (%.0fs)", s, w.expected(), d, time.Since(start).Seconds())
-		}
-	}()
-	complete := col.waitFor(ctx, w.expected(), start.Add(o.Timeout))
+	complete := col.await(ctx, runCtx, "rebalance", w.expected(), start, o.Timeout, o.Logf)
 	res.Seconds = round3(time.Since(start).Seconds())
 	stopRun()
 	wg.Wait()
@@ -268,35 +252,12 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 func rebalanceCmd(args []string) (int, error) {
 	o := DefaultRebalance()
 	fs := flag.NewFlagSet("rebalance", flag.ContinueOnError)
+	o.Workload.addFlags(fs)
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "creditflow run replicas in one consumer group (2 or more)")
 	fs.IntVar(&o.Events, "events", o.Events, "membership changes under load: one join, then leaves by SIGTERM and SIGKILL in turn (each rejoins a few seconds later)")
-	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts of 5 trajectories each")
-	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
-	fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo or attnsr")
-	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the workload and of the schedule")
-	fs.DurationVar(&o.ProduceEvery, "produce-every", o.ProduceEvery, "produce one group every this long")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on each phase after this long")
-	fs.StringVar(&o.Bin, "bin", o.Bin, "prebuilt creditflow binary (default: build ./cmd/creditflow)")
-	fs.StringVar(&o.Dir, "dir", o.Dir, "scratch directory (default: a new temp dir)")
-	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	o.Logf = stderrf
-	ctx, stop := signalContext()
-	defer stop()
-	res, err := RunRebalance(ctx, o)
-	printRebalance(res)
-	if *asJSON {
-		printJSON(res)
-	}
-	if err != nil {
-		return 1, err
-	}
-	if !res.OK() {
-		return 1, fmt.Errorf("rebalance: %d lost, %d mismatched, %d invalid samples", res.Lost, res.Mismatched, res.Invalid)
-	}
-	return 0, nil
+	return runCommand(fs, args, &o.Workload, "rebalance",
+		func(ctx context.Context) (RebalanceResult, error) { return RunRebalance(ctx, o) },
+		printRebalance, func(r RebalanceResult) Comparison { return r.Comparison })
 }
 
 func printRebalance(r RebalanceResult) {
@@ -307,17 +268,7 @@ func printRebalance(r RebalanceResult) {
 	for _, ev := range r.Events {
 		fmt.Fprintf(w, "  %s\n", ev)
 	}
-	fmt.Fprintf(w, "samples           expected %d, seen %d, lost %d, mismatched %d, duplicates %d, invalid %d, unexpected %d\n",
-		r.Expected, r.Seen, r.Lost, r.Mismatched, r.Duplicates, r.Invalid, r.Unexpected)
-	fmt.Fprintf(w, "dead letters      %d %v\n", r.DeadLetters, r.DeadByReason)
-	fmt.Fprintf(w, "unexpected exits  %d (replicas that died without being stopped; restarted)\n", r.UnexpectedExits)
+	printOutcome(r.Comparison, r.DeadLetters, r.DeadByReason, r.UnexpectedExits, "replicas")
 	fmt.Fprintf(w, "time              %.1fs, reference %.1fs\n", r.Seconds, r.ReferenceSeconds)
-	if len(r.LostIDs) > 0 {
-		fmt.Fprintf(w, "lost (first)      %v\n", r.LostIDs)
-	}
-	if len(r.BadIDs) > 0 {
-		fmt.Fprintf(w, "mismatched        %v\n", r.BadIDs)
-	}
-	printWarnings(r.LogWarnings)
-	fmt.Fprintf(w, "logs              %s\n", r.Logs)
+	printTail(r.Comparison, r.LogWarnings, r.Logs)
 }
