@@ -27,6 +27,7 @@ func runCompute(args []string) error {
 	fs.StringVar(&cfg.Method, "method", cfg.Method, "credit method: lapo or attnsr")
 	direction := fs.String("direction", "backward", "lapo: how the input's delta was scored, backward or forward (a label; the math is the same)")
 	apply := creditFlags(fs, &cfg)
+	maxTokens := fs.Int("max-tokens", offline.DefaultMaxTokens, "reject trajectories longer than this (prompt and all turns)")
 	tokens := fs.Bool("tokens", false, "also write per-token arrays: token_advantages, loss_mask, token_rewards (ppo)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -43,5 +44,5 @@ func runCompute(args []string) error {
 	if err := apply(); err != nil {
 		return err
 	}
-	return offline.Compute(os.Stdin, os.Stdout, os.Stderr, cfg, offline.WithTokens(*tokens))
+	return offline.Compute(os.Stdin, os.Stdout, os.Stderr, cfg, offline.WithTokens(*tokens), offline.WithMaxTokens(*maxTokens))
 }

@@ -34,8 +34,17 @@ import (
 type Option func(*options)
 
 type options struct {
-	tokens bool
+	tokens    bool
+	maxTokens int
 }
+
+// DefaultMaxTokens bounds a trajectory's length (prompt and all turns) in
+// the input; longer lines are errors, so a typo cannot ask --tokens for
+// gigabytes of arrays.
+const DefaultMaxTokens = 1 << 20
+
+// WithMaxTokens sets the longest trajectory accepted (DefaultMaxTokens).
+func WithMaxTokens(n int) Option { return func(o *options) { o.maxTokens = n } }
 
 // WithTokens also writes the per-token arrays token_advantages, loss_mask
 // and (AttnSR ppo) token_rewards (SPEC §5.1 --tokens).
@@ -184,7 +193,7 @@ type group struct {
 // skipped. The first malformed line ends the run with an error naming it;
 // the groups finalized before it have been written.
 func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts ...Option) error {
-	var o options
+	o := options{maxTokens: DefaultMaxTokens}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -238,6 +247,9 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 			if err := credit.ValidateMember(m, cfg); err != nil {
 				return fmt.Errorf("line %d: %v", lineNo, err)
 			}
+			if !withinTokens(m, o.maxTokens) {
+				return fmt.Errorf("line %d: trajectory %q has more than %d tokens (raise the limit with --max-tokens)", lineNo, m.TrajectoryID, o.maxTokens)
+			}
 			switch {
 			case seen[m.TrajectoryID]:
 				fmt.Fprintf(diag, "line %d: trajectory %q repeated; ignored\n", lineNo, m.TrajectoryID)
@@ -278,4 +290,22 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 		}
 	}
 	return bw.Flush()
+}
+
+// withinTokens reports whether m has at most limit tokens, without
+// overflowing on absurd counts.
+func withinTokens(m credit.Member, limit int) bool {
+	n := m.PromptTokens
+	if n > limit {
+		return false
+	}
+	for _, t := range m.Turns {
+		if t.ActionTokens > limit || t.ObservationTokens > limit {
+			return false
+		}
+		if n += t.ActionTokens + t.ObservationTokens; n > limit {
+			return false
+		}
+	}
+	return true
 }
