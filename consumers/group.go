@@ -436,7 +436,9 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    1 << 30,
-		ErrorLogger:    kafka.LoggerFunc(func(f string, a ...any) { g.log.Info().Str("topic", topic).Int("partition", partition).Bool("retried", true).Msgf(f, a...) }),
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
+			g.log.Info().Str("topic", topic).Int("partition", partition).Bool("retried", true).Msgf(f, a...)
+		}),
 	})
 	defer r.Close()
 	if err := r.SetOffset(start); err != nil {
