@@ -251,7 +251,19 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 	if err != nil {
 		return fmt.Errorf("consumers: group configuration: %w", err)
 	}
-	defer cg.Close()
+	defer func() {
+		// Leaving the group is best effort: every handler has flushed and
+		// committed by now, and a coordinator that does not answer (a broker
+		// in trouble) expires the member after the session timeout anyway.
+		// Bound it so a shutdown keeps its deadline.
+		left := make(chan struct{})
+		go func() { _ = cg.Close(); close(left) }()
+		select {
+		case <-left:
+		case <-time.After(5 * time.Second):
+			g.log.Warn().Msg("leaving the consumer group did not finish within 5s; the coordinator will expire this member")
+		}
+	}()
 
 	backoff := 100 * time.Millisecond
 	for {
