@@ -219,6 +219,34 @@ func graphJobs(r *rand.Rand, n, vocab, layers int) []gpu.AttentionJob {
 	return jobs
 }
 
+// checkScores scores sets on the pod and on the reference and compares (1e-4).
+func checkScores(t *testing.T, ctx context.Context, pod, ref gpu.Scorer, sets []gpu.RowSet, what string) {
+	t.Helper()
+	got, err := pod.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatalf("%s: pod ScoreRows: %v", what, err)
+	}
+	exp, err := ref.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareScores(t, what, got, exp, 1e-4)
+}
+
+// checkGraphs captures step graphs on the pod and on the reference and compares (1e-5).
+func checkGraphs(t *testing.T, ctx context.Context, pod, ref gpu.Scorer, jobs []gpu.AttentionJob, what string) {
+	t.Helper()
+	got, err := pod.Attention(ctx, jobs)
+	if err != nil {
+		t.Fatalf("%s: pod Attention: %v", what, err)
+	}
+	exp, err := ref.Attention(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareGraphs(t, what, got, exp, 1e-5)
+}
+
 func compareScores(t *testing.T, what string, got, want []gpu.RowScores, tol float64) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -328,15 +356,7 @@ func testTiny(t *testing.T, p *pod) {
 
 	r := rand.New(rand.NewSource(7))
 	sets := searchSets(r, 6, 256, model.TinyDelete)
-	got, err := c.ScoreRows(ctx, sets)
-	if err != nil {
-		t.Fatalf("pod ScoreRows: %v", err)
-	}
-	exp, err := ref.ScoreRows(ctx, sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compareScores(t, "tiny", got, exp, 1e-4)
+	checkScores(t, ctx, c, ref, sets, "tiny")
 
 	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
 	var resp gpu.ScoreResponse
@@ -364,15 +384,7 @@ func testTiny(t *testing.T, p *pod) {
 		float64(rowByRow)/float64(resp.Usage.TokensForwarded))
 
 	jobs := graphJobs(r, 3, 256, 2)
-	gg, err := c.Attention(ctx, jobs)
-	if err != nil {
-		t.Fatalf("pod Attention: %v", err)
-	}
-	eg, err := ref.Attention(ctx, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compareGraphs(t, "tiny", gg, eg, 1e-5)
+	checkGraphs(t, ctx, c, ref, jobs, "tiny")
 
 	// Invalid input is rejected (400, not retried); a wrong token is a status error.
 	bad := []gpu.RowSet{{ID: "bad", Rows: []gpu.Row{{Context: []int32{1, 2}, Target: []int32{3, 999}, Span: [2]int{0, 2}}}}}
@@ -532,25 +544,8 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 			c := newClient(t, p.url)
 			r := rand.New(rand.NewSource(int64(100 + i)))
 			sets := searchSets(r, 4, 299, 299)
-			got, err := c.ScoreRows(ctx, sets)
-			if err != nil {
-				t.Fatalf("pod ScoreRows: %v", err)
-			}
-			exp, err := ref.ScoreRows(ctx, sets)
-			if err != nil {
-				t.Fatal(err)
-			}
-			compareScores(t, arch, got, exp, 1e-4)
-			jobs := graphJobs(r, 2, 300, 2)
-			gg, err := c.Attention(ctx, jobs)
-			if err != nil {
-				t.Fatalf("pod Attention: %v", err)
-			}
-			eg, err := ref.Attention(ctx, jobs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			compareGraphs(t, arch, gg, eg, 1e-5)
+			checkScores(t, ctx, c, ref, sets, arch)
+			checkGraphs(t, ctx, c, ref, graphJobs(r, 2, 300, 2), arch)
 		})
 	}
 	// A failed load keeps the previous model and says why.
