@@ -240,24 +240,7 @@ func (m *Model) forward(c *kvCache, toks []int32, o fwdOpts) [][]float32 {
 func attendOne(out, q, keys, vals, s []float32, scale float32) {
 	D := len(q)
 	n := len(s)
-	mx := float32(math.Inf(-1))
-	for j := 0; j < n; j++ {
-		v := dot(q, keys[j*D:(j+1)*D]) * scale
-		s[j] = v
-		if v > mx {
-			mx = v
-		}
-	}
-	var sum float64
-	for j := 0; j < n; j++ {
-		e := expNeg(s[j] - mx)
-		s[j] = e
-		sum += float64(e)
-	}
-	inv := 1 / sum
-	for j := 0; j < n; j++ {
-		s[j] = float32(float64(s[j]) * inv)
-	}
+	attentionProbs(s, q, keys, scale)
 	for i := range out {
 		out[i] = 0
 	}
@@ -267,7 +250,7 @@ func attendOne(out, q, keys, vals, s []float32, scale float32) {
 }
 
 // attentionProbs writes one head's causal attention probabilities for one
-// query into s (len = number of keys), with the same arithmetic as attendOne.
+// query into s (len = number of keys); attendOne and the step graphs share it.
 func attentionProbs(s, q, keys []float32, scale float32) {
 	D := len(q)
 	n := len(s)
@@ -279,15 +262,21 @@ func attentionProbs(s, q, keys []float32, scale float32) {
 			mx = v
 		}
 	}
+	softmaxFrom(s[:n], mx)
+}
+
+// softmaxFrom turns the scores s, whose maximum is mx, into probabilities in
+// place; every attention path uses it, so all give the same numbers.
+func softmaxFrom(s []float32, mx float32) {
 	var sum float64
-	for j := 0; j < n; j++ {
-		e := expNeg(s[j] - mx)
+	for j, v := range s {
+		e := expNeg(v - mx)
 		s[j] = e
 		sum += float64(e)
 	}
 	inv := 1 / sum
-	for j := 0; j < n; j++ {
-		s[j] = float32(float64(s[j]) * inv)
+	for j, v := range s {
+		s[j] = float32(float64(v) * inv)
 	}
 }
 
@@ -505,16 +494,7 @@ func attendGroup(out, q, keys, vals, s []float32, heads int, scale float32) {
 		if h == 1 {
 			mx = mx1
 		}
-		var sum float64
-		for j := 0; j < n; j++ {
-			e := expNeg(sh[j] - mx)
-			sh[j] = e
-			sum += float64(e)
-		}
-		inv := 1 / sum
-		for j := 0; j < n; j++ {
-			sh[j] = float32(float64(sh[j]) * inv)
-		}
+		softmaxFrom(sh[:n], mx)
 		o := out[h*D : (h+1)*D]
 		for i := range o {
 			o[i] = 0
