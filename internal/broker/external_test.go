@@ -3,20 +3,10 @@ package broker_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -25,6 +15,7 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/testpki"
 	"github.com/creditflow/creditflow/producers"
 )
 
@@ -248,17 +239,11 @@ func TestKcatMutualTLS(t *testing.T) {
 		t.Skip("kcat not installed")
 	}
 	dir := t.TempDir()
-	caPEM, serverCert, clientCertPEM, clientKeyPEM := testPKI(t)
-	ca := filepath.Join(dir, "ca.pem")
-	cc := filepath.Join(dir, "client.pem")
-	ck := filepath.Join(dir, "client-key.pem")
-	for f, b := range map[string][]byte{ca: caPEM, cc: clientCertPEM, ck: clientKeyPEM} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
+	pki := testpki.New(t)
+	serverCert := pki.Issue(t, "broker", true)
+	ca := pki.WriteCA(t, dir)
+	cc, ck := testpki.Write(t, dir, "client", pki.Issue(t, "client", false))
+	pool := pki.Pool()
 	b, err := broker.Start(broker.WithTopics(1, "tls"), broker.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}))
 	if err != nil {
@@ -287,51 +272,4 @@ func TestKcatMutualTLS(t *testing.T) {
 	if out := run(t, "", "kcat", append([]string{"-b", bs2, "-C", "-t", "tls", "-e", "-q"}, sec2...)...); strings.TrimSpace(out) != "sasl-ssl" {
 		t.Fatalf("kcat over SASL_SSL read %q", out)
 	}
-}
-
-// testPKI makes a CA, a server certificate for 127.0.0.1 and a client
-// certificate (PEM).
-func testPKI(t *testing.T) (caPEM []byte, server tls.Certificate, clientCert, clientKey []byte) {
-	t.Helper()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	issue := func(serial int64, server bool) ([]byte, *ecdsa.PrivateKey) {
-		k := newKey()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "leaf"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-		if server {
-			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, k
-	}
-	sDER, sKey := issue(2, true)
-	cDER, cKey := issue(3, false)
-	kb, err := x509.MarshalECPrivateKey(cKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{sDER}, PrivateKey: sKey},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }

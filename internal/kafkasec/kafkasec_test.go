@@ -2,18 +2,9 @@ package kafkasec_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +13,7 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/testpki"
 	"github.com/creditflow/creditflow/producers"
 )
 
@@ -150,12 +142,11 @@ func TestSASL(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey := makeCA(t)
-	serverCert := makeCert(t, ca, caKey, "broker", true)
-	writeCertKey(t, dir, "client", makeCert(t, ca, caKey, "client", false))
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	pki := testpki.New(t)
+	serverCert := pki.Issue(t, "broker", true)
+	testpki.Write(t, dir, "client", pki.Issue(t, "client", false))
+	pki.WriteCA(t, dir)
+	pool := pki.Pool()
 	b, err := broker.Start(broker.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}))
 	if err != nil {
@@ -181,61 +172,5 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if _, err := kafkasec.LoadTLS(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), "", false); err == nil {
 		t.Fatal("certificate without key accepted")
-	}
-}
-
-func makeCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "creditflow test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, key
-}
-
-func makeCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool) tls.Certificate {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		tmpl.DNSNames = []string{"localhost"}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-func writeCertKey(t *testing.T, dir, name string, c tls.Certificate) {
-	writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", c.Certificate[0])
-	kb, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kb)
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
