@@ -1,10 +1,11 @@
 package consumers
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/creditflow/creditflow/internal/promreg"
 )
 
 type metrics struct {
@@ -37,32 +38,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.records, err = register(reg, m.records); err != nil {
+	if m.records, err = promreg.Register(reg, m.records); err != nil {
 		return nil, err
 	}
-	if m.lag, err = register(reg, m.lag); err != nil {
+	if m.lag, err = promreg.Register(reg, m.lag); err != nil {
 		return nil, err
 	}
-	if m.committed, err = register(reg, m.committed); err != nil {
+	if m.committed, err = promreg.Register(reg, m.committed); err != nil {
 		return nil, err
 	}
-	if m.rejoins, err = register(reg, m.rejoins); err != nil {
+	if m.rejoins, err = promreg.Register(reg, m.rejoins); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -291,17 +291,17 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		}),
 	}
 	if reg != nil {
-		m.duration = registerOrExisting(reg, m.duration)
-		m.fill = registerOrExisting(reg, m.fill)
-		m.callers = registerOrExisting(reg, m.callers)
-		m.requests = registerOrExisting(reg, m.requests)
-		m.retries = registerOrExisting(reg, m.retries)
-		m.errors = registerOrExisting(reg, m.errors)
-		m.inFlight = registerOrExisting(reg, m.inFlight)
-		m.healthy = registerOrExisting(reg, m.healthy)
-		m.forwarded = registerOrExisting(reg, m.forwarded)
-		m.rowByRow = registerOrExisting(reg, m.rowByRow)
-		m.truncs = registerOrExisting(reg, m.truncs)
+		m.duration = shared(reg, m.duration)
+		m.fill = shared(reg, m.fill)
+		m.callers = shared(reg, m.callers)
+		m.requests = shared(reg, m.requests)
+		m.retries = shared(reg, m.retries)
+		m.errors = shared(reg, m.errors)
+		m.inFlight = shared(reg, m.inFlight)
+		m.healthy = shared(reg, m.healthy)
+		m.forwarded = shared(reg, m.forwarded)
+		m.rowByRow = shared(reg, m.rowByRow)
+		m.truncs = shared(reg, m.truncs)
 	}
 	return m
 }

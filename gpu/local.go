@@ -2,13 +2,13 @@ package gpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -93,26 +93,12 @@ func newLocalMetrics(reg prometheus.Registerer) *localMetrics {
 		}, []string{"op"}),
 	}
 	if reg != nil {
-		m.forwarded = registerOrExisting(reg, m.forwarded)
-		m.rowByRow = registerOrExisting(reg, m.rowByRow)
-		m.truncations = registerOrExisting(reg, m.truncations)
-		m.duration = registerOrExisting(reg, m.duration)
+		m.forwarded = shared(reg, m.forwarded)
+		m.rowByRow = shared(reg, m.rowByRow)
+		m.truncations = shared(reg, m.truncations)
+		m.duration = shared(reg, m.duration)
 	}
 	return m
-}
-
-// registerOrExisting registers c, or returns the collector already
-// registered under the same description.
-func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }
 
 // NewLocal wraps m as a Scorer.
@@ -264,4 +250,12 @@ func (l *Local) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGra
 		}
 	}
 	return out, nil
+}
+
+// shared registers c with reg, or returns the collector already registered
+// under the same description, so that several scorers or clients in one
+// process share their series. A conflicting registration keeps c unregistered.
+func shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	got, _ := promreg.Register(reg, c)
+	return got
 }

@@ -164,11 +164,11 @@ func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 			Help: "Tokens received in served requests, by op.",
 		}, []string{"op"}),
 	}
-	m.requests = registerOrExisting(reg, m.requests)
-	m.duration = registerOrExisting(reg, m.duration)
-	m.inFlight = registerOrExisting(reg, m.inFlight)
-	m.items = registerOrExisting(reg, m.items)
-	m.tokens = registerOrExisting(reg, m.tokens)
+	m.requests = shared(reg, m.requests)
+	m.duration = shared(reg, m.duration)
+	m.inFlight = shared(reg, m.inFlight)
+	m.items = shared(reg, m.items)
+	m.tokens = shared(reg, m.tokens)
 	return m
 }
 

@@ -1,9 +1,9 @@
 package producers
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/creditflow/creditflow/internal/promreg"
 )
 
 type metrics struct {
@@ -32,29 +32,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.records, err = register(reg, m.records); err != nil {
+	if m.records, err = promreg.Register(reg, m.records); err != nil {
 		return nil, err
 	}
-	if m.errors, err = register(reg, m.errors); err != nil {
+	if m.errors, err = promreg.Register(reg, m.errors); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// the same name so that several producers share their metrics.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
