@@ -2,7 +2,6 @@ package schemas
 
 import (
 	"encoding/binary"
-	"math"
 	"unsafe"
 
 	"github.com/linkedin/goavro/v2"
@@ -26,92 +25,46 @@ func asBytes[E int32 | float32 | float64](v []E) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
 }
 
-func packInt32(v []int32) []byte {
-	b := make([]byte, 4*len(v))
+// pack writes v as packed little-endian elements.
+func pack[E int32 | float32 | float64](v []E) []byte {
+	b := make([]byte, len(v)*int(unsafe.Sizeof(*new(E))))
 	if hostLittleEndian {
 		copy(b, asBytes(v))
 		return b
 	}
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
+	_, _ = binary.Encode(b, binary.LittleEndian, v) // b has exactly the room
 	return b
 }
 
-func packFloat32(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	if hostLittleEndian {
-		copy(b, asBytes(v))
-		return b
-	}
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func packFloat64(v []float64) []byte {
-	b := make([]byte, 8*len(v))
-	if hostLittleEndian {
-		copy(b, asBytes(v))
-		return b
-	}
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
-	}
-	return b
-}
-
-// unpack* expect len(b) to be a multiple of the element size (checked by
-// the caller); a partial trailing element is ignored.
-
-func unpackInt32(b []byte) []int32 {
-	v := make([]int32, len(b)/4)
+// unpack reads packed little-endian elements; it expects len(b) to be a
+// multiple of the element size (checked by the caller), a partial trailing
+// element is ignored.
+func unpack[E int32 | float32 | float64](b []byte) []E {
+	v := make([]E, len(b)/int(unsafe.Sizeof(*new(E))))
 	if hostLittleEndian {
 		copy(asBytes(v), b)
 		return v
 	}
-	return unpackInt32Portable(b, v)
+	return unpackPortable(b, v)
 }
 
-func unpackInt32Portable(b []byte, v []int32) []int32 {
-	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(b[4*i : 4*i+4]))
-	}
+// unpackPortable is unpack's element-by-element path for big-endian hosts.
+func unpackPortable[E int32 | float32 | float64](b []byte, v []E) []E {
+	_, _ = binary.Decode(b[:len(v)*int(unsafe.Sizeof(*new(E)))], binary.LittleEndian, v)
 	return v
 }
 
-func unpackFloat32(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	if hostLittleEndian {
-		copy(asBytes(v), b)
-		return v
-	}
-	return unpackFloat32Portable(b, v)
-}
-
-func unpackFloat32Portable(b []byte, v []float32) []float32 {
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i : 4*i+4]))
-	}
-	return v
-}
-
-func unpackFloat64(b []byte) []float64 {
-	v := make([]float64, len(b)/8)
-	if hostLittleEndian {
-		copy(asBytes(v), b)
-		return v
-	}
-	return unpackFloat64Portable(b, v)
-}
-
-func unpackFloat64Portable(b []byte, v []float64) []float64 {
-	for i := range v {
-		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i : 8*i+8]))
-	}
-	return v
-}
+var (
+	packInt32             = pack[int32]
+	packFloat32           = pack[float32]
+	packFloat64           = pack[float64]
+	unpackInt32           = unpack[int32]
+	unpackFloat32         = unpack[float32]
+	unpackFloat64         = unpack[float64]
+	unpackInt32Portable   = unpackPortable[int32]
+	unpackFloat32Portable = unpackPortable[float32]
+	unpackFloat64Portable = unpackPortable[float64]
+)
 
 // ---- reading goavro native values without panicking ----
 
