@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,9 +29,6 @@ func runCompute(args []string) error {
 	maxTokens := fs.Int("max-tokens", offline.DefaultMaxTokens, "reject trajectories longer than this (prompt and all turns)")
 	tokens := fs.Bool("tokens", false, "also write per-token arrays: token_advantages, loss_mask, token_rewards (ppo)")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"strings"
+	"time"
 
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/state"
 )
 
 // creditFlags defines a flag for every SPEC default of both methods (not
@@ -38,4 +40,12 @@ func creditFlags(fs *flag.FlagSet, cfg *credit.Config) func() error {
 		}
 		return cfg.Validate()
 	}
+}
+
+// windowFlags defines the group window flags (SPEC §4) and returns the
+// function that applies them after parsing.
+func windowFlags(fs *flag.FlagSet, w *state.WindowConfig) func() {
+	timeout := fs.Duration("window-timeout", time.Duration(w.TimeoutMs)*time.Millisecond, "group window after the first member (event time)")
+	fs.IntVar(&w.MinGroupSize, "min-group-size", w.MinGroupSize, "members needed to finalize a timed-out group as partial")
+	return func() { w.TimeoutMs = timeout.Milliseconds() }
 }

@@ -4,6 +4,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -46,7 +48,7 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	if err := c.run(os.Args[2:]); err != nil {
+	if err := c.run(os.Args[2:]); err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the flags already
 		fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,14 +41,10 @@ func runReplay(args []string) error {
 	fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
 	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	credit := creditFlags(fs, &cfg.Credit)
-	timeout := fs.Duration("window-timeout", time.Duration(cfg.Window.TimeoutMs)*time.Millisecond, "group window after the first member (event time)")
-	fs.IntVar(&cfg.Window.MinGroupSize, "min-group-size", cfg.Window.MinGroupSize, "members needed to finalize a timed-out group as partial")
+	window := windowFlags(fs, &cfg.Window)
 	jsonl := fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
 	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
 	if err := loadSettings(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if err := credit(); err != nil {
@@ -60,7 +55,7 @@ func runReplay(args []string) error {
 		return err
 	}
 	cfg.Brokers = splitList(*kf.brokers)
-	cfg.Window.TimeoutMs = timeout.Milliseconds()
+	window()
 	cfg.IdleAfter = 0 // a replay's event time comes from the records only
 	if cfg.Security, err = kf.security(); err != nil {
 		return err

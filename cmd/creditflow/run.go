@@ -95,8 +95,7 @@ func runRun(args []string) error {
 	scorerModel := fs.String("scorer-model", "", "in-process scorer: Hugging Face folder (default: the built-in tiny model)")
 	scorerToken := fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 	scorerCA := fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
-	timeout := fs.Duration("window-timeout", time.Duration(cfg.Window.TimeoutMs)*time.Millisecond, "group window after the first member (event time)")
-	fs.IntVar(&cfg.Window.MinGroupSize, "min-group-size", cfg.Window.MinGroupSize, "members needed to finalize a timed-out group as partial")
+	window := windowFlags(fs, &cfg.Window)
 	fs.DurationVar(&cfg.IdleAfter, "idle-after", cfg.IdleAfter, "an idle partition advances event time by processing time after this long (0: never)")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "consumer group session timeout: how soon the partitions of a replica that died move to the others")
@@ -108,9 +107,6 @@ func runRun(args []string) error {
 	logLevel := fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, exit after at most this long")
 	if err := loadSettings(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if err := credit(); err != nil {
@@ -122,7 +118,7 @@ func runRun(args []string) error {
 	}
 	cfg.Logger = log
 	cfg.Brokers = splitList(*kf.brokers)
-	cfg.Window.TimeoutMs = timeout.Milliseconds()
+	window()
 	if cfg.Security, err = kf.security(); err != nil {
 		return err
 	}
