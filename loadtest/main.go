@@ -46,6 +46,7 @@ commands:
   chaos       kill and restart the processor (and scorers, broker connections) under load; compare with a reference
   rebalance   replicas in one consumer group leave and join under load; compare with a reference
   load        throughput and latency of the embedded pipeline
+  bench       what the stages cost against a Kafka passthrough, per trajectory size; memory per open group
 
 Run 'go run ./loadtest <command> -h' for the flags of a command.`)
 }
@@ -62,6 +63,8 @@ func main() {
 		code, err = chaosCmd(os.Args[2:])
 	case "rebalance":
 		code, err = rebalanceCmd(os.Args[2:])
+	case "bench":
+		code, err = benchCmd(os.Args[2:])
 	case "load":
 		code, err = loadCmd(os.Args[2:])
 	case scorerServeCmd:

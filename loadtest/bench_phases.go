@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// benchEnv is what every phase of one bench run shares: the broker, the
+// instant scorer's client, the progress line.
+type benchEnv struct {
+	brokers    []string
+	partitions int
+	timeout    time.Duration // per phase
+	scorer     *gpu.Client
+	log        zerolog.Logger
+	prog       *benchProgress
+	seq        atomic.Int64
+}
+
+// name returns a topic or group name no earlier phase used.
+func (e *benchEnv) name(what string) string {
+	return fmt.Sprintf("bench.%d.%s", e.seq.Add(1), what)
+}
+
+// topics creates a fresh set of pipeline topics with p partitions.
+func (e *benchEnv) topics(ctx context.Context, p int) (stage.Topics, error) {
+	base := e.name("")
+	t := stage.Topics{Trajectories: base + "trajectories", Scored: base + "scored", Samples: base + "samples",
+		DeadLetters: base + "dead-letters", State: base + "state"}
+	cfg := stage.Config{Topics: t}
+	specs := cfg.TopicSpecs(p)
+	for i := range specs {
+		specs[i].ReplicationFactor = 0 // the broker's default
+	}
+	return t, producers.EnsureTopics(ctx, e.brokers, benchSec, specs...)
+}
+
+// produceAll writes keyed values to topic, in order, 256 to a call.
+func (e *benchEnv) produceAll(ctx context.Context, topic, schema string, keys, values [][]byte) error {
+	p, err := producers.New(producers.Config{Brokers: e.brokers})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	hdr := []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schema)}}
+	for i := 0; i < len(values); i += 256 {
+		var msgs []producers.Message
+		for j := i; j < min(i+256, len(values)); j++ {
+			msgs = append(msgs, producers.Message{Topic: topic, Key: keys[j], Value: values[j], Headers: hdr})
+		}
+		if err := p.Produce(ctx, msgs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readAll reads every record of topic (all partitions), grouped by key in
+// order of first appearance.
+func (e *benchEnv) readAll(ctx context.Context, topic string) (keys, values [][]byte, err error) {
+	parts, err := consumers.Partitions(ctx, e.brokers, benchSec, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	byKey := map[string][][]byte{}
+	var order []string
+	for _, p := range parts {
+		_, err := consumers.ReadPartitionRange(ctx, e.brokers, benchSec, topic, p, -2, func(r consumers.Record) error {
+			k := string(r.Key)
+			if _, ok := byKey[k]; !ok {
+				order = append(order, k)
+			}
+			byKey[k] = append(byKey[k], r.Value)
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, k := range order {
+		for _, v := range byKey[k] {
+			keys = append(keys, []byte(k))
+			values = append(values, v)
+		}
+	}
+	return keys, values, nil
+}
+
+// counts samples a phase: records read, outputs acknowledged, and outputs
+// that went wrong (dead letters, refused writes).
+type counts func() (in, out, bad int)
+
+// measure waits until want outputs are acknowledged and returns the rate
+// in records per second, from the first record read to the last output
+// acknowledged (both seen by a 5 ms poll).
+func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts) (float64, error) {
+	e.prog.start(phase, want)
+	defer e.prog.stop()
+	var start time.Time
+	deadline := time.Now().Add(e.timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		in, out, bad := c()
+		now := time.Now()
+		e.prog.set(in, out+bad)
+		if in > 0 && start.IsZero() {
+			start = now
+		}
+		if out+bad >= want {
+			if bad > 0 {
+				return 0, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
+			}
+			return float64(want) / now.Sub(start).Seconds(), nil
+		}
+		if now.After(deadline) {
+			return 0, fmt.Errorf("%s: timed out after %s with %d of %d records read, %d outputs acknowledged, %d bad", phase, e.timeout, in, want, out, bad)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// passthrough is the floor: replicas members of a consumer group read in
+// and produce the same bytes to out through the project's consumers and
+// producers packages, with the stages' settings (fetch buffer, 256-record
+// produce batches of what is ready, commits every 500 ms).
+//
+// With fill, the replicas first settle in their group and fill then writes
+// the input (so that no run measures a rebalance); without, the input is
+// already there.
+func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, replicas, want int, fill func() error) (float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	if err := producers.EnsureTopics(ctx, e.brokers, benchSec, producers.TopicSpec{Name: out, Partitions: e.partitions}); err != nil {
+		return 0, err
+	}
+	var nIn, nOut atomic.Int64
+	group := e.name("passthrough")
+	commitEvery := stage.DefaultConfig().CommitInterval
+	for r := 0; r < replicas; r++ {
+		prod, err := producers.New(producers.Config{Brokers: e.brokers})
+		if err != nil {
+			return 0, err
+		}
+		g, err := consumers.NewGroup(consumers.Config{Brokers: e.brokers, GroupID: group, Topics: []string{in},
+			StartAt: "earliest", Buffer: buffer})
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer prod.Close()
+			defer g.Close()
+			_ = g.Run(ctx, func(ctx context.Context, c consumers.Claim, commit consumers.CommitFunc) error {
+				var last time.Time
+				for rec := range c.Records {
+					nIn.Add(1)
+					batch := []consumers.Record{rec}
+				gather:
+					for len(batch) < 256 {
+						select {
+						case r, ok := <-c.Records:
+							if !ok {
+								break gather
+							}
+							nIn.Add(1)
+							batch = append(batch, r)
+						default:
+							break gather
+						}
+					}
+					msgs := make([]producers.Message, len(batch))
+					for i, r := range batch {
+						msgs[i] = producers.Message{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers}
+					}
+					if err := prod.Produce(ctx, msgs...); err != nil {
+						return nil // ctx ended
+					}
+					nOut.Add(int64(len(batch)))
+					if now := time.Now(); now.Sub(last) >= commitEvery {
+						if commit(ctx, batch[len(batch)-1].Offset+1) == nil {
+							last = now
+						}
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	if fill != nil {
+		if !waitSettled(ctx, e.brokers, replicas, e.timeout, group) {
+			return 0, errors.New("passthrough: the consumer group did not settle")
+		}
+		go func() { _ = fill() }()
+	}
+	return e.measure(ctx, "passthrough", want, func() (int, int, int) { return int(nIn.Load()), int(nOut.Load()), 0 })
+}
+
+// stageRun is one or more replicas of a stage running on their own metrics.
+type stageRun struct {
+	reg    *prometheus.Registry
+	cfg    stage.Config
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	adv    []*stage.AdvantageStage
+}
+
+func (s *stageRun) stop() { s.cancel(); s.wg.Wait() }
+
+// stageCounts reads the stage's own counters.
+func (s *stageRun) counts(name, outTopic string) counts {
+	return func() (int, int, int) {
+		in := counterWhere(s.reg, "creditflow_records_in_total", map[string]string{"stage": name})
+		out := counterWhere(s.reg, "creditflow_records_out_total", map[string]string{"stage": name, "topic": outTopic})
+		dead := counterWhere(s.reg, "creditflow_records_out_total", map[string]string{"stage": name, "topic": s.cfg.Topics.DeadLetters})
+		bad := counterWhere(s.reg, "creditflow_unwritable_records_total", map[string]string{"stage": name})
+		return int(in), int(out), int(dead + bad)
+	}
+}
+
+// startStage starts replicas of the score or advantage stage, each with
+// its own producer, as `creditflow run --stage` would.
+func (e *benchEnv) startStage(ctx context.Context, which, method string, topics stage.Topics, maxTokens, replicas int, tune func(*stage.Config)) (*stageRun, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &stageRun{reg: prometheus.NewRegistry(), cancel: cancel}
+	cfg := stage.DefaultConfig()
+	cfg.Brokers = e.brokers
+	cfg.GroupID = e.name("creditflow")
+	cfg.Topics = topics
+	cfg.Credit.Method = method
+	cfg.Logger = e.log
+	cfg.Metrics = stage.NewMetrics(s.reg)
+	cfg.Limits.MaxTokens = max(cfg.Limits.MaxTokens, maxTokens+1024)
+	if tune != nil {
+		tune(&cfg)
+	}
+	s.cfg = cfg
+	for r := 0; r < replicas; r++ {
+		prod, err := producers.New(producers.Config{Brokers: e.brokers})
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		var run func(context.Context) error
+		switch which {
+		case "score":
+			st, err := stage.NewScoreStage(ctx, cfg, e.scorer, prod)
+			if err != nil {
+				prod.Close()
+				s.stop()
+				return nil, err
+			}
+			run = st.Run
+		default:
+			st, err := stage.NewAdvantageStage(cfg, prod)
+			if err != nil {
+				prod.Close()
+				s.stop()
+				return nil, err
+			}
+			s.adv = append(s.adv, st)
+			run = st.Run
+		}
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); defer prod.Close(); _ = run(ctx) }()
+	}
+	return s, nil
+}
+
+// openGroups sums the open groups the advantage replicas reported at their
+// last checkpoint.
+func (s *stageRun) openGroups() int {
+	n := 0
+	for _, a := range s.adv {
+		for _, p := range a.Positions() {
+			n += p.OpenGroups
+		}
+	}
+	return n
+}
+
+// counterWhere sums the series of a counter family whose labels include want.
+func counterWhere(reg *prometheus.Registry, name string, want map[string]string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue series
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
