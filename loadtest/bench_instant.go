@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"runtime/pprof"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -74,7 +75,7 @@ func startInstantScorer(ctx context.Context) (*gpu.Client, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	srv := gpu.NewServer(newBenchInstantScorer(), gpu.WithServerLogger(nopLog()))
 	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, ln) }()
+	go pprof.Do(ctx, pprof.Labels("phase", "instant-scorer"), func(ctx context.Context) { defer close(done); _ = srv.Serve(ctx, ln) })
 	client, err := gpu.NewClient([]string{"http://" + ln.Addr().String()}, gpu.WithLogger(nopLog()))
 	if err != nil {
 		cancel()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,13 +105,33 @@ func (e *benchEnv) readAll(ctx context.Context, topic string) (keys, values [][]
 // that went wrong (dead letters, refused writes).
 type counts func() (in, out, bad int)
 
+// rate is a phase's throughput: records per second of wall-clock time, and
+// the CPU time this process (stages, clients and, when embedded, the
+// broker) spent per record.
+type rate struct {
+	PerS        float64
+	CPUUsPerRec float64
+}
+
+// best is the better of two runs: the higher rate, the lower CPU per record.
+func (r rate) best(o rate) rate {
+	if r.PerS == 0 {
+		return o
+	}
+	r.PerS = max(r.PerS, o.PerS)
+	r.CPUUsPerRec = min(r.CPUUsPerRec, o.CPUUsPerRec)
+	return r
+}
+
 // measure waits until want outputs are acknowledged and returns the rate
 // in records per second, from the first record read to the last output
-// acknowledged (both seen by a 5 ms poll).
-func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts) (float64, error) {
+// acknowledged (both seen by a 5 ms poll), and the process CPU time per
+// record over the same span.
+func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts) (rate, error) {
 	e.prog.start(phase, want)
 	defer e.prog.stop()
 	var start time.Time
+	var cpu0 time.Duration
 	deadline := time.Now().Add(e.timeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -118,20 +140,21 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 		now := time.Now()
 		e.prog.set(in, out+bad)
 		if in > 0 && start.IsZero() {
-			start = now
+			start, cpu0 = now, cpuTime()
 		}
 		if out+bad >= want {
 			if bad > 0 {
-				return 0, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
+				return rate{}, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
 			}
-			return float64(want) / now.Sub(start).Seconds(), nil
+			return rate{PerS: float64(want) / now.Sub(start).Seconds(),
+				CPUUsPerRec: float64((cpuTime() - cpu0).Microseconds()) / float64(want)}, nil
 		}
 		if now.After(deadline) {
-			return 0, fmt.Errorf("%s: timed out after %s with %d of %d records read, %d outputs acknowledged, %d bad", phase, e.timeout, in, want, out, bad)
+			return rate{}, fmt.Errorf("%s: timed out after %s with %d of %d records read, %d outputs acknowledged, %d bad", phase, e.timeout, in, want, out, bad)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return rate{}, ctx.Err()
 		case <-tick.C:
 		}
 	}
@@ -145,12 +168,12 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 // With fill, the replicas first settle in their group and fill then writes
 // the input (so that no run measures a rebalance); without, the input is
 // already there.
-func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, replicas, want int, fill func() error) (float64, error) {
+func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, replicas, want int, fill func() error) (rate, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	if err := producers.EnsureTopics(ctx, e.brokers, benchSec, producers.TopicSpec{Name: out, Partitions: e.partitions}); err != nil {
-		return 0, err
+		return rate{}, err
 	}
 	var nIn, nOut atomic.Int64
 	group := e.name("passthrough")
@@ -158,15 +181,15 @@ func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, repl
 	for r := 0; r < replicas; r++ {
 		prod, err := producers.New(producers.Config{Brokers: e.brokers})
 		if err != nil {
-			return 0, err
+			return rate{}, err
 		}
 		g, err := consumers.NewGroup(consumers.Config{Brokers: e.brokers, GroupID: group, Topics: []string{in},
 			StartAt: "earliest", Buffer: buffer})
 		if err != nil {
-			return 0, err
+			return rate{}, err
 		}
 		wg.Add(1)
-		go func() {
+		go pprof.Do(ctx, pprof.Labels("phase", "passthrough"), func(ctx context.Context) {
 			defer wg.Done()
 			defer prod.Close()
 			defer g.Close()
@@ -204,11 +227,11 @@ func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, repl
 				}
 				return nil
 			})
-		}()
+		})
 	}
 	if fill != nil {
 		if !waitSettled(ctx, e.brokers, replicas, e.timeout, group) {
-			return 0, errors.New("passthrough: the consumer group did not settle")
+			return rate{}, errors.New("passthrough: the consumer group did not settle")
 		}
 		go func() { _ = fill() }()
 	}
@@ -281,7 +304,11 @@ func (e *benchEnv) startStage(ctx context.Context, which, method string, topics 
 			run = st.Run
 		}
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); defer prod.Close(); _ = run(ctx) }()
+		go pprof.Do(ctx, pprof.Labels("phase", which), func(ctx context.Context) {
+			defer s.wg.Done()
+			defer prod.Close()
+			_ = run(ctx)
+		})
 	}
 	return s, nil
 }
@@ -324,4 +351,13 @@ func counterWhere(reg *prometheus.Registry, name string, want map[string]string)
 		}
 	}
 	return total
+}
+
+// cpuTime is the user plus system CPU time of this process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -36,6 +36,9 @@ func (s benchSize) records(n int) int {
 	if s.Tokens > 0 {
 		n = int(int64(n) * 1300 / int64(s.Tokens))
 	}
+	if s.Method == "attnsr" {
+		n /= 4 // scored records of 30 steps carry six 30x30 graph pairs: ~14x the bytes
+	}
 	n = n / benchGroupSize * benchGroupSize
 	return max(n, 4*benchGroupSize)
 }

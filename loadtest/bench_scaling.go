@@ -65,9 +65,11 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 		return err
 	}
 	fill := write(src.Trajectories, schemas.Trajectories().Name(), in.keys, in.values)
-	if c.Passthrough, err = e.passthrough(ctx, src.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().MaxInFlight, c.Replicas, n, fill); err != nil {
+	pt, err := e.passthrough(ctx, src.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().MaxInFlight, c.Replicas, n, fill)
+	if err != nil {
 		return err
 	}
+	c.Passthrough = pt.PerS
 	run := func(which, outTopic string, fill func() error) (float64, error) {
 		st, err := e.startStage(ctx, which, s.Method, topics, 0, c.Replicas, nil)
 		if err != nil {
@@ -79,7 +81,8 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 			return 0, fmt.Errorf("%s: the consumer group did not settle", which)
 		}
 		go func() { _ = fill() }()
-		return e.measure(ctx, fmt.Sprintf("%s p%d r%d", which, c.Partitions, c.Replicas), n, st.counts(which, outTopic))
+		r, err := e.measure(ctx, fmt.Sprintf("%s p%d r%d", which, c.Partitions, c.Replicas), n, st.counts(which, outTopic))
+		return r.PerS, err
 	}
 	if c.Score, err = run("score", topics.Scored, write(topics.Trajectories, schemas.Trajectories().Name(), in.keys, in.values)); err != nil {
 		return err
