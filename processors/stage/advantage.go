@@ -85,11 +85,14 @@ type nopGauge struct{}
 
 func (nopGauge) Set(float64) {}
 
-// entry is a member held in an open group.
+// entry is a member held in an open group: its record as read and what the
+// canonical member order needs. The decoded record is not kept: an open
+// member then holds about its record's size instead of more than twice it,
+// and finalize decodes the members again (see docs/performance.md).
 type entry struct {
-	rec    consumers.Record
-	scored *schemas.Scored
-	read   time.Time
+	rec         consumers.Record
+	sampleIndex int32
+	read        time.Time
 }
 
 // ack reports that the outputs of a close event, or of one record, were written.
@@ -262,7 +265,7 @@ func (p *partition) handle(rec consumers.Record) {
 
 	verdict, grp := p.groups.Add(t.PromptID, int(t.GroupSize), state.Member[entry]{
 		TrajectoryID: t.TrajectoryID, Offset: rec.Offset, EventMs: t.CreatedAtMs,
-		Value: entry{rec: rec, scored: sc, read: now},
+		Value: entry{rec: rec, sampleIndex: t.SampleIndex, read: now},
 	})
 	switch verdict {
 	case state.Duplicate:
@@ -355,18 +358,27 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	// not depend on the order members arrived in.
 	members := append([]state.Member[entry](nil), g.Members...)
 	sort.SliceStable(members, func(i, j int) bool {
-		a, b := members[i].Value.scored.Trajectory, members[j].Value.scored.Trajectory
-		if a.SampleIndex != b.SampleIndex {
-			return a.SampleIndex < b.SampleIndex
+		a, b := members[i], members[j]
+		if a.Value.sampleIndex != b.Value.sampleIndex {
+			return a.Value.sampleIndex < b.Value.sampleIndex
 		}
 		return a.TrajectoryID < b.TrajectoryID
 	})
+	// Decoded again: handle decoded and validated each record but kept only its bytes.
+	scs := make([]*schemas.Scored, len(members))
 	cms := make([]credit.Member, len(members))
+	var err error
 	for i, mb := range members {
-		cms[i] = member(mb.Value.scored)
+		if scs[i], err = schemas.ScoredRecords().Decode(mb.Value.rec.Value); err != nil {
+			break
+		}
+		cms[i] = member(scs[i])
 	}
 	before := p.ema
-	results, err := credit.ComputeGroup(cms, partial, cfg.Credit, &p.ema)
+	var results []credit.Result
+	if err == nil {
+		results, err = credit.ComputeGroup(cms, partial, cfg.Credit, &p.ema)
+	}
 	if err != nil {
 		p.ema = before
 		recs := make([]consumers.Record, len(members))
@@ -382,7 +394,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	mean := 0.0
 	for i, r := range results {
 		mean += r.Reward
-		smp := sample(members[i].Value.scored, cms[i], r, cfg.Credit)
+		smp := sample(scs[i], cms[i], r, cfg.Credit)
 		b, err := schemas.Samples().Encode(&smp)
 		if err != nil {
 			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample")
