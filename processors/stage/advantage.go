@@ -85,16 +85,6 @@ type nopGauge struct{}
 
 func (nopGauge) Set(float64) {}
 
-// entry is a member held in an open group: its record as read and what the
-// canonical member order needs. The decoded record is not kept: an open
-// member then holds about its record's size instead of more than twice it,
-// and finalize decodes the members again (see docs/performance.md).
-type entry struct {
-	rec         consumers.Record
-	sampleIndex int32
-	read        time.Time
-}
-
 // ack reports that the outputs of a close event, or of one record, were written.
 type ack struct {
 	ev      *state.CloseEvent
@@ -113,14 +103,16 @@ type partition struct {
 	ema      credit.EMA
 	baseline interface{ Set(float64) }
 
-	acks     chan ack
-	sem      chan struct{}
-	emitCtx  context.Context
-	lastRead time.Time // processing time of the last record
-	lastWM   int64     // watermark at the last record
-	next     int64     // next offset expected
-	snapKey  string
-	lastSnap []byte
+	acks         chan ack
+	sem          chan struct{}
+	emitCtx      context.Context
+	lastRead     time.Time // processing time of the last record
+	lastWM       int64     // watermark at the last record
+	next         int64     // next offset expected
+	snapKey      string
+	decoded      []decodedRef // members holding a decoded record, oldest first
+	decodedBytes int
+	lastSnap     []byte
 }
 
 func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
@@ -265,9 +257,11 @@ func (p *partition) handle(rec consumers.Record) {
 
 	verdict, grp := p.groups.Add(t.PromptID, int(t.GroupSize), state.Member[entry]{
 		TrajectoryID: t.TrajectoryID, Offset: rec.Offset, EventMs: t.CreatedAtMs,
-		Value: entry{rec: rec, sampleIndex: t.SampleIndex, read: now},
+		Value: entry{rec: rec, sampleIndex: t.SampleIndex, read: now, scored: sc},
 	})
 	switch verdict {
+	case state.Added:
+		p.keepDecoded(decodedRef{g: grp, i: len(grp.Members) - 1, offset: rec.Offset, n: len(rec.Value)})
 	case state.Duplicate:
 		m.duplicates.Inc()
 		p.ledger.Done(rec.Offset)
@@ -364,13 +358,16 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 		}
 		return a.TrajectoryID < b.TrajectoryID
 	})
-	// Decoded again: handle decoded and validated each record but kept only its bytes.
+	// Members out of the decoded window are decoded again (handle decoded
+	// and validated every record).
 	scs := make([]*schemas.Scored, len(members))
 	cms := make([]credit.Member, len(members))
 	var err error
 	for i, mb := range members {
-		if scs[i], err = schemas.ScoredRecords().Decode(mb.Value.rec.Value); err != nil {
-			break
+		if scs[i] = mb.Value.scored; scs[i] == nil {
+			if scs[i], err = schemas.ScoredRecords().Decode(mb.Value.rec.Value); err != nil {
+				break
+			}
 		}
 		cms[i] = member(scs[i])
 	}
