@@ -135,6 +135,7 @@ type avroCodec[T any] struct {
 	toNative   func(*T) map[string]any
 	fromNative func(*nat) *T
 	sizeHint   func(*T) int
+	appendBody func([]byte, *T) []byte // a direct encoder that agrees with goavro (nil: the generic path)
 }
 
 func newCodec[T any](c *compiled, opts []CodecOption, to func(*T) map[string]any, from func(*nat) *T, hint func(*T) int) *avroCodec[T] {
@@ -159,8 +160,15 @@ func scoredRecords(opts []CodecOption) *avroCodec[Scored] {
 	return newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
 }
 func samples(opts []CodecOption) *avroCodec[Sample] {
-	return newCodec(compiledSample(), opts, sampleToNative, sampleFromNative, sampleSize)
+	c := newCodec(compiledSample(), opts, sampleToNative, sampleFromNative, sampleSize)
+	if sampleBinaryOK() {
+		c.appendBody = appendSample
+	}
+	return c
 }
+
+var sampleBinaryOK = sync.OnceValue(func() bool { return sampleBinaryAgrees(compiledSample()) })
+
 func deadLetters(opts []CodecOption) *avroCodec[DeadLetter] {
 	return newCodec(compiledDeadLetter(), opts, deadLetterToNative, deadLetterFromNative, deadLetterSize)
 }
@@ -216,6 +224,9 @@ func (c *avroCodec[T]) Encode(v *T) (out []byte, err error) {
 	buf := make([]byte, 0, headerSize+c.sizeHint(v))
 	buf = append(buf, magic0, magic1)
 	buf = append(buf, c.fp[:]...)
+	if c.appendBody != nil {
+		return c.appendBody(buf, v), nil
+	}
 	buf, err = c.avro.BinaryFromNative(buf, c.toNative(v))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", c.name, err)
