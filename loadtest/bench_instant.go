@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net"
-	"runtime/pprof"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -64,23 +69,53 @@ func (s benchInstantScorer) Attention(_ context.Context, jobs []gpu.AttentionJob
 	return out, nil
 }
 
-// startInstantScorer serves the fixture over the scorer protocol on loopback
-// and returns a protocol client for it (the client the stage uses in
-// production), and a stop function.
-func startInstantScorer(ctx context.Context) (*gpu.Client, func(), error) {
+// benchScorerCmd serves the fixture over the scorer protocol in a child
+// process of the bench, so that its CPU (decoding requests, which a GPU pod
+// does on its own machine) is not counted as the score stage's.
+const benchScorerCmd = "bench-scorer"
+
+func benchScorerServe(args []string) (int, error) {
+	ctx, stop := signalContext()
+	defer stop()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return 1, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	fmt.Println(ln.Addr().String())
 	srv := gpu.NewServer(newBenchInstantScorer(), gpu.WithServerLogger(nopLog()))
-	done := make(chan struct{})
-	go pprof.Do(ctx, pprof.Labels("phase", "instant-scorer"), func(ctx context.Context) { defer close(done); _ = srv.Serve(ctx, ln) })
-	client, err := gpu.NewClient([]string{"http://" + ln.Addr().String()}, gpu.WithLogger(nopLog()))
+	if err := srv.Serve(ctx, ln); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+// startInstantScorer starts the fixture in a child process and returns a
+// protocol client for it (the client the stage uses in production), and a
+// stop function.
+func startInstantScorer(ctx context.Context) (*gpu.Client, func(), error) {
+	exe, err := os.Executable()
 	if err != nil {
-		cancel()
-		<-done
 		return nil, nil, err
 	}
-	return client, func() { client.Close(); cancel(); <-done }, nil
+	cmd := exec.Command(exe, benchScorerCmd)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start the instant scorer: %w", err)
+	}
+	stop := func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("the instant scorer did not say its address: %w", err)
+	}
+	client, err := gpu.NewClient([]string{"http://" + strings.TrimSpace(addr)}, gpu.WithLogger(nopLog()))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return client, func() { client.Close(); stop() }, nil
 }

@@ -107,19 +107,25 @@ type counts func() (in, out, bad int)
 
 // rate is a phase's throughput: records per second of wall-clock time, and
 // the CPU time this process (stages, clients and, when embedded, the
-// broker) spent per record.
+// broker) spent per record, over one or more runs.
 type rate struct {
 	PerS        float64
 	CPUUsPerRec float64
+	records     int
+	seconds     float64
+	cpuUs       float64
 }
 
-// best is the better of two runs: the higher rate, the lower CPU per record.
-func (r rate) best(o rate) rate {
-	if r.PerS == 0 {
-		return o
+// plus pools two runs: total records over total time (a short phase's lucky
+// burst does not count more than a long phase's steady rate).
+func (r rate) plus(o rate) rate {
+	r.records += o.records
+	r.seconds += o.seconds
+	r.cpuUs += o.cpuUs
+	if r.seconds > 0 && r.records > 0 {
+		r.PerS = float64(r.records) / r.seconds
+		r.CPUUsPerRec = r.cpuUs / float64(r.records)
 	}
-	r.PerS = max(r.PerS, o.PerS)
-	r.CPUUsPerRec = min(r.CPUUsPerRec, o.CPUUsPerRec)
 	return r
 }
 
@@ -146,8 +152,8 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 			if bad > 0 {
 				return rate{}, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
 			}
-			return rate{PerS: float64(want) / now.Sub(start).Seconds(),
-				CPUUsPerRec: float64((cpuTime() - cpu0).Microseconds()) / float64(want)}, nil
+			return rate{}.plus(rate{records: want, seconds: now.Sub(start).Seconds(),
+				cpuUs: float64((cpuTime() - cpu0).Microseconds())}), nil
 		}
 		if now.After(deadline) {
 			return rate{}, fmt.Errorf("%s: timed out after %s with %d of %d records read, %d outputs acknowledged, %d bad", phase, e.timeout, in, want, out, bad)

@@ -67,6 +67,8 @@ func main() {
 		code, err = benchCmd(os.Args[2:])
 	case "load":
 		code, err = loadCmd(os.Args[2:])
+	case benchScorerCmd:
+		code, err = benchScorerServe(os.Args[2:])
 	case scorerServeCmd:
 		code, err = scorerServe(os.Args[2:])
 	case "-h", "--help", "help":
