@@ -42,7 +42,7 @@ type TurnResult struct {
 	// LAPO.
 	Eligible         bool
 	Delta, Z, ZNorm  *float64 // nil when not eligible
-	Gate             int      // 1 when Δ·z̃ > 0 (reported with gating on or off)
+	Gate             int      // 1 when Δ and z̃ have the same strict sign (reported with gating on or off)
 	ProcessAdvantage float64  // A_proc (0 when not eligible)
 	// Advantage is what this turn's assistant tokens get: LAPO
 	// A_out + λ·A_proc (eligible) or A_out; AttnSR grpo A'_u; 0 for AttnSR ppo.

@@ -269,3 +269,17 @@ func TestComputeGroupLAPO(t *testing.T) {
 		t.Errorf("partial flag / attnsr: %+v", res[0])
 	}
 }
+
+// The gate compares signs: Δ·z̃ underflows to 0 for tiny values of the same
+// sign, which must still pass (and tiny opposite signs must not).
+func TestGateComparesSigns(t *testing.T) {
+	d := []float64{1e-200, -1e-200, 1e-200, -1e-200, 0, 1e-300, 5}
+	zn := []float64{1e-200, -1e-200, -1e-200, 1e-200, 1, 1e-300, -0.0}
+	want := []int{1, 1, 0, 0, 0, 1, 0}
+	g := Gate(d, zn)
+	for i := range want {
+		if g[i] != want[i] {
+			t.Errorf("Gate(Δ=%v, z̃=%v) = %d, want %d", d[i], zn[i], g[i], want[i])
+		}
+	}
+}

@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lapoDelta: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_delta_total",
 			Help: "Eligible turns by the sign of their LAPO gain Δ."}, []string{"sign"}),
 		lapoGate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_gate_total",
-			Help: "Eligible turns by gate result (pass: Δ·z̃ > 0)."}, []string{"result"}),
+			Help: "Eligible turns by gate result (pass: Δ and z̃ have the same strict sign)."}, []string{"result"}),
 		lapoProcAbs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_lapo_process_advantage_abs",
 			Help: "|A_proc| of eligible turns.", Buckets: []float64{0, .1, .25, .5, .75, 1, 1.5, 2, 3}}),
 		attnConfidence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_attnsr_confidence",

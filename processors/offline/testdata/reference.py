@@ -107,7 +107,7 @@ def lapo(members, args):
         mz, sz = mean(zs), pstd(zs)
         for (i, t, d), z in zip(pairs, zs):
             zt = (z - mz) / (sz + args.eps_z)
-            gate = 1 if d * zt > 0 else 0
+            gate = 1 if (d > 0 and zt > 0) or (d < 0 and zt < 0) else 0
             proc = zt if (args.no_gate or gate) else 0.0
             info[(i, t)] = (d, z, zt, gate, proc)
     return info
