@@ -43,11 +43,12 @@ type Config struct {
 	Gate bool
 	// EligibleKinds are the turn kinds that can be eligible. Default ["search"].
 	EligibleKinds []string
-	// NoAnswerSkipsObservationRule, when true, makes every turn of an
+	// NoAnswerEmptySegmentsEligible, when true, makes every turn of an
 	// eligible kind eligible in a trajectory without an answer turn, even
-	// with an empty assistant or environment segment. Default false: the
+	// with an empty assistant or environment segment (flag
+	// --no-answer-empty-segments-eligible). Default false: the
 	// non-empty-segments rule always applies (docs/method.md, "Eligibility").
-	NoAnswerSkipsObservationRule bool
+	NoAnswerEmptySegmentsEligible bool
 
 	// AttnSR (SPEC §3).
 

@@ -31,11 +31,11 @@ func EligibleForScoring(turns []Turn, kinds []string) []bool {
 }
 
 // EligibleTurns is the §2.1 rule under c: EligibleForScoring with
-// c.EligibleKinds, and with c.NoAnswerSkipsObservationRule deciding whether
+// c.EligibleKinds, and with c.NoAnswerEmptySegmentsEligible deciding whether
 // a trajectory without an answer turn makes every turn of an eligible kind
 // eligible regardless of its segment lengths.
 func (c Config) EligibleTurns(turns []Turn) []bool {
-	return eligible(turns, c.EligibleKinds, c.NoAnswerSkipsObservationRule)
+	return eligible(turns, c.EligibleKinds, c.NoAnswerEmptySegmentsEligible)
 }
 
 func eligible(turns []Turn, kinds []string, noAnswerSkipsSegments bool) []bool {

@@ -137,7 +137,7 @@ func TestEligibility(t *testing.T) {
 		t.Errorf("no answer, default rule: %v", got)
 	}
 	cfg := DefaultConfig()
-	cfg.NoAnswerSkipsObservationRule = true
+	cfg.NoAnswerEmptySegmentsEligible = true
 	got = cfg.EligibleTurns(noAns)
 	if !got[0] || got[1] || !got[2] || !got[3] {
 		t.Errorf("no answer, switch on: %v", got)

@@ -87,7 +87,7 @@ def lapo(members, args):
     kinds = [k for k in args.eligible_kinds.split(",") if k]
     pairs = []  # (member index, turn index, delta)
     for i, rec in enumerate(members):
-        mask = eligible_mask(rec["turns"], kinds, args.no_answer_all_kinds_eligible)
+        mask = eligible_mask(rec["turns"], kinds, args.no_answer_empty_segments_eligible)
         for t, turn in enumerate(rec["turns"]):
             if mask[t] and turn.get("delta") is not None:
                 d = float(turn["delta"])
@@ -264,7 +264,7 @@ def main():
     ap.add_argument("--eps-z", type=float, default=1e-6)
     ap.add_argument("--eps-r", type=float, default=1e-6)
     ap.add_argument("--eligible-kinds", default="search")
-    ap.add_argument("--no-answer-all-kinds-eligible", action="store_true")
+    ap.add_argument("--no-answer-empty-segments-eligible", action="store_true")
     ap.add_argument("--attnsr-output", default="grpo")
     ap.add_argument("--beta", type=float, default=0.25)
     ap.add_argument("--alpha", type=float, default=0.25)
