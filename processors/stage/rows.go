@@ -101,9 +101,12 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 	return p, nil
 }
 
-// turnScores turns row scores into per-turn Δ (a non-finite Δ becomes 0, SPEC §2.1).
-func (p lapoPlan) turnScores(scores []float64) []schemas.TurnScore {
-	out := make([]schemas.TurnScore, len(p.with))
+// turnScores turns row scores into per-turn Δ = with − without. A non-finite
+// Δ (a row the scorer could not score comes back non-finite) becomes 0; a
+// non-finite with or without score is carried as nil (null), so the scored
+// record stays valid. nonFinite counts the turns whose Δ became 0 that way.
+func (p lapoPlan) turnScores(scores []float64) (out []schemas.TurnScore, nonFinite int) {
+	out = make([]schemas.TurnScore, len(p.with))
 	for i := range p.with {
 		if p.with[i] < 0 {
 			continue
@@ -112,10 +115,18 @@ func (p lapoPlan) turnScores(scores []float64) []schemas.TurnScore {
 		d := w - wo
 		if !finite(d) {
 			d = 0
+			nonFinite++
 		}
-		out[i] = schemas.TurnScore{Delta: &d, With: ptr(w), Without: ptr(wo)}
+		ts := schemas.TurnScore{Delta: &d}
+		if finite(w) {
+			ts.With = ptr(w)
+		}
+		if finite(wo) {
+			ts.Without = ptr(wo)
+		}
+		out[i] = ts
 	}
-	return out
+	return out, nonFinite
 }
 
 // attentionJob lays a trajectory out for AttnSR step graphs (SPEC §3.1): the

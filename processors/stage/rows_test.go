@@ -58,7 +58,7 @@ func TestPlanBackwardRows(t *testing.T) {
 			t.Fatalf("row target %v span %v", r.Target, r.Span)
 		}
 	}
-	ts := p.turnScores([]float64{-1, -3, -0.5})
+	ts, _ := p.turnScores([]float64{-1, -3, -0.5})
 	if *ts[0].Delta != 2 || *ts[2].Delta != -0.5 || ts[1].Delta != nil || ts[3].Delta != nil {
 		t.Fatalf("deltas %+v", ts)
 	}
@@ -99,7 +99,7 @@ func TestPlanNoRowsWithoutGold(t *testing.T) {
 func TestNonFiniteDeltaBecomesZero(t *testing.T) {
 	p, _ := planLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
 	inf := math.Inf(1)
-	ts := p.turnScores([]float64{inf, inf, 0})
+	ts, _ := p.turnScores([]float64{inf, inf, 0})
 	if *ts[0].Delta != 0 {
 		t.Fatalf("inf - inf gave Δ %v, want 0", *ts[0].Delta)
 	}
@@ -115,5 +115,37 @@ func TestAttentionJobLayout(t *testing.T) {
 		if s.Action != want[i][0] || s.Observation != want[i][1] {
 			t.Fatalf("step %d: %v %v, want %v", i, s.Action, s.Observation, want[i])
 		}
+	}
+}
+
+// A row the scorer could not score comes back non-finite (null on the wire,
+// NaN here). The turns that use it get Δ = 0, the missing score is carried as
+// null, and the scored record stays valid instead of being dead-lettered.
+func TestNonFiniteRowScoreGivesZeroGain(t *testing.T) {
+	tr := sampleTrajectory()
+	p, _ := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+	ts, bad := p.turnScores([]float64{math.NaN(), -3, -0.5})
+	if bad != 2 {
+		t.Errorf("non-finite gains counted %d, want 2 (both eligible turns use c_full)", bad)
+	}
+	for _, i := range []int{0, 2} {
+		if ts[i].Delta == nil || *ts[i].Delta != 0 {
+			t.Fatalf("turn %d: Δ = %v, want 0", i, ts[i].Delta)
+		}
+		if ts[i].With != nil {
+			t.Errorf("turn %d: with = %v, want null (not computed)", i, *ts[i].With)
+		}
+	}
+	if *ts[0].Without != -3 || *ts[2].Without != -0.5 {
+		t.Errorf("finite without scores not kept: %v %v", *ts[0].Without, *ts[2].Without)
+	}
+	sc := &schemas.Scored{Trajectory: *tr, Method: schemas.MethodLAPO, Direction: schemas.DirectionBackward, Turns: ts}
+	if err := schemas.ValidateScored(sc, schemas.DefaultLimits()); err != nil {
+		t.Fatalf("scored record with a non-finite row score is rejected: %v", err)
+	}
+	// A non-finite "without" row affects only its own turn.
+	ts, bad = p.turnScores([]float64{-1, math.Inf(-1), -0.5})
+	if bad != 1 || *ts[0].Delta != 0 || ts[0].Without != nil || *ts[0].With != -1 || *ts[2].Delta != -0.5 {
+		t.Errorf("inf without: bad %d, turn 0 %+v, turn 2 Δ %v", bad, ts[0], *ts[2].Delta)
 	}
 }
