@@ -18,6 +18,7 @@ type Metrics struct {
 	inflight       *prometheus.GaugeVec
 	truncations    prometheus.Counter
 	nonFiniteGains prometheus.Counter
+	noGoldTarget   prometheus.Counter
 	lapoDelta      *prometheus.CounterVec
 	lapoGate       *prometheus.CounterVec
 	lapoProcAbs    prometheus.Histogram
@@ -60,6 +61,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (SPEC §2.1)."}),
 		nonFiniteGains: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_nonfinite_gains_total",
 			Help: "Eligible turns whose LAPO gain Δ was not finite (a row score the scorer could not compute) and became 0."}),
+		noGoldTarget: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_trajectories_without_gold_target_total",
+			Help: "LAPO trajectories scored without a usable gold target (no target tokens, or an empty or whitespace-only first gold answer): no process scores, outcome advantage only."}),
 		lapoDelta: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_delta_total",
 			Help: "Eligible turns by the sign of their LAPO gain Δ."}, []string{"sign"}),
 		lapoGate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_gate_total",
@@ -84,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partitions that started without a snapshot while their committed offset was past the start (EMA restarted)."}),
 	}
 	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.unwritable, m.duplicates, m.groups, m.groupWait, m.latency,
-		m.inflight, m.truncations, m.nonFiniteGains, m.lapoDelta, m.lapoGate, m.lapoProcAbs, m.attnConfidence, m.attnFocus,
+		m.inflight, m.truncations, m.nonFiniteGains, m.noGoldTarget, m.lapoDelta, m.lapoGate, m.lapoProcAbs, m.attnConfidence, m.attnFocus,
 		m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards, m.snapshots, m.resets)
 	return m
 }

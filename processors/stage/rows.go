@@ -2,6 +2,8 @@ package stage
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -17,6 +19,8 @@ const (
 // lapoPlan is the rows one trajectory needs and how they combine into Δ_t.
 type lapoPlan struct {
 	rows []gpu.Row
+	// noGoldTarget: the trajectory has no usable gold target (no rows)
+	noGoldTarget bool
 	// for each turn: indexes into rows of the "with" and "without" score, or -1
 	with, without []int
 }
@@ -33,15 +37,16 @@ func creditTurns(t *schemas.Trajectory) []credit.Turn {
 // planLAPO builds the scoring rows of SPEC §2.1 for one trajectory.
 // Backward: c_full and c_−t for every eligible t (T+1 rows).
 // Forward: c_≤t and c_<t for every eligible t (2T rows).
-// A trajectory without a usable gold target (no gold answers, an empty first
-// gold answer, or no target tokens) gets no rows and hence no process scores.
+// A trajectory without a usable gold target gets no rows and hence no process
+// scores (see hasGoldTarget); its plan says so in noGoldTarget.
 func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (lapoPlan, error) {
 	k := len(t.Turns)
 	p := lapoPlan{with: make([]int, k), without: make([]int, k)}
 	for i := range p.with {
 		p.with[i], p.without[i] = -1, -1
 	}
-	if len(t.GoldAnswers) == 0 || t.GoldAnswers[0] == "" || len(t.GoldTarget) == 0 {
+	if !hasGoldTarget(t) {
+		p.noGoldTarget = true
 		return p, nil
 	}
 	turns := creditTurns(t)
@@ -99,6 +104,27 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		return p, fmt.Errorf("unknown LAPO direction %q (want backward or forward)", direction)
 	}
 	return p, nil
+}
+
+// hasGoldTarget reports whether t carries a usable LAPO gold target: target
+// tokens with their span (ValidateTrajectory has checked that the span is a
+// non-empty range inside the target), built from a first gold answer that is
+// not empty or only whitespace. Gold answers are not required: a record with
+// a reward and a gold target is scored.
+func hasGoldTarget(t *schemas.Trajectory) bool {
+	if len(t.GoldTarget) == 0 || t.GoldSpan[0] >= t.GoldSpan[1] {
+		return false
+	}
+	return len(t.GoldAnswers) == 0 || !blank(t.GoldAnswers[0])
+}
+
+// blank reports whether s is empty or only whitespace, with whitespace as
+// Python's str.isspace has it (unicode.IsSpace plus U+001C..U+001F), so that
+// s.strip() == "" in Python exactly when blank(s).
+func blank(s string) bool {
+	return strings.TrimFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+	}) == ""
 }
 
 // turnScores turns row scores into per-turn Δ = with − without. A non-finite

@@ -82,7 +82,6 @@ func TestPlanForwardRows(t *testing.T) {
 
 func TestPlanNoRowsWithoutGold(t *testing.T) {
 	for name, mut := range map[string]func(*schemas.Trajectory){
-		"no gold answers":   func(t *schemas.Trajectory) { t.GoldAnswers = nil },
 		"empty first gold":  func(t *schemas.Trajectory) { t.GoldAnswers = []string{"", "y"} },
 		"no target tokens":  func(t *schemas.Trajectory) { t.GoldTarget = nil },
 		"no eligible turns": func(t *schemas.Trajectory) { t.Turns = t.Turns[3:] },
@@ -147,5 +146,38 @@ func TestNonFiniteRowScoreGivesZeroGain(t *testing.T) {
 	ts, bad = p.turnScores([]float64{-1, math.Inf(-1), -0.5})
 	if bad != 1 || *ts[0].Delta != 0 || ts[0].Without != nil || *ts[0].With != -1 || *ts[2].Delta != -0.5 {
 		t.Errorf("inf without: bad %d, turn 0 %+v, turn 2 Δ %v", bad, ts[0], *ts[2].Delta)
+	}
+}
+
+// Whether a trajectory is scored is decided by its gold target and span: a
+// record with a reward and a target but no gold answers is scored; a first
+// gold answer that is empty or only whitespace (as Python's str.strip sees
+// it) means there is no usable target.
+func TestPlanGoldTargetDecides(t *testing.T) {
+	r := 1.0
+	for _, tc := range []struct {
+		name   string
+		mut    func(*schemas.Trajectory)
+		scored bool
+	}{
+		{"gold answers and target", func(*schemas.Trajectory) {}, true},
+		{"reward and target, no gold answers", func(t *schemas.Trajectory) { t.Reward, t.GoldAnswers = &r, nil }, true},
+		{"whitespace-only first gold", func(t *schemas.Trajectory) { t.GoldAnswers = []string{" \t\n", "y"} }, false},
+		{"unicode whitespace first gold", func(t *schemas.Trajectory) { t.GoldAnswers = []string{"\u00a0\u3000\x1c"} }, false},
+		{"empty first gold", func(t *schemas.Trajectory) { t.GoldAnswers = []string{""} }, false},
+		{"no target", func(t *schemas.Trajectory) { t.GoldTarget, t.GoldSpan = nil, [2]int32{} }, false},
+	} {
+		tr := sampleTrajectory()
+		tc.mut(tr)
+		p, err := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := len(p.rows) > 0; got != tc.scored {
+			t.Errorf("%s: scored = %v (%d rows), want %v", tc.name, got, len(p.rows), tc.scored)
+		}
+		if p.noGoldTarget == tc.scored {
+			t.Errorf("%s: noGoldTarget = %v, want %v", tc.name, p.noGoldTarget, !tc.scored)
+		}
 	}
 }

@@ -343,6 +343,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if err != nil {
 			return nil, err
 		}
+		if plan.noGoldTarget {
+			s.cfg.Metrics.noGoldTarget.Inc()
+		}
 		if len(plan.rows) == 0 {
 			return sc, nil
 		}
