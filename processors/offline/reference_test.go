@@ -19,7 +19,8 @@ import (
 // rewards given or derived from pred/gold answers, and (attnsr) random
 // lower-triangular step graphs whose rows sum to at most 1.
 func genInput(rng *rand.Rand, attnsr bool, groups int) []byte {
-	words := []string{"the", "a", "an", "Paris", "paris,", "New", "york", "York!", "city", "1,000", "x", "café"}
+	words := []string{"the", "a", "an", "Paris", "paris,", "New", "york", "York!", "city", "1,000", "x", "café",
+		"“the", "the—end", "théa", "«An»", "a_b", "the\u00a0a", "l'the", "the\u0301", "\x1cthe", "ⅰthe"}
 	phrase := func() string {
 		n := rng.Intn(4)
 		ws := make([]string, n)

@@ -2,8 +2,6 @@ package stage
 
 import (
 	"fmt"
-	"strings"
-	"unicode"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -109,22 +107,13 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 // hasGoldTarget reports whether t carries a usable LAPO gold target: target
 // tokens with their span (ValidateTrajectory has checked that the span is a
 // non-empty range inside the target), built from a first gold answer that is
-// not empty or only whitespace. Gold answers are not required: a record with
+// not empty or only whitespace (credit.Blank). Gold answers are not required: a record with
 // a reward and a gold target is scored.
 func hasGoldTarget(t *schemas.Trajectory) bool {
 	if len(t.GoldTarget) == 0 || t.GoldSpan[0] >= t.GoldSpan[1] {
 		return false
 	}
-	return len(t.GoldAnswers) == 0 || !blank(t.GoldAnswers[0])
-}
-
-// blank reports whether s is empty or only whitespace, with whitespace as
-// Python's str.isspace has it (unicode.IsSpace plus U+001C..U+001F), so that
-// s.strip() == "" in Python exactly when blank(s).
-func blank(s string) bool {
-	return strings.TrimFunc(s, func(r rune) bool {
-		return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
-	}) == ""
+	return len(t.GoldAnswers) == 0 || !credit.Blank(t.GoldAnswers[0])
 }
 
 // turnScores turns row scores into per-turn Δ = with − without. A non-finite

@@ -9,6 +9,7 @@ objects on stdout, reports late/repeated members on stderr.
 import argparse
 import json
 import math
+import re
 import string
 import sys
 
@@ -18,8 +19,8 @@ import sys
 def normalize(s):
     s = s.lower()
     s = "".join(ch for ch in s if ch not in string.punctuation)
-    words = [w for w in s.split() if w not in ("a", "an", "the")]
-    return " ".join(words)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
 
 
 def f1(pred, gold):
