@@ -2,6 +2,7 @@ package stage
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -80,8 +81,9 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		}
 		return c
 	}
+	temp := rolloutTemperature(t)
 	add := func(c []int32) int {
-		p.rows = append(p.rows, gpu.Row{Context: c, Target: t.GoldTarget, Span: span})
+		p.rows = append(p.rows, gpu.Row{Context: c, Target: t.GoldTarget, Span: span, Temperature: temp})
 		return len(p.rows) - 1
 	}
 	switch direction {
@@ -102,6 +104,22 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		return p, fmt.Errorf("unknown LAPO direction %q (want backward or forward)", direction)
 	}
 	return p, nil
+}
+
+// rolloutTemperature is the temperature the rows are scored at: the record's
+// sampling temperature (the reference divides the logits by it), or 0 (the
+// scorer's default, 1) when the record has none. The float32 field is read as
+// the shortest decimal that gives it back (float32 0.7 → 0.7, not
+// 0.699999988…), the value the rollout worker set.
+func rolloutTemperature(t *schemas.Trajectory) float64 {
+	if t.Temperature == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(strconv.FormatFloat(float64(*t.Temperature), 'g', -1, 32), 64)
+	if err != nil {
+		return float64(*t.Temperature)
+	}
+	return v
 }
 
 // hasGoldTarget reports whether t carries a usable LAPO gold target: target

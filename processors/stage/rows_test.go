@@ -181,3 +181,30 @@ func TestPlanGoldTargetDecides(t *testing.T) {
 		}
 	}
 }
+
+// Every LAPO row carries the trajectory's sampling temperature (as the
+// decimal the rollout worker set: float32 0.7 is sent as 0.7), or none (the
+// scorer's default, 1) when the record has no temperature.
+func TestPlanCarriesTemperature(t *testing.T) {
+	tr := sampleTrajectory()
+	temp := float32(0.7)
+	tr.Temperature = &temp
+	for _, dir := range []string{Backward, Forward} {
+		p, err := planLAPO(tr, dir, credit.DefaultConfig(), ids(99))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range p.rows {
+			if r.Temperature != 0.7 {
+				t.Errorf("%s row %d: temperature %v, want 0.7", dir, i, r.Temperature)
+			}
+		}
+	}
+	tr.Temperature = nil
+	p, _ := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+	for i, r := range p.rows {
+		if r.Temperature != 0 {
+			t.Errorf("row %d: temperature %v without one on the record, want 0 (the scorer's 1)", i, r.Temperature)
+		}
+	}
+}
