@@ -3,7 +3,6 @@ package credit
 import (
 	"math"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -11,7 +10,7 @@ import (
 
 // Normalize applies the answer normalization of docs/method.md §1, in this
 // order, as the reference's Python does it on a str:
-//   - lowercase;
+//   - lowercase (Python's str.lower, see lower);
 //   - remove ASCII punctuation (Python's string.punctuation);
 //   - replace each article "a", "an", "the" that stands between word
 //     boundaries by a space: re.sub(r"\b(a|an|the)\b", " ", s), where a word
@@ -20,7 +19,7 @@ import (
 //   - collapse runs of whitespace (Python's str.isspace, isSpace) to one
 //     space and trim.
 func Normalize(s string) string {
-	s = strings.ToLower(s)
+	s = lower(s)
 	s = strings.Map(func(r rune) rune {
 		if isASCIIPunct(r) {
 			return -1
@@ -61,25 +60,6 @@ func dropArticles(s string) string {
 		i = j
 	}
 	return b.String()
-}
-
-// isWordChar is Python's \w on a str: str.isalnum() or "_". It equals
-// unicode.IsLetter || unicode.IsNumber || '_' on every character Python 3.11
-// (Unicode 14.0) knows; characters assigned later follow Go's tables.
-func isWordChar(r rune) bool {
-	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r)
-}
-
-// isSpace is Python's str.isspace for one character: unicode.IsSpace plus
-// the separators U+001C..U+001F.
-func isSpace(r rune) bool {
-	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
-}
-
-// Blank reports whether s is empty or only whitespace as Python sees it
-// (s.strip() == "").
-func Blank(s string) bool {
-	return strings.TrimFunc(s, isSpace) == ""
 }
 
 // isASCIIPunct is Python's string.punctuation: !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~

@@ -62,6 +62,30 @@ func TestNormalizeArticlesOnWordBoundaries(t *testing.T) {
 	}
 }
 
+// Lowercasing is Python's str.lower: İ becomes i + U+0307 and a capital
+// sigma at the end of a word becomes ς (case-ignorable characters such as
+// "'", ":" or combining marks skipped). Expected values are Python 3.11's.
+func TestNormalizeLowercasesAsPython(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"ΟΔΟΣ", "οδος"},
+		{"ΟΔΟΣ.", "οδος"},
+		{"ΣΑ", "σα"},
+		{"Σ", "σ"},
+		{"ΑΣ'Β", "ασβ"},
+		{"ΑΣ:", "ας"},
+		{"İstanbul", "i\u0307stanbul"},
+		{"ΑΣ\u0301 x", "ας\u0301 x"},
+		{"ΑΣ\u00adΒ", "ασ\u00adβ"},
+		{"ΑΣ1", "ας1"},
+		{"1Σ", "1σ"},
+	}
+	for _, c := range cases {
+		if got := Normalize(c.in); got != c.want {
+			t.Errorf("Normalize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
 func TestF1(t *testing.T) {
 	cases := []struct {
 		pred, gold string
