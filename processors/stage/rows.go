@@ -125,8 +125,8 @@ func rolloutTemperature(t *schemas.Trajectory) float64 {
 // hasGoldTarget reports whether t carries a usable LAPO gold target: target
 // tokens with their span (ValidateTrajectory has checked that the span is a
 // non-empty range inside the target), built from a first gold answer that is
-// not empty or only whitespace (credit.Blank). Gold answers are not required: a record with
-// a reward and a gold target is scored.
+// not empty or only whitespace (credit.Blank). Gold answers are not required:
+// a record with a reward and a gold target is scored.
 func hasGoldTarget(t *schemas.Trajectory) bool {
 	if len(t.GoldTarget) == 0 || t.GoldSpan[0] >= t.GoldSpan[1] {
 		return false
