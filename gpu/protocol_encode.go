@@ -41,7 +41,16 @@ func appendScoreRequest(dst []byte, sets []RowSet) ([]byte, error) {
 			dst = strconv.AppendInt(dst, int64(r.Span[0]), 10)
 			dst = append(dst, ',')
 			dst = strconv.AppendInt(dst, int64(r.Span[1]), 10)
-			dst = append(dst, "]}"...)
+			dst = append(dst, ']')
+			if r.Temperature != 0 {
+				temp, err := json.Marshal(r.Temperature)
+				if err != nil {
+					return nil, err
+				}
+				dst = append(dst, `,"temperature":`...)
+				dst = append(dst, temp...)
+			}
+			dst = append(dst, '}')
 		}
 		dst = append(dst, "]}"...)
 	}

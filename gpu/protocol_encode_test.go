@@ -28,7 +28,9 @@ func TestAppendScoreRequestMatchesEncodingJSON(t *testing.T) {
 			for j := 0; j < r.IntN(5); j++ {
 				// Lengths around the encoder's chunk size and its remainders mod 3.
 				n := []int{-1, 0, 1, 2, 3, 767, 768, 769, 1536, 2000 + r.IntN(5)}[r.IntN(10)]
-				set.Rows = append(set.Rows, Row{Context: toks(n), Target: toks(r.IntN(40) - 1), Span: [2]int{r.IntN(9), r.IntN(99)}})
+				row := Row{Context: toks(n), Target: toks(r.IntN(40) - 1), Span: [2]int{r.IntN(9), r.IntN(99)}}
+				row.Temperature = []float64{0, 0, 1, 0.7, 1e-7, 1e21, 1.0 / 3}[r.IntN(7)]
+				set.Rows = append(set.Rows, row)
 			}
 			sets = append(sets, set)
 		}
