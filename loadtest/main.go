@@ -3,6 +3,7 @@
 //	go run ./loadtest chaos      [--kills 5] [--groups 40] [--method lapo|attnsr] [--graceful] [--scorer-process] [--kill-scorers] [--broker-outages N] [--json]
 //	go run ./loadtest rebalance  [--replicas 3] [--groups 60] [--json]
 //	go run ./loadtest load       [--groups 60] [--method lapo|attnsr] [--json]
+//	go run ./loadtest bench      [--records 2000] [--sizes search-qa,8k,32k,128k,attnsr-k30] [--method lapo|attnsr] [--scaling] [--brokers ...] [--json]
 //
 // What chaos and rebalance show: the same deterministic input is run once
 // through an uninterrupted `creditflow run` (the reference) and once under
@@ -19,6 +20,11 @@
 //
 // load runs the embedded demo pipeline and prints throughput, latency and
 // the scorer's prefix sharing; it has no pass/fail.
+//
+// bench measures what the stages themselves cost: a Kafka passthrough, the
+// score stage against an instant scorer fixture and the advantage stage, on
+// the same records and broker, per trajectory size; the latency the
+// advantage stage adds; bytes held per open group member (docs/performance.md).
 //
 // With --json the last line of stdout is one JSON object. chaos and
 // rebalance exit with status 1 when a sample was lost, mismatched or
