@@ -136,6 +136,7 @@ type avroCodec[T any] struct {
 	fromNative func(*nat) *T
 	sizeHint   func(*T) int
 	appendBody func([]byte, *T) []byte // a direct encoder that agrees with goavro (nil: the generic path)
+	decodeBody func([]byte) (*T, bool) // a direct decoder of checked bodies; false: use the generic path
 }
 
 func newCodec[T any](c *compiled, opts []CodecOption, to func(*T) map[string]any, from func(*nat) *T, hint func(*T) int) *avroCodec[T] {
@@ -154,10 +155,18 @@ var (
 )
 
 func trajectories(opts []CodecOption) *avroCodec[Trajectory] {
-	return newCodec(compiledTrajectory(), opts, trajectoryToNative, trajectoryFromNative, trajectorySize)
+	c := newCodec(compiledTrajectory(), opts, trajectoryToNative, trajectoryFromNative, trajectorySize)
+	if binaryDecodeOK() {
+		c.decodeBody = decodeTrajectoryBinary
+	}
+	return c
 }
 func scoredRecords(opts []CodecOption) *avroCodec[Scored] {
-	return newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
+	c := newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
+	if binaryDecodeOK() {
+		c.decodeBody = decodeScoredBinary
+	}
+	return c
 }
 func samples(opts []CodecOption) *avroCodec[Sample] {
 	c := newCodec(compiledSample(), opts, sampleToNative, sampleFromNative, sampleSize)
@@ -234,6 +243,16 @@ func (c *avroCodec[T]) Encode(v *T) (out []byte, err error) {
 	return buf, nil
 }
 
+// tryDecodeBody runs the direct decoder; a fault in it means the generic path.
+func (c *avroCodec[T]) tryDecodeBody(body []byte) (v *T, ok bool) {
+	defer func() {
+		if recover() != nil {
+			v, ok = nil, false
+		}
+	}()
+	return c.decodeBody(body)
+}
+
 func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 	if c.err != nil {
 		return nil, &DecodeError{Reason: ReasonUndecodable, Detail: c.err.Error()}
@@ -251,6 +270,11 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 	}
 	if end != len(body) {
 		return nil, undecodable("%s: %d trailing bytes after the record", c.name, len(body)-end)
+	}
+	if c.decodeBody != nil {
+		if v, ok := c.tryDecodeBody(body); ok {
+			return v, nil
+		}
 	}
 	defer func() {
 		if r := recover(); r != nil {
