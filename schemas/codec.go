@@ -159,12 +159,18 @@ func trajectories(opts []CodecOption) *avroCodec[Trajectory] {
 	if binaryDecodeOK() {
 		c.decodeBody = decodeTrajectoryBinary
 	}
+	if scoredBinaryOK() {
+		c.appendBody = appendTrajectory
+	}
 	return c
 }
 func scoredRecords(opts []CodecOption) *avroCodec[Scored] {
 	c := newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
 	if binaryDecodeOK() {
 		c.decodeBody = decodeScoredBinary
+	}
+	if scoredBinaryOK() {
+		c.appendBody = appendScored
 	}
 	return c
 }

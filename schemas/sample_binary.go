@@ -129,3 +129,86 @@ func sampleBinaryAgrees(c *compiled) bool {
 	want, err = c.avro.BinaryFromNative(nil, sampleToNative(s))
 	return err == nil && bytes.Equal(appendSample(nil, s), want)
 }
+
+// appendTrajectory appends the Avro binary body of t (trajectory.avsc), the
+// bytes goavro writes for trajectoryToNative(t).
+func appendTrajectory(b []byte, t *Trajectory) []byte {
+	b = appendString(b, t.TrajectoryID)
+	b = appendString(b, t.PromptID)
+	b = appendLong(b, int64(t.GroupSize))
+	b = appendLong(b, int64(t.SampleIndex))
+	b = appendLong(b, t.PolicyVersion)
+	b = appendLong(b, t.CreatedAtMs)
+	b = appendPacked(b, t.Prompt)
+	if len(t.Turns) > 0 {
+		b = appendLong(b, int64(len(t.Turns)))
+		for i := range t.Turns {
+			tu := &t.Turns[i]
+			b = appendString(b, tu.Kind)
+			b = appendPacked(b, tu.Action)
+			b = appendPacked(b, tu.Observation)
+		}
+	}
+	b = appendLong(b, 0)
+	b = appendOptDouble(b, t.Reward)
+	if t.PredAnswer == nil {
+		b = appendLong(b, 0)
+	} else {
+		b = appendString(appendLong(b, 1), *t.PredAnswer)
+	}
+	if len(t.GoldAnswers) > 0 {
+		b = appendLong(b, int64(len(t.GoldAnswers)))
+		for _, g := range t.GoldAnswers {
+			b = appendString(b, g)
+		}
+	}
+	b = appendLong(b, 0)
+	b = appendPacked(b, t.GoldTarget)
+	b = appendLong(b, int64(t.GoldSpan[0]))
+	b = appendLong(b, int64(t.GoldSpan[1]))
+	b = appendOptPacked(b, t.RolloutLogprobs)
+	if t.Temperature == nil {
+		return appendLong(b, 0)
+	}
+	return binary.LittleEndian.AppendUint32(appendLong(b, 1), math.Float32bits(*t.Temperature))
+}
+
+// appendScored appends the Avro binary body of s (scored.avsc), the bytes
+// goavro writes for scoredToNative(s).
+func appendScored(b []byte, s *Scored) []byte {
+	b = appendTrajectory(b, &s.Trajectory)
+	b = appendString(b, s.Method)
+	b = appendString(b, s.Direction)
+	if len(s.Turns) > 0 {
+		b = appendLong(b, int64(len(s.Turns)))
+		for _, ts := range s.Turns {
+			b = appendOptDouble(b, ts.Delta)
+			b = appendOptDouble(b, ts.With)
+			b = appendOptDouble(b, ts.Without)
+		}
+	}
+	b = appendLong(b, 0)
+	if len(s.Attention) > 0 {
+		b = appendLong(b, int64(len(s.Attention)))
+		for i := range s.Attention {
+			g := &s.Attention[i]
+			b = appendLong(b, int64(g.Layer))
+			b = appendLong(b, int64(g.K))
+			b = appendPacked64(b, g.AA)
+			b = appendPacked64(b, g.AO)
+		}
+	}
+	b = appendLong(b, 0)
+	b = appendString(b, s.ScorerModel)
+	b = appendLong(b, s.ScorerPolicyVersion)
+	b = appendLong(b, int64(s.Truncations))
+	return appendLong(b, s.ScoredAtMs)
+}
+
+func appendPacked64(b []byte, v []float64) []byte {
+	b = appendLong(b, int64(8*len(v)))
+	if hostLittleEndian {
+		return append(b, asBytes(v)...)
+	}
+	return append(b, pack(v)...)
+}

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"reflect"
@@ -195,9 +196,37 @@ func decodeScoredBinary(body []byte) (*Scored, bool) {
 // and scored record that set every field as the generic path does (so a
 // schema change they do not know turns them off).
 var binaryDecodeOK = sync.OnceValue(func() bool {
+	t, sc, ok := binaryProbes()
+	if !ok {
+		return false
+	}
+	tb, err1 := compiledTrajectory().avro.BinaryFromNative(nil, trajectoryToNative(&t))
+	sb, err2 := compiledScored().avro.BinaryFromNative(nil, scoredToNative(&sc))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	gt, ok1 := decodeTrajectoryBinary(tb)
+	gs, ok2 := decodeScoredBinary(sb)
+	return ok1 && ok2 && reflect.DeepEqual(*gt, t) && reflect.DeepEqual(*gs, sc)
+})
+
+// scoredBinaryOK reports whether appendTrajectory and appendScored write
+// what goavro writes for the probe records.
+var scoredBinaryOK = sync.OnceValue(func() bool {
+	t, sc, ok := binaryProbes()
+	if !ok {
+		return false
+	}
+	tb, err1 := compiledTrajectory().avro.BinaryFromNative(nil, trajectoryToNative(&t))
+	sb, err2 := compiledScored().avro.BinaryFromNative(nil, scoredToNative(&sc))
+	return err1 == nil && err2 == nil && bytes.Equal(appendTrajectory(nil, &t), tb) && bytes.Equal(appendScored(nil, &sc), sb)
+})
+
+// binaryProbes are a trajectory and a scored record that set every field.
+func binaryProbes() (Trajectory, Scored, bool) {
 	ct, cs := compiledTrajectory(), compiledScored()
 	if ct.err != nil || cs.err != nil {
-		return false
+		return Trajectory{}, Scored{}, false
 	}
 	r, f, ans := 1.0, float32(0.7), "lisbon"
 	t := Trajectory{TrajectoryID: "t", PromptID: "p", GroupSize: 5, SampleIndex: 2, PolicyVersion: -1, CreatedAtMs: 1 << 41,
@@ -207,12 +236,5 @@ var binaryDecodeOK = sync.OnceValue(func() bool {
 	sc := Scored{Trajectory: t, Method: "lapo", Direction: "backward", Turns: []TurnScore{{Delta: &r, With: &r}},
 		Attention: []LayerGraph{{Layer: 3, K: 1, AA: []float64{0.5}, AO: []float64{0.25}}}, ScorerModel: "m",
 		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9}
-	tb, err1 := ct.avro.BinaryFromNative(nil, trajectoryToNative(&t))
-	sb, err2 := cs.avro.BinaryFromNative(nil, scoredToNative(&sc))
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	gt, ok1 := decodeTrajectoryBinary(tb)
-	gs, ok2 := decodeScoredBinary(sb)
-	return ok1 && ok2 && reflect.DeepEqual(*gt, t) && reflect.DeepEqual(*gs, sc)
-})
+	return t, sc, true
+}

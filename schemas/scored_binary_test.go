@@ -188,3 +188,29 @@ func BenchmarkScoredDecodeDirect(b *testing.B) {
 		}
 	}
 }
+
+// The direct encoders write goavro's bytes for random records.
+func TestBinaryEncodersMatchGoavro(t *testing.T) {
+	if !scoredBinaryOK() || defaultScored().appendBody == nil || defaultTrajectories().appendBody == nil {
+		t.Fatal("the direct encoders are off: update sample_binary.go to the schemas")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	ct, cs := compiledTrajectory(), compiledScored()
+	for k := 0; k < 400; k++ {
+		tr, sc := randTrajectoryBin(r), randScoredBin(r)
+		want, err := ct.avro.BinaryFromNative(nil, trajectoryToNative(&tr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendTrajectory(nil, &tr); !bytes.Equal(got, want) {
+			t.Fatalf("trajectory %d: direct encoding differs from goavro's", k)
+		}
+		want, err = cs.avro.BinaryFromNative(nil, scoredToNative(&sc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendScored(nil, &sc); !bytes.Equal(got, want) {
+			t.Fatalf("scored %d: direct encoding differs from goavro's", k)
+		}
+	}
+}
