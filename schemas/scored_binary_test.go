@@ -214,3 +214,30 @@ func TestBinaryEncodersMatchGoavro(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkScoredEncodeGoavro(b *testing.B) {
+	c := scoredRecords(nil)
+	s, err := c.Decode(benchScoredBytes(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.appendBody = nil
+	for b.Loop() {
+		if _, err := c.Encode(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScoredEncodeDirect(b *testing.B) {
+	c := scoredRecords(nil)
+	s, err := c.Decode(benchScoredBytes(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := c.Encode(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
