@@ -129,15 +129,19 @@ func (r rate) plus(o rate) rate {
 	return r
 }
 
-// measure waits until want outputs are acknowledged and returns the rate
-// in records per second, from the first record read to the last output
-// acknowledged (both seen by a 5 ms poll), and the process CPU time per
-// record over the same span.
+// measure waits until want outputs are acknowledged and returns the steady
+// rate: outputs per second between the polls (every 5 ms) at which 10% and
+// 90% of them were acknowledged, and the process CPU time per output over
+// the same span. The window leaves out the start (joining the group, a
+// stage loading its state while the consumer already fetches ahead) and the
+// tail, which a passthrough and a stage do not share alike.
 func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts) (rate, error) {
 	e.prog.start(phase, want)
 	defer e.prog.stop()
-	var start time.Time
-	var cpu0 time.Duration
+	var t10 time.Time
+	var cpu10 time.Duration
+	out10 := 0
+	lo, hi := max(1, want/10), max(2, want*9/10)
 	deadline := time.Now().Add(e.timeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -145,18 +149,33 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 		in, out, bad := c()
 		now := time.Now()
 		e.prog.set(in, out+bad)
-		if in > 0 && start.IsZero() {
-			start, cpu0 = now, cpuTime()
+		if out >= lo && t10.IsZero() {
+			t10, cpu10, out10 = now, cpuTime(), out
 		}
-		if out+bad >= want {
+		if bad > 0 && out+bad >= want {
+			return rate{}, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
+		}
+		if out >= hi && out > out10 && !t10.IsZero() && now.After(t10) {
+			r := rate{}.plus(rate{records: out - out10, seconds: now.Sub(t10).Seconds(),
+				cpuUs: float64((cpuTime() - cpu10).Microseconds())})
+			// Wait for the rest, so that the next phase starts on a quiet stage.
+			for out+bad < want && time.Now().Before(deadline) {
+				if !sleepCtx(ctx, 5*time.Millisecond) {
+					return rate{}, ctx.Err()
+				}
+				in, out, bad = c()
+				e.prog.set(in, out+bad)
+			}
 			if bad > 0 {
 				return rate{}, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
 			}
-			return rate{}.plus(rate{records: want, seconds: now.Sub(start).Seconds(),
-				cpuUs: float64((cpuTime() - cpu0).Microseconds())}), nil
+			if out < want {
+				break
+			}
+			return r, nil
 		}
 		if now.After(deadline) {
-			return rate{}, fmt.Errorf("%s: timed out after %s with %d of %d records read, %d outputs acknowledged, %d bad", phase, e.timeout, in, want, out, bad)
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -164,6 +183,8 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 		case <-tick.C:
 		}
 	}
+	in, out, bad := c()
+	return rate{}, fmt.Errorf("%s: timed out after %s with %d of %d records read, %d outputs acknowledged, %d bad", phase, e.timeout, in, want, out, bad)
 }
 
 // passthrough is the floor: replicas members of a consumer group read in
