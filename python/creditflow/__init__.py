@@ -19,13 +19,15 @@ __all__ = [
     "DEFAULT_TEMPLATE", "encode_trajectory", "decode_trajectory", "decode_sample", "decode_scored",
     "encode_policy", "decode_policy", "decode_dead_letter", "WireError", "LEGACY", "AUTO", "CURRENT",
     "to_numpy", "to_torch",
-    "RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "DeliveryError", "murmur2",
+    "RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "ensure_policy_topic", "DeliveryError",
+    "murmur2",
 ]
 
 
 def __getattr__(name):
     # The Kafka classes import confluent_kafka only when used, so that the codecs work without it.
-    if name in ("RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "DeliveryError", "murmur2"):
+    if name in ("RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "ensure_policy_topic",
+                "DeliveryError", "murmur2"):
         from . import kafka
         return getattr(kafka, name)
     raise AttributeError("module 'creditflow' has no attribute %r" % name)

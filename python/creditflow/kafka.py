@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, decode_sample, encode_policy, encode_trajectory
 from .trajectory import InvalidTrajectory, Limits, validate_trajectory
 
-__all__ = ["RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "DeliveryError",
+__all__ = ["RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "ensure_policy_topic", "DeliveryError",
            "TOPIC_TRAJECTORIES", "TOPIC_SAMPLES", "TOPIC_POLICY", "POLICY_KEY"]
 
 TOPIC_TRAJECTORIES = "creditflow.trajectories"
@@ -165,10 +165,33 @@ def murmur2(data: bytes) -> int:
 
 # ----- policy versions ---------------------------------------------------------------------
 
-def announce_policy(brokers, version, checkpoint="", topic=TOPIC_POLICY, timeout=30.0, **client_config):
+def ensure_policy_topic(brokers, topic=TOPIC_POLICY, timeout=30.0, **client_config):
+    """Creates the policy topic (1 partition, cleanup.policy=compact) when it does not exist."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(_config(brokers, client_config))
+    md = admin.list_topics(timeout=timeout)
+    t = md.topics.get(topic)
+    if t is not None and t.error is None:
+        return False
+    fs = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                       config={"cleanup.policy": "compact"})], request_timeout=timeout)
+    for f in fs.values():
+        try:
+            f.result(timeout)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return True
+
+
+def announce_policy(brokers, version, checkpoint="", topic=TOPIC_POLICY, timeout=30.0, create=True, **client_config):
     """Announces policy `version` (weights at `checkpoint`) on the compacted policy topic,
-    keyed ``policy``; returns once the brokers acknowledged it (DeliveryError otherwise)."""
+    keyed ``policy``; returns once the brokers acknowledged it (DeliveryError otherwise).
+    With `create`, a missing topic is created first (compacted, one partition)."""
     value = encode_policy(version, checkpoint, int(time.time() * 1000))
+    if create:
+        ensure_policy_topic(brokers, topic, timeout, **client_config)
     conf = {"acks": "all"}
     conf.update(_config(brokers, client_config))
     p = Producer(conf)
@@ -382,23 +405,31 @@ class SampleStream:
             elif self.idle_timeout is not None and time.monotonic() - last > self.idle_timeout:
                 return
 
-    def batches(self, n, whole_groups=True):
-        """Yields lists of at least `n` samples (the last one may be smaller when iteration
-        ends). With whole_groups, a prompt's samples are kept together: a group is released
-        once group_size of its members arrived (stale members skipped count), or
-        `group_timeout` seconds after its first member (a partial group)."""
+    def batches(self, n, whole_groups=True, max_wait=None):
+        """Yields lists of at least `n` samples; smaller only when iteration ends
+        (idle_timeout) or, with `max_wait`, when a non-empty batch has waited that many
+        seconds for more. With whole_groups, a prompt's samples are kept together: a group
+        is released once group_size of its members arrived (stale members skipped count),
+        or `group_timeout` seconds after its first member (a partial group)."""
         if not whole_groups:
-            batch = []
-            for s in self:
-                batch.append(s)
-                if len(batch) >= n:
+            batch, since = [], None
+            last = time.monotonic()
+            while True:
+                s = self.poll(0.5)
+                now = time.monotonic()
+                if s is not None:
+                    batch.append(s)
+                    last = now
+                    since = since or now
+                if batch and (len(batch) >= n or (max_wait is not None and now - since >= max_wait)):
                     yield batch
-                    batch = []
-            if batch:
-                yield batch
-            return
+                    batch, since = [], None
+                if s is None and self.idle_timeout is not None and now - last > self.idle_timeout:
+                    if batch:
+                        yield batch
+                    return
         groups = collections.OrderedDict()  # prompt_id -> [first_seen, seen_count, [(sample, tpo)]]
-        batch = []
+        batch, since = [], None
         last = time.monotonic()
         while True:
             r = self._poll(0.5)
@@ -422,9 +453,10 @@ class SampleStream:
                         self._pending[(t, p)].discard(o)
                         batch.append(s)
                         self.yielded += 1
-            if len(batch) >= n:
+                    since = since or now
+            if batch and (len(batch) >= n or (max_wait is not None and now - since >= max_wait)):
                 yield batch
-                batch = []
+                batch, since = [], None
             if r is None and self.idle_timeout is not None and now - last > self.idle_timeout:
                 for g in groups.values():
                     for s, (t, p, o) in g[2]:
