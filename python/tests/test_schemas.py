@@ -28,6 +28,16 @@ class Drift(unittest.TestCase):
                 self.assertEqual(wire.schema_text(name), f.read(), "python/creditflow/schemas/%s differs from schemas/%s; "
                                  "copy it over" % (fn, fn))
 
+    def test_legacy_copies_equal_the_repositorys_v1_folder(self):
+        d = os.path.join(REPO_SCHEMAS, "v1")
+        if not os.path.isdir(d):
+            self.skipTest("schemas/v1 is not in this checkout yet")
+        for fn in os.listdir(d):
+            if fn.endswith(".avsc"):
+                with open(os.path.join(d, fn), encoding="utf-8") as f:
+                    name = [k for k, v in wire._FILES.items() if v == fn][0]
+                    self.assertEqual(wire.schema_text(name, wire.LEGACY), f.read(), fn)
+
     def test_legacy_copies_equal_release_aeddc48(self):
         for name, fn in wire._FILES.items():
             if name == "PolicyAnnouncement":
