@@ -74,7 +74,7 @@ func pythonWith(t *testing.T, modules ...string) string {
 			return py
 		}
 	}
-	t.Skipf("needs a python3 with %s (Debian: python3-numpy python3-confluent-kafka)", strings.Join(modules, ", "))
+	t.Skipf("needs a python3 with %s (Debian: python3-numpy python3-confluent-kafka python3-torch python3-pip; .ci/run installs them)", strings.Join(modules, ", "))
 	return ""
 }
 
