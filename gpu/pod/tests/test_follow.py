@@ -9,7 +9,7 @@ import unittest
 from cfpod.follow import MAGIC, POLICY_FINGERPRINT, PolicyFollower, decode_announcement
 from cfpod.model import Model
 from cfpod.server import Logger, Pod
-from tests.util import DEVICE, small_config, write_checkpoint
+from tests.util import DEVICE, TOL, small_config, write_checkpoint
 
 try:
     import confluent_kafka  # noqa: F401
@@ -70,8 +70,8 @@ class Follow(unittest.TestCase):
         self.assertEqual(self.pod.current.policy_version, 5)
         self.assertEqual(self.pod.info()["policy_version"], 5)
         want = Model.load(self.m2, device=DEVICE).score_rows([([1, 2, 3], [4, 5], (0, 2))])[0]
-        self.assertEqual(self.score(), want)
-        self.assertNotEqual(before, want)
+        self.assertAlmostEqual(self.score(), want, delta=TOL)  # exact on CPU; kernels may differ on accelerators
+        self.assertGreater(abs(before - want), 100 * TOL)
 
     def test_older_or_equal_or_empty_changes_nothing(self):
         for v, ck in ((2, self.m2), (3, self.m2), (9, "")):
