@@ -63,7 +63,7 @@ func trajectoryJSON(tr *Trajectory) []byte {
 		"sample_index": tr.SampleIndex, "policy_version": tr.PolicyVersion, "created_at_ms": tr.CreatedAtMs,
 		"prompt": tr.Prompt, "turns": turns, "reward": tr.Reward, "pred_answer": tr.PredAnswer,
 		"gold_answers": tr.GoldAnswers, "gold_target": tr.GoldTarget, "gold_span": tr.GoldSpan,
-		"rollout_logprobs": tr.RolloutLogprobs, "temperature": tr.Temperature,
+		"rollout_logprobs": tr.RolloutLogprobs, "temperature": tr.Temperature, "source": tr.Source,
 	}
 	b, _ := json.Marshal(d)
 	return b
