@@ -1008,6 +1008,7 @@ func (c *Client) deliver(op string, items []*item, data []byte) error {
 					return fmt.Errorf("score response set %d holds %d scores for %d rows", k, len(w.Scores), len(s.Rows))
 				}
 				outs[i][j] = scoresFromWire(w)
+				outs[i][j].PolicyVersion = resp.PolicyVersion
 				k++
 			}
 		}

@@ -190,9 +190,14 @@ func TestResolveRules(t *testing.T) {
 }
 
 // BenchmarkDecodeVersions decodes the same trajectory written with the
-// current schema and with the v1 schema (resolved to the current one), in
-// one loop, and reports the time of each and their ratio.
+// current schema and with the v1 schema (resolved to the current one), and
+// the current-schema bytes with a codec that has no older schemas
+// registered (the decode path before schema evolution existed), in one
+// loop, and reports the time of each and the ratios.
 func BenchmarkDecodeVersions(b *testing.B) {
+	bare := *compiledTrajectory()
+	bare.older = nil
+	noHistory := newCodec(&bare, nil, trajectoryToNative, trajectoryFromNative, trajectorySize)
 	for _, n := range []int{1024, 8192} {
 		tr := bigTrajectory(n, rand.New(rand.NewPCG(uint64(n), 2)))
 		cur, err := Trajectories().Encode(tr)
@@ -207,7 +212,7 @@ func BenchmarkDecodeVersions(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("%dk", n/1024), func(b *testing.B) {
-			var tc, to time.Duration
+			var tc, to, tn time.Duration
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
 				if _, err := Trajectories().Decode(cur); err != nil {
@@ -217,12 +222,19 @@ func BenchmarkDecodeVersions(b *testing.B) {
 				if _, err := Trajectories().Decode(old); err != nil {
 					b.Fatal(err)
 				}
+				t2 := time.Now()
+				if _, err := noHistory.Decode(cur); err != nil {
+					b.Fatal(err)
+				}
 				tc += t1.Sub(t0)
-				to += time.Since(t1)
+				to += t2.Sub(t1)
+				tn += time.Since(t2)
 			}
 			b.ReportMetric(float64(tc.Nanoseconds())/float64(b.N), "current-ns/op")
 			b.ReportMetric(float64(to.Nanoseconds())/float64(b.N), "v1-ns/op")
+			b.ReportMetric(float64(tn.Nanoseconds())/float64(b.N), "no-history-ns/op")
 			b.ReportMetric(float64(to)/float64(tc), "v1/current")
+			b.ReportMetric(float64(tc)/float64(tn), "current/no-history")
 		})
 	}
 }

@@ -356,6 +356,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		sc.Turns = plan.turnScores(res[0].Scores)
 		sc.Truncations = int32(res[0].Truncations)
+		if v := res[0].PolicyVersion; v != nil { // the weights that computed these scores
+			sc.ScorerPolicyVersion = *v
+		}
 		s.cfg.Metrics.truncations.Add(float64(res[0].Truncations))
 	}
 	return sc, nil
