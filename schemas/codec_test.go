@@ -392,8 +392,9 @@ func TestKnownAnswer(t *testing.T) {
 const pinnedTrajectoryFingerprint = "77309f0cca652008"
 
 // TestPinnedFingerprints pins every schema's fingerprint as documented in
-// docs/wire-format.md. A change here is a wire-format change: bump the
-// namespace version and update the docs instead of editing the pin.
+// docs/wire-format.md. A change here is a wire-format change: follow the
+// evolution rules there (register the old schema in schemas/evolution.go,
+// keep golden bytes) before editing the pin.
 func TestPinnedFingerprints(t *testing.T) {
 	pins := map[string]string{
 		NameTrajectory: pinnedTrajectoryFingerprint,
