@@ -51,8 +51,8 @@ type AttentionJob struct {
 }
 
 // AttentionVersioner is a Scorer that reports the policy version of the
-// weights that computed a call's step graphs (Local does; Server then
-// answers with it).
+// weights that computed a call's step graphs, -1 when unknown (Local and
+// Client do; Server answers with it, the score stage records it).
 type AttentionVersioner interface {
 	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
 }

@@ -524,8 +524,9 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		)
 		if av, ok := s.s.(AttentionVersioner); ok {
 			var v int64
-			res, v, err = av.AttentionVersion(ctx, jobs)
-			version = &v
+			if res, v, err = av.AttentionVersion(ctx, jobs); v >= 0 {
+				version = &v
+			}
 		} else {
 			res, err = s.s.Attention(ctx, jobs)
 		}

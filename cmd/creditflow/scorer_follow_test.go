@@ -135,9 +135,13 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 			t.Fatalf("client %d saw versions from %v to %v, want 1 then 2 (%d answers)", w, vs[0], vs[len(vs)-1], len(vs))
 		}
 	}
-	info, _ := client.Info(ctx)
 	if got, _ := local.Info(ctx); got.PolicyVersion != 2 {
-		t.Fatalf("scorer reports version %d after a failed load of 3, want 2 (client info %+v)", got.PolicyVersion, info)
+		t.Fatalf("scorer reports version %d after a failed load of 3, want 2", got.PolicyVersion)
+	}
+	job := gpu.AttentionJob{ID: "a", Tokens: model.TinyTokens("look; you see a mug. take mug. done"),
+		Steps: []gpu.Step{{Action: [2]int{0, 5}, Observation: [2]int{5, 20}}, {Action: [2]int{20, 29}}, {Action: [2]int{29, 35}}}, Layers: []int{0, 1}}
+	if _, v, err := client.AttentionVersion(ctx, []gpu.AttentionJob{job}); err != nil || v != 2 {
+		t.Fatalf("attention answered by version %d (%v), want 2", v, err)
 	}
 }
 

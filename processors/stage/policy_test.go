@@ -12,6 +12,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -277,7 +278,13 @@ func TestV1ScoredGoldenThroughAdvantage(t *testing.T) {
 // v1 schema to the score stage (the CPU scorer) and the advantage stage.
 func TestV1TrajectoriesGoldenThroughPipeline(t *testing.T) {
 	e := newEnv(t, 1, nil)
-	e.runStages(t, gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(9)))
+	local := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(9))
+	e.runStages(t, local)
+	// The scorer moves to new weights after the stage read its info: the
+	// scored records carry the version that answered, not the one at start.
+	if err := local.Swap(model.Tiny(), 11); err != nil {
+		t.Fatal(err)
+	}
 	var msgs []producers.Message
 	for _, b := range goldenV1(t, "trajectories_searchqa_group") {
 		tr, err := schemas.Trajectories().Decode(b)
@@ -296,8 +303,44 @@ func TestV1TrajectoriesGoldenThroughPipeline(t *testing.T) {
 	for _, recs := range readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples) {
 		for _, r := range recs {
 			s, _ := schemas.Samples().Decode(r.Value)
-			if s.Source != nil || s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 9 {
-				t.Fatalf("sample %s: source %v, scorer_policy_version %v; want nil and 9", s.TrajectoryID, s.Source, s.ScorerPolicyVersion)
+			if s.Source != nil || s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 11 {
+				t.Fatalf("sample %s: source %v, scorer_policy_version %v; want nil and 11", s.TrajectoryID, s.Source, s.ScorerPolicyVersion)
+			}
+		}
+	}
+}
+
+// TestAttnSRScorerVersionFromAnswers: with AttnSR the scored records, and
+// so the samples, carry the version of the weights that computed the step
+// graphs, also when the scorer moved on after the stage started.
+func TestAttnSRScorerVersionFromAnswers(t *testing.T) {
+	e := newEnv(t, 1, func(cfg *stage.Config) { cfg.Credit.Method = credit.MethodAttnSR })
+	local := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(4))
+	e.runStages(t, local)
+	if err := local.Swap(model.Tiny(), 6); err != nil {
+		t.Fatal(err)
+	}
+	gen := synth.Default()
+	gen.Shape, gen.GroupSize = synth.ALFWorld, 2
+	var msgs []producers.Message
+	for _, tr := range gen.Group(0) {
+		src := "alfworld"
+		tr.Source = &src
+		b, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, producers.Message{Topic: e.cfg.Topics.Trajectories, Key: []byte(tr.PromptID), Value: b})
+	}
+	if err := e.prod.Produce(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the samples", func() bool { return len(keysOn(t, e.cfg.Brokers, e.cfg.Topics.Samples)) == len(msgs) })
+	for _, recs := range readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples) {
+		for _, r := range recs {
+			s, _ := schemas.Samples().Decode(r.Value)
+			if s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 6 || s.Source == nil || *s.Source != "alfworld" {
+				t.Fatalf("sample %s: scorer_policy_version %v source %v, want 6 and alfworld", s.TrajectoryID, s.ScorerPolicyVersion, s.Source)
 			}
 		}
 	}
