@@ -70,7 +70,7 @@ type followerConfig struct {
 }
 
 // WithPollInterval sets how often the topic is polled for new
-// announcements (default 250ms).
+// announcements (default 1s).
 func WithPollInterval(d time.Duration) Option {
 	return func(c *followerConfig) {
 		if d > 0 {
@@ -126,7 +126,7 @@ func NewFollower(brokers []string, sec kafkasec.Config, topic string, opts ...Op
 	if topic == "" {
 		topic = DefaultTopic
 	}
-	cfg := followerConfig{poll: 250 * time.Millisecond, log: zerolog.Nop()}
+	cfg := followerConfig{poll: time.Second, log: zerolog.Nop()}
 	for _, o := range opts {
 		o(&cfg)
 	}
