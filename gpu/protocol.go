@@ -146,9 +146,8 @@ type WireRowScores struct {
 type ScoreResponse struct {
 	Results []WireRowScores `json:"results"`
 	Usage   WireUsage       `json:"usage"`
-	// PolicyVersion is the policy version of the weights that computed every
-	// result of this answer (a pod that hot-loads new weights answers each
-	// request entirely with one model); absent from servers that do not say.
+	// PolicyVersion is the policy version of the weights that computed
+	// every result of this answer; absent when the server does not say.
 	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
@@ -186,7 +185,7 @@ type WireJobResult struct {
 // AttentionResponse is the body of a 200 answer to POST /v1/attention.
 type AttentionResponse struct {
 	Results []WireJobResult `json:"results"`
-	// PolicyVersion is as in ScoreResponse.
+	// PolicyVersion: as in ScoreResponse.
 	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
