@@ -22,6 +22,7 @@ type trainerLine struct {
 	TrajectoryID        string    `json:"trajectory_id"`
 	PolicyVersion       int64     `json:"policy_version"`
 	ScorerPolicyVersion *int64    `json:"scorer_policy_version"`
+	Source              *string   `json:"source"`
 	Output              string    `json:"output"`
 	PerToken            []float64 `json:"per_token"`
 	LossMask            []int     `json:"loss_mask"`
@@ -73,7 +74,9 @@ func lastLine(b []byte) []byte {
 	return lines[len(lines)-1]
 }
 
-// publishBoth runs two rollout-worker processes at once.
+// publishBoth runs two rollout-worker processes at once. w1 sets a source (its records
+// use the current Trajectory schema), w2 does not (the package then writes the schema of
+// release aeddc48): the stages take both.
 func publishBoth(t *testing.T, py, brokers string, firstGroup, groups, groupSize int) []string {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -82,7 +85,11 @@ func publishBoth(t *testing.T, py, brokers string, firstGroup, groups, groupSize
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ids[i] = publish(t, py, brokers, w, firstGroup, groups, groupSize)
+			var extra []string
+			if w == "w1" {
+				extra = []string{"--source", "nq"}
+			}
+			ids[i] = publish(t, py, brokers, w, firstGroup, groups, groupSize, extra...)
 		}()
 	}
 	wg.Wait()
@@ -136,6 +143,13 @@ func checkExactlyOnce(t *testing.T, brokers string, published []string, got []tr
 			t.Errorf("trajectory %s reached the trainer twice after dedupe", l.TrajectoryID)
 		}
 		seen[l.TrajectoryID] = l
+		wantSource := strings.HasPrefix(l.TrajectoryID, "w1-")
+		if (l.Source != nil && *l.Source == "nq") != wantSource || (!wantSource && l.Source != nil) {
+			t.Errorf("%s: source %v, want nq only on w1's samples", l.TrajectoryID, l.Source)
+		}
+		if l.ScorerPolicyVersion == nil {
+			t.Errorf("%s: no scorer_policy_version", l.TrajectoryID)
+		}
 	}
 	want := map[string]bool{}
 	for _, id := range published {
