@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/creditflow/creditflow/gpu/model"
 )
 
 func b64ids(ids []int32) string {
@@ -189,4 +191,87 @@ func runToEnd(t *testing.T, env []string, name string, args ...string) string {
 		t.Fatalf("%s: %v\n%s", name, err, p.out.String())
 	}
 	return fmt.Sprint(p.out.String())
+}
+
+// TestPodVersionReachesSamples: `creditflow run` scores with a Python pod that follows
+// announcements; samples scored before the announcement carry scorer_policy_version 1,
+// samples of trajectories published after the pod loaded the announced checkpoint carry 2.
+func TestPodVersionReachesSamples(t *testing.T) {
+	py := pythonWith(t, "torch", "confluent_kafka", "numpy")
+	if !strings.Contains(runHelp(t), "max-policy-lag") {
+		t.Skip("this build's stages do not record the scorer's policy version (policy versions are not merged)")
+	}
+	root := repoRoot(t)
+	dir := t.TempDir()
+	for _, m := range []string{"m1", "m2"} {
+		if err := model.WriteTiny(filepath.Join(dir, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod"), "PYTHONDONTWRITEBYTECODE=1")
+	brokers := startBroker(t)
+	portFile := filepath.Join(dir, "port")
+	pod := startProc(t, env, py, "-m", "cfpod", "--model", filepath.Join(dir, "m1"), "--addr", "127.0.0.1:0",
+		"--port-file", portFile, "--policy-brokers", brokers, "--policy-version", "1", "--device", "cpu",
+		"--threads", "1", "--name", "creditflow-tiny")
+	var port string
+	deadline := time.Now().Add(120 * time.Second)
+	for port == "" && time.Now().Before(deadline) {
+		if b, err := os.ReadFile(portFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			port = strings.TrimSpace(string(b))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if port == "" {
+		t.Fatalf("pod did not start\n%s", pod.out.String())
+	}
+	run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4",
+		"--log-level", "warn", "--scorers", "http://127.0.0.1:"+port)
+
+	versions := func(ids []string) map[string]int64 {
+		t.Helper()
+		waitArrived(t, brokers, ids, 120*time.Second)
+		out := map[string]int64{}
+		for _, s := range topicSamples(t, brokers, "creditflow.samples") {
+			if s.ScorerPolicyVersion != nil {
+				out[s.TrajectoryID] = *s.ScorerPolicyVersion
+			} else {
+				out[s.TrajectoryID] = -1
+			}
+		}
+		return out
+	}
+	before := publish(t, py, brokers, "before", 0, 1, 4)
+	got := versions(before)
+	for _, id := range before {
+		if got[id] != 1 {
+			t.Fatalf("%s scored before the announcement: scorer_policy_version %d, want 1\nprocessor:\n%s", id, got[id], run.out.String())
+		}
+	}
+	runPy(t, py, 60*time.Second, "-m", "creditflow", "announce", "--brokers", brokers, "--version", "2",
+		"--checkpoint", filepath.Join(dir, "m2"))
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var h struct {
+			PolicyVersion int64 `json:"policy_version"`
+		}
+		if resp, err := http.Get("http://127.0.0.1:" + port + "/healthz"); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+		}
+		if h.PolicyVersion == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod never loaded the announced checkpoint\n%s", pod.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	after := publish(t, py, brokers, "after", 0, 1, 4)
+	got = versions(after)
+	for _, id := range after {
+		if got[id] != 2 {
+			t.Fatalf("%s scored after the pod loaded version 2: scorer_policy_version %d\npod:\n%s", id, got[id], pod.out.String())
+		}
+	}
 }

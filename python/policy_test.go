@@ -13,18 +13,17 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 )
 
-// topicIDs reads a samples topic to its end and counts records by trajectory id (empty
-// when the topic does not exist yet).
-func topicIDs(t *testing.T, brokers, topic string) map[string]int {
+// topicSamples reads a samples topic to its end (nil when it does not exist yet).
+func topicSamples(t *testing.T, brokers, topic string) []*schemas.Sample {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bs := strings.Split(brokers, ",")
 	parts, err := consumers.Partitions(ctx, bs, kafkasec.Config{}, topic)
 	if err != nil {
-		return map[string]int{}
+		return nil
 	}
-	out := map[string]int{}
+	var out []*schemas.Sample
 	for _, p := range parts {
 		if _, err := consumers.ReadPartitionRange(ctx, bs, kafkasec.Config{}, topic, p, 0, func(r consumers.Record) error {
 			s, err := schemas.Samples().Decode(r.Value)
@@ -32,11 +31,22 @@ func topicIDs(t *testing.T, brokers, topic string) map[string]int {
 				t.Errorf("%s: undecodable sample: %v", topic, err)
 				return nil
 			}
-			out[s.TrajectoryID]++
+			out = append(out, s)
 			return nil
 		}); err != nil {
-			return map[string]int{}
+			return nil
 		}
+	}
+	return out
+}
+
+// topicIDs reads a samples topic to its end and counts records by trajectory id (empty
+// when the topic does not exist yet).
+func topicIDs(t *testing.T, brokers, topic string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, s := range topicSamples(t, brokers, topic) {
+		out[s.TrajectoryID]++
 	}
 	return out
 }
