@@ -64,7 +64,7 @@ class RolloutPublisher:
     """
 
     def __init__(self, brokers, topic=TOPIC_TRAJECTORIES, limits=None, writer="auto", **client_config):
-        conf = {"acks": "all", "enable.idempotence": False}
+        conf = {"acks": "all"}
         conf.update(_config(brokers, client_config))
         conf["partitioner"] = conf.get("partitioner", "murmur2_random")
         if conf["partitioner"] not in ("murmur2_random", "murmur2"):
@@ -260,15 +260,11 @@ class PolicyWatcher:
 
     def catch_up(self, timeout=10.0):
         """Reads the topic up to its end as of now (so that ``version`` reflects every
-        announcement made before the call). Returns False when the topic does not exist or the
-        end was not reached within `timeout`."""
+        announcement made before the call). Returns False at once when the topic does not
+        exist, or when the end was not reached within `timeout`."""
         end = time.monotonic() + timeout
-        while not self._assigned:
-            if self._assign():
-                break
-            if time.monotonic() > end:
-                return False
-            time.sleep(0.2)
+        if not self._assigned and not self._assign():
+            return False  # no policy topic yet: nothing was announced
         parts = self._consumer.assignment()
         highs = {}
         for tp in parts:
