@@ -235,6 +235,8 @@ class PolicyWatcher:
         return True
 
     def _handle(self, msg):
+        if msg.value() is None:
+            return  # a tombstone (compaction clean-up) announces nothing
         try:
             a = decode_policy(msg.value())
         except WireError:

@@ -89,6 +89,8 @@ class PolicyFollower:
 
     def handle(self, value):
         """Applies one announcement value (also used by tests)."""
+        if value is None:
+            return  # a tombstone (compaction clean-up) announces nothing
         try:
             a = decode_announcement(value)
         except (BadAnnouncement, UnicodeDecodeError) as e:

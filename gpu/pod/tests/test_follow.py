@@ -88,6 +88,8 @@ class Follow(unittest.TestCase):
         self.assertIn("announced checkpoint failed to load", self.log.getvalue())
         self.f.handle(b"\xc3\x01" + b"\x00" * 8 + b"\x02")
         self.assertEqual(self.f.bad, 1)
+        self.f.handle(None)  # a tombstone
+        self.assertEqual((self.f.bad, self.pod.current.policy_version), (1, 3))
 
 
 if __name__ == "__main__":
