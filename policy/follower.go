@@ -18,7 +18,7 @@
 //     already on the topic.
 //   - An announcement that does not decode is skipped, logged with its
 //     reason and counted in creditflow_policy_announcements_invalid_total;
-//     it never stops the follower.
+//     it never stops the follower. Tombstones (empty values) announce nothing.
 //
 // The wire format (topic, key, schema) is in docs/wire-format.md; how the
 // stages use versions is in docs/stream.md ("Policy versions").
@@ -231,6 +231,9 @@ func (f *Follower) poll(ctx context.Context) error {
 
 // apply takes one record of the topic into account.
 func (f *Follower) apply(r consumers.Record) {
+	if len(r.Value) == 0 {
+		return // a tombstone (compaction deletes the key); it announces nothing
+	}
 	a, err := schemas.Policies().Decode(r.Value)
 	if err != nil {
 		if f.cfg.invalid != nil {
