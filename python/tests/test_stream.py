@@ -129,5 +129,19 @@ class Stream(unittest.TestCase):
         s._consumer.queue.append(Msg(0, 1, sample("B0", "B", group_size=1)))
         self.assertEqual([x["trajectory_id"] for x in next(it)], ["B0"])
 
+@unittest.skipIf(kafka is None, "confluent-kafka not installed")
+class Watcher(unittest.TestCase):
+    def test_maximum_version_tombstones_and_bad_values(self):
+        import creditflow
+        changes = []
+        with mock.patch.object(kafka, "Consumer", ScriptedConsumer):
+            w = kafka.PolicyWatcher("127.0.0.1:1", on_change=changes.append)
+        for i, v in enumerate([creditflow.encode_policy(5, "/c/5"), None, creditflow.encode_policy(3, "/c/3"),
+                               b"\xc3\x01garbage!", creditflow.encode_policy(7)]):
+            w._handle(Msg(0, i, v, topic="creditflow.policy"))
+        self.assertEqual((w.version, w.checkpoint, w.bad), (7, "", 1))
+        self.assertEqual([a["version"] for a in changes], [5, 7])
+
+
 if __name__ == "__main__":
     unittest.main()
