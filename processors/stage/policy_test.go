@@ -345,3 +345,36 @@ func TestAttnSRScorerVersionFromAnswers(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyConfigChecks(t *testing.T) {
+	cfg := stage.DefaultConfig()
+	cfg.Brokers = []string{"127.0.0.1:1"}
+	if cfg.MaxPolicyLag != stage.PolicyLagOff || cfg.SuccessThreshold != 1 {
+		t.Fatalf("defaults: max policy lag %d, success threshold %v", cfg.MaxPolicyLag, cfg.SuccessThreshold)
+	}
+	bad := cfg
+	bad.MaxPolicyLag = -2
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "--max-policy-lag") {
+		t.Fatalf("lag -2: %v", err)
+	}
+	bad = cfg
+	bad.MaxPolicyLag, bad.Topics.Policy = 2, ""
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "--topic-policy") {
+		t.Fatalf("lag without a policy topic: %v", err)
+	}
+	ok := cfg
+	ok.MaxPolicyLag = 0
+	if err := ok.Check(); err != nil {
+		t.Fatal(err)
+	}
+	specs := map[string]producers.TopicSpec{}
+	for _, s := range ok.TopicSpecs(3) {
+		specs[s.Name] = s
+	}
+	if p := specs[ok.Topics.Policy]; !p.Compact || p.Partitions != 1 {
+		t.Fatalf("policy topic spec %+v, want compacted with one partition", p)
+	}
+	if s := specs[ok.Topics.SamplesStale]; s.Partitions != 3 || s.Compact {
+		t.Fatalf("stale samples topic spec %+v", s)
+	}
+}
