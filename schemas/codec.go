@@ -302,7 +302,7 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 	if end != len(body) {
 		return nil, undecodable("%s: %d trailing bytes after the record", c.name, len(body)-end)
 	}
-	if c.decodeBody != nil {
+	if w == nil && c.decodeBody != nil { // the direct decoder reads the current schema only
 		if v, ok := c.tryDecodeBody(body); ok {
 			return v, nil
 		}

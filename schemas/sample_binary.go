@@ -62,7 +62,19 @@ func appendSample(b []byte, s *Sample) []byte {
 			b = appendDouble(b, v)
 		}
 	}
-	return b
+	if s.ScorerPolicyVersion == nil {
+		b = appendLong(b, 0)
+	} else {
+		b = appendLong(appendLong(b, 1), *s.ScorerPolicyVersion)
+	}
+	return appendOptString(b, s.Source)
+}
+
+func appendOptString(b []byte, v *string) []byte {
+	if v == nil {
+		return appendLong(b, 0)
+	}
+	return appendString(appendLong(b, 1), *v)
 }
 
 func appendLong(b []byte, v int64) []byte { return binary.AppendVarint(b, v) } // zig-zag varint
@@ -121,11 +133,14 @@ func sampleBinaryAgrees(c *compiled) bool {
 		Turns: []TurnDiag{{Kind: KindSearch, Eligible: true, Delta: &f, Z: &f, ZNorm: &f, Gate: 1, ProcessAdvantage: 0.1,
 			Advantage: 0.2, P: &f, StepReward: &f, Weight: &f}, {Kind: KindAnswer}},
 		AttnSR: &AttnSRDiag{Confidence: 1, Focus: 2, Consensus: 3, Baseline: 4, Budget: 5}}
+	spv, src := int64(-7), "hotpotqa"
+	s.ScorerPolicyVersion, s.Source = &spv, &src
 	want, err := c.avro.BinaryFromNative(nil, sampleToNative(s))
 	if err != nil || !bytes.Equal(appendSample(nil, s), want) {
 		return false
 	}
 	s.Turns, s.AttnSR, s.Temperature, s.Advantages, s.TokenRewards, s.RolloutLogprobs = nil, nil, nil, nil, nil, nil
+	s.ScorerPolicyVersion, s.Source = nil, nil
 	want, err = c.avro.BinaryFromNative(nil, sampleToNative(s))
 	return err == nil && bytes.Equal(appendSample(nil, s), want)
 }
@@ -168,9 +183,11 @@ func appendTrajectory(b []byte, t *Trajectory) []byte {
 	b = appendLong(b, int64(t.GoldSpan[1]))
 	b = appendOptPacked(b, t.RolloutLogprobs)
 	if t.Temperature == nil {
-		return appendLong(b, 0)
+		b = appendLong(b, 0)
+	} else {
+		b = binary.LittleEndian.AppendUint32(appendLong(b, 1), math.Float32bits(*t.Temperature))
 	}
-	return binary.LittleEndian.AppendUint32(appendLong(b, 1), math.Float32bits(*t.Temperature))
+	return appendOptString(b, t.Source)
 }
 
 // appendScored appends the Avro binary body of s (scored.avsc), the bytes

@@ -57,6 +57,10 @@ func TestSampleBinaryMatchesGoavro(t *testing.T) {
 				Gate: r.Int32N(2), ProcessAdvantage: r.NormFloat64(), Advantage: r.NormFloat64(), P: f64(), StepReward: f64(), Weight: f64()})
 		}
 		if r.IntN(2) == 0 {
+			v, src := r.Int64()-r.Int64(), "src\xff"
+			s.ScorerPolicyVersion, s.Source = &v, &src
+		}
+		if r.IntN(2) == 0 {
 			s.AttnSR = &AttnSRDiag{Confidence: r.Float64(), Focus: r.Float64(), Consensus: math.NaN(), Baseline: r.NormFloat64(), Budget: 2}
 		}
 		want, err := c.avro.BinaryFromNative(nil, sampleToNative(s))

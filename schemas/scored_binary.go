@@ -155,6 +155,10 @@ func (r *binReader) trajectory(t *Trajectory) {
 		v := r.float()
 		t.Temperature = &v
 	}
+	if r.branch() {
+		v := r.str()
+		t.Source = &v
+	}
 }
 
 func decodeTrajectoryBinary(body []byte) (*Trajectory, bool) {
@@ -232,7 +236,7 @@ func binaryProbes() (Trajectory, Scored, bool) {
 	t := Trajectory{TrajectoryID: "t", PromptID: "p", GroupSize: 5, SampleIndex: 2, PolicyVersion: -1, CreatedAtMs: 1 << 41,
 		Prompt: []int32{1, 2}, Turns: []Turn{{Kind: KindSearch, Action: []int32{3}, Observation: []int32{4, 5}}, {Kind: KindAnswer, Action: []int32{6}}},
 		Reward: &r, PredAnswer: &ans, GoldAnswers: []string{"a", "b"}, GoldTarget: []int32{7, 8}, GoldSpan: [2]int32{0, 1},
-		RolloutLogprobs: []float32{-0.5, -1}, Temperature: &f}
+		RolloutLogprobs: []float32{-0.5, -1}, Temperature: &f, Source: &ans}
 	sc := Scored{Trajectory: t, Method: "lapo", Direction: "backward", Turns: []TurnScore{{Delta: &r, With: &r}},
 		Attention: []LayerGraph{{Layer: 3, K: 1, AA: []float64{0.5}, AO: []float64{0.25}}}, ScorerModel: "m",
 		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9}

@@ -45,6 +45,10 @@ func randTrajectoryBin(r *rand.Rand) Trajectory {
 		v := float32(r.Float64())
 		t.Temperature = &v
 	}
+	if r.IntN(2) == 0 {
+		v := "nq"
+		t.Source = &v
+	}
 	return t
 }
 
