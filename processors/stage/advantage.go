@@ -410,7 +410,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 		p.observe(r)
 	}
 	mean /= float64(len(results))
-	p.a.signals(scoredOf(members), results, route.announced)
+	p.a.signals(scs, results, route.announced)
 	if cfg.Credit.Method == "attnsr" && p.ema.Count > 0 {
 		p.baseline.Set(p.ema.Value)
 	}
