@@ -41,7 +41,7 @@ func (e *benchEnv) name(what string) string {
 func (e *benchEnv) topics(ctx context.Context, p int) (stage.Topics, error) {
 	base := e.name("")
 	t := stage.Topics{Trajectories: base + "trajectories", Scored: base + "scored", Samples: base + "samples",
-		DeadLetters: base + "dead-letters", State: base + "state"}
+		DeadLetters: base + "dead-letters", State: base + "state", SamplesStale: base + "samples-stale"}
 	cfg := stage.Config{Topics: t}
 	specs := cfg.TopicSpecs(p)
 	for i := range specs {
@@ -141,23 +141,26 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 	var t10 time.Time
 	var cpu10 time.Duration
 	out10 := 0
-	lo, hi := max(1, want/10), max(2, want*9/10)
+	lo, hi := max(1, want/10), max(1, want*9/10)
 	deadline := time.Now().Add(e.timeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
+	prevT, prevCPU, prevOut := time.Now(), cpuTime(), 0
 	for {
 		in, out, bad := c()
-		now := time.Now()
+		now, cpu := time.Now(), cpuTime()
 		e.prog.set(in, out+bad)
 		if out >= lo && t10.IsZero() {
-			t10, cpu10, out10 = now, cpuTime(), out
+			// The window opens at the last poll before 10% was crossed.
+			t10, cpu10, out10 = prevT, prevCPU, prevOut
 		}
+		prevT, prevCPU, prevOut = now, cpu, out
 		if bad > 0 && out+bad >= want {
 			return rate{}, fmt.Errorf("%s: %d of %d outputs were dead letters or refused by the broker", phase, bad, want)
 		}
 		if out >= hi && out > out10 && !t10.IsZero() && now.After(t10) {
 			r := rate{}.plus(rate{records: out - out10, seconds: now.Sub(t10).Seconds(),
-				cpuUs: float64((cpuTime() - cpu10).Microseconds())})
+				cpuUs: float64((cpu - cpu10).Microseconds())})
 			// Wait for the rest, so that the next phase starts on a quiet stage.
 			for out+bad < want && time.Now().Before(deadline) {
 				if !sleepCtx(ctx, 5*time.Millisecond) {
