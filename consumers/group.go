@@ -95,6 +95,11 @@ type Config struct {
 	MaxWait time.Duration
 	// MaxBytes caps one fetch response per partition (default 1 MiB).
 	MaxBytes int
+	// Reassembly, when set, puts records written as chunks
+	// (producers.Split) back together before the handler sees them and
+	// holds commits before the first chunk of any unfinished record; see
+	// Reassemble.
+	Reassembly *ReassemblyConfig
 }
 
 // Claim is one partition assigned to this member for one generation.
@@ -384,6 +389,9 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 	}
 	ch := make(chan Record, g.cfg.Buffer)
 	claim := Claim{Topic: topic, Partition: a.ID, Generation: gen.ID, StartOffset: start, Records: ch}
+	if g.cfg.Reassembly != nil {
+		claim, commit, _ = Reassemble(ctx, claim, commit, *g.cfg.Reassembly)
+	}
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	fetchDone := make(chan struct{})
 	go func() {
