@@ -168,8 +168,21 @@ func TestLargeRecordsBatchedUnderLimit(t *testing.T) {
 			t.Fatalf("record %d: wrong value (len %d, first byte %d)", i, len(r.Value), r.Value[0])
 		}
 	}
-	// A single record over the limit fails with a clear error, fast.
-	err = p.Produce(context.Background(), producers.Message{Topic: "big", Value: make([]byte, 2_000_000)})
+	// A single record over the limit is written as chunks (3 of 768 KiB)...
+	if err := p.Produce(context.Background(), producers.Message{Topic: "big", Key: []byte("same"), Value: make([]byte, 2_000_000)}); err != nil {
+		t.Fatalf("2 MB record: %v", err)
+	}
+	recs = readAll(t, brokers, "big", 0)
+	if len(recs) != 43 || len(recs[40].Value) != producers.DefaultChunkBytes || string(recs[40].Headers[0].Value) != "0/3" {
+		t.Fatalf("2 MB record: %d messages on the topic, want 40 + 3 chunks", len(recs))
+	}
+	// ...and with chunking off it fails with a clear error, fast.
+	off, err := producers.New(producers.Config{Brokers: brokers, ChunkBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	err = off.Produce(context.Background(), producers.Message{Topic: "big", Value: make([]byte, 2_000_000)})
 	if err == nil {
 		t.Fatal("a 2 MB record was accepted")
 	}
