@@ -42,6 +42,7 @@ func runReplay(args []string) error {
 	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	credit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
+	kafkaSizeFlags(fs, &cfg)
 	jsonl := fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
 	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
 	if err := loadSettings(fs, args); err != nil {
@@ -76,10 +77,10 @@ func runReplay(args []string) error {
 		return err
 	}
 	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security,
-		producers.TopicSpec{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1}); err != nil {
+		producers.TopicSpec{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1, Configs: cfg.TopicSpecs(1)[2].Configs}); err != nil {
 		return err
 	}
-	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security}, producers.WithLogger(cfg.Logger))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(cfg.Logger))
 	if err != nil {
 		return err
 	}
@@ -133,10 +134,19 @@ func exportJSONL(ctx context.Context, cfg stage.Config, ends map[int]int64) erro
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	for p := 0; p < len(ends); p++ {
-		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(r consumers.Record) error {
-			if r.Offset >= ends[p] {
+		asm := consumers.NewAssembler(consumers.ReassemblyConfig{}) // records written as chunks
+		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
+			if raw.Offset >= ends[p] {
 				return nil
 			}
+			rec, broken := asm.Add(raw)
+			for _, b := range broken {
+				fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
+			}
+			if rec == nil {
+				return nil
+			}
+			r := *rec
 			s, err := schemas.ScoredRecords().Decode(r.Value)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, r.Offset, err)

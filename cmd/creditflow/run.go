@@ -103,6 +103,7 @@ func runRun(args []string) error {
 	fs.IntVar(&cfg.Limits.MaxTurns, "max-turns", cfg.Limits.MaxTurns, "dead-letter trajectories with more turns")
 	fs.IntVar(&cfg.Limits.MaxTokens, "max-tokens", cfg.Limits.MaxTokens, "dead-letter trajectories with more tokens")
 	fs.IntVar(&cfg.Limits.MaxRecordBytes, "max-record-bytes", cfg.Limits.MaxRecordBytes, "dead-letter records larger than this")
+	kafkaSizeFlags(fs, &cfg)
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics here (empty: off)")
 	logLevel := fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, exit after at most this long")
@@ -161,8 +162,7 @@ func runRun(args []string) error {
 			return err
 		}
 	}
-	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security},
-		producers.WithLogger(log), producers.WithRegisterer(reg))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}

@@ -146,7 +146,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := producers.EnsureTopics(ctx, brokers, cfg.Security, cfg.TopicSpecs(o.Partitions)...); err != nil {
 		return Summary{}, err
 	}
-	prod, err := producers.New(producers.Config{Brokers: brokers}, producers.WithLogger(log), producers.WithRegisterer(o.Registerer))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(o.Registerer))
 	if err != nil {
 		return Summary{}, err
 	}

@@ -2,6 +2,8 @@ package stage
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
 	"github.com/rs/zerolog"
 
@@ -28,4 +30,65 @@ func (c *Config) reassembly(stage string, prod *producers.Producer, log zerolog.
 		rc.MaxRecordBytes = c.Limits.MaxRecordBytes
 	}
 	return rc
+}
+
+// Defaults of the Kafka record settings (docs/kafka.md has the measurements
+// behind them).
+const (
+	// DefaultCompression is zstd: on creditflow's records it gives the
+	// smallest batches of kafka-go's codecs at a CPU cost far below the
+	// stages' own (docs/kafka.md, "Compression").
+	DefaultCompression = "zstd"
+	// DefaultMaxMessageBytes is Kafka's default message.max.bytes and
+	// max.message.bytes: the topics need no broker change.
+	DefaultMaxMessageBytes = 1048588
+)
+
+func (c *Config) checkKafkaSizes() error {
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxMessageBytes < 64<<10 {
+		return fmt.Errorf("max message bytes %d is too small: use at least 65536 (Kafka's default is %d)", c.MaxMessageBytes, DefaultMaxMessageBytes)
+	}
+	switch c.Compression {
+	case "":
+		c.Compression = DefaultCompression
+	case "none", "gzip", "snappy", "lz4", "zstd":
+	default:
+		return fmt.Errorf("compression %q: use zstd, lz4, snappy, gzip or none", c.Compression)
+	}
+	return nil
+}
+
+// batchBytes is the producer batch limit under MaxMessageBytes, with room
+// for the batch framing (900,000 at Kafka's default, as before).
+func (c *Config) batchBytes() int64 {
+	m := c.MaxMessageBytes
+	if m <= 0 {
+		m = DefaultMaxMessageBytes
+	}
+	return int64(max(m-148_588, m/2))
+}
+
+// ProducerConfig is the producer configuration the stages write with:
+// brokers, security, compression, and batches (and chunks) that fit the
+// topics' max.message.bytes.
+func (c *Config) ProducerConfig() producers.Config {
+	return producers.Config{Brokers: c.Brokers, Security: c.Security, Compression: c.Compression, BatchBytes: c.batchBytes()}
+}
+
+// fetchBytes is the consumers' per-partition fetch size: at least one
+// whole message.
+func (c *Config) fetchBytes() int {
+	return max(1<<20, c.MaxMessageBytes)
+}
+
+// topicConfigs are the configs --create-topics sets on every topic.
+func (c *Config) topicConfigs() map[string]string {
+	m := c.MaxMessageBytes
+	if m <= 0 {
+		m = DefaultMaxMessageBytes
+	}
+	return map[string]string{"max.message.bytes": strconv.Itoa(m)}
 }

@@ -51,6 +51,10 @@ type Config struct {
 	SessionTimeout time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
 	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
 
+	// Kafka record sizes and compression (docs/kafka.md).
+	Compression     string // producer compression: zstd (default), lz4, snappy, gzip or none
+	MaxMessageBytes int    // the topics' max.message.bytes (default 1048588, Kafka's); larger records are written as chunks
+
 	Logger  zerolog.Logger
 	Metrics *Metrics
 }
@@ -58,16 +62,18 @@ type Config struct {
 // DefaultConfig is a complete configuration for the embedded default.
 func DefaultConfig() Config {
 	return Config{
-		GroupID:        "creditflow",
-		Topics:         DefaultTopics(),
-		Direction:      Backward,
-		Credit:         credit.DefaultConfig(),
-		Window:         state.DefaultWindow(),
-		Limits:         schemas.DefaultLimits(),
-		MaxInFlight:    64,
-		CommitInterval: 500 * time.Millisecond,
-		IdleAfter:      120 * time.Second,
-		Logger:         zerolog.Nop(),
+		GroupID:         "creditflow",
+		Topics:          DefaultTopics(),
+		Direction:       Backward,
+		Credit:          credit.DefaultConfig(),
+		Window:          state.DefaultWindow(),
+		Limits:          schemas.DefaultLimits(),
+		MaxInFlight:     64,
+		Compression:     DefaultCompression,
+		MaxMessageBytes: DefaultMaxMessageBytes,
+		CommitInterval:  500 * time.Millisecond,
+		IdleAfter:       120 * time.Second,
+		Logger:          zerolog.Nop(),
 	}
 }
 
@@ -100,16 +106,20 @@ func (c *Config) Check() error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
-	return nil
+	return c.checkKafkaSizes()
 }
 
 // TopicSpecs are the topics the pipeline needs, for producers.EnsureTopics.
 func (c *Config) TopicSpecs(partitions int) []producers.TopicSpec {
-	return []producers.TopicSpec{
+	specs := []producers.TopicSpec{
 		{Name: c.Topics.Trajectories, Partitions: partitions, ReplicationFactor: 1},
 		{Name: c.Topics.Scored, Partitions: partitions, ReplicationFactor: 1},
 		{Name: c.Topics.Samples, Partitions: partitions, ReplicationFactor: 1},
 		{Name: c.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
 		{Name: c.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true},
 	}
+	for i := range specs {
+		specs[i].Configs = c.topicConfigs()
+	}
+	return specs
 }

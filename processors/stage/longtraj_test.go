@@ -1,0 +1,281 @@
+package stage_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// agentTrajectory is a 128k-token agent trajectory for the tiny model's byte
+// tokenizer: a prompt, tool turns with long reasoning and long tool output,
+// one search turn (the LAPO-eligible one) and the answer. About 100k of its
+// tokens are policy tokens, so even the trajectory is larger than one
+// producer batch (900,000 bytes under Kafka's default 1 MiB limit).
+func agentTrajectory(i int, tokens int) schemas.Trajectory {
+	r := rand.New(rand.NewPCG(128, uint64(i)))
+	words := []string{"the", "tool", "returned", "a", "list", "of", "files", "and", "then", "i", "should", "check", "kyoto", "oslo", "grep", "result"}
+	text := func(n int) string {
+		var b strings.Builder
+		for b.Len() < n {
+			b.WriteString(words[r.IntN(len(words))])
+			b.WriteByte(' ')
+		}
+		return b.String()[:n]
+	}
+	t := schemas.Trajectory{
+		TrajectoryID: fmt.Sprintf("long-%d", i), PromptID: "long", GroupSize: 2, SampleIndex: int32(i),
+		PolicyVersion: 1, CreatedAtMs: 1_767_225_600_000 + int64(i),
+		Prompt: synth.Tokens("<|user|> Fix the failing build, then tell me which city the config names. <|assistant|>"),
+	}
+	used := len(t.Prompt) + 64
+	for used < tokens-6000 {
+		a := synth.Tokens("<think>" + text(3000) + "</think><tool>" + text(40) + "</tool>")
+		o := synth.Tokens("<output>" + text(700) + "</output>")
+		t.Turns = append(t.Turns, schemas.Turn{Kind: schemas.KindTool, Action: a, Observation: o})
+		used += len(a) + len(o)
+	}
+	// The search turn: whether it found the answer decides its Δ.
+	found := "the config names kyoto"
+	if i%2 == 1 {
+		found = "nothing relevant"
+	}
+	pred := "kyoto"
+	if i%2 == 1 {
+		pred = "oslo"
+	}
+	ans := synth.Tokens("<answer>" + pred + "</answer>")
+	used -= 64
+	s := synth.Tokens("<search>" + text(30) + "</search>")
+	fill := tokens - used - len(s) - len(ans) - len("<information>") - len("</information>") - len(found)
+	o := synth.Tokens("<information>" + text(fill) + found + "</information>")
+	t.Turns = append(t.Turns, schemas.Turn{Kind: schemas.KindSearch, Action: s, Observation: o})
+	t.Turns = append(t.Turns, schemas.Turn{Kind: schemas.KindAnswer, Action: ans})
+	t.PredAnswer, t.GoldAnswers = &pred, []string{"kyoto"}
+	target := fmt.Sprintf(synth.Template, "kyoto")
+	a := strings.Index(target, "<answer>") + len("<answer>")
+	t.GoldTarget, t.GoldSpan = synth.Tokens(target), [2]int32{int32(a), int32(a + len("kyoto"))}
+	n := 0
+	for _, tu := range t.Turns {
+		n += len(tu.Action)
+	}
+	t.RolloutLogprobs = make([]float32, n)
+	for k := range t.RolloutLogprobs {
+		t.RolloutLogprobs[k] = -float32(r.ExpFloat64())
+	}
+	return t
+}
+
+func tokenCount(t *schemas.Trajectory) int {
+	n := len(t.Prompt)
+	for _, tu := range t.Turns {
+		n += len(tu.Action) + len(tu.Observation)
+	}
+	return n
+}
+
+// TestLongTrajectoryEndToEnd sends a group of two 128k-token trajectories
+// through both stages on an embedded broker with Kafka's default settings
+// (1 MiB messages): trajectories, scored records and samples are all
+// larger than one message and travel as chunks. The trainer-side samples
+// must equal `creditflow compute` on the scored records.
+//
+// The scorer is the real CPU reference model, loaded from a checkpoint
+// folder like any Hugging Face model: the tiny model's weights with
+// max_position_embeddings 4,096. Each LAPO row is left-truncated to that
+// context, exactly as a production scorer cuts a context longer than its
+// model's (counted in Scored.truncations), and the trajectory has one
+// eligible turn: two rows per trajectory. At the built-in 32,768-token
+// context a row costs over two minutes of CPU here (attention is quadratic:
+// 0.8 s at 2k, 8.5 s at 8k tokens measured), too slow for a test.
+func TestLongTrajectoryEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scores 4 rows of 32k tokens on the CPU model")
+	}
+	b, err := broker.Start() // Kafka defaults: message.max.bytes 1048588
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := stage.DefaultConfig()
+	cfg.Brokers = b.Addrs()
+	cfg.CommitInterval = 100 * time.Millisecond
+	if err := producers.EnsureTopics(ctx, cfg.Brokers, kafkasec.Config{}, cfg.TopicSpecs(1)...); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(cfg.ProducerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+
+	const tokens = 131072
+	var msgs []producers.Message
+	for i := 0; i < 2; i++ {
+		tr := agentTrajectory(i, tokens)
+		if n := tokenCount(&tr); n != tokens {
+			t.Fatalf("trajectory has %d tokens, want %d", n, tokens)
+		}
+		v, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) <= 900_000 {
+			t.Fatalf("trajectory record is %d bytes: the test needs one over a producer batch (900,000 bytes)", len(v))
+		}
+		msgs = append(msgs, producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(tr.PromptID), Value: v})
+	}
+	if err := prod.Produce(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+
+	started := time.Now()
+	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(shortContextModel(t, 4096)), prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv, err := stage.NewAdvantageStage(cfg, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sc.Run(ctx) }()
+	go func() { _ = adv.Run(ctx) }()
+	for len(samplesByIDNow(t, cfg.Brokers, cfg.Topics.Samples)) < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("no samples within 5 minutes")
+		}
+		if dl := rawTopic(t, cfg.Brokers, cfg.Topics.DeadLetters); len(dl) > 0 {
+			d, _ := schemas.DeadLetters().Decode(assemble(t, dl)[0].Value)
+			t.Fatalf("dead letter: %s %s", d.Reason, d.Detail)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("2 trajectories of %d tokens: samples after %s", tokens, time.Since(started).Round(time.Millisecond))
+
+	// Every message on every topic fits Kafka's default limit; the three
+	// record kinds travel as chunks.
+	for _, topic := range []string{cfg.Topics.Trajectories, cfg.Topics.Scored, cfg.Topics.Samples} {
+		raw := rawTopic(t, cfg.Brokers, topic)
+		chunks := 0
+		for _, r := range raw {
+			if len(r.Value) > 1<<20 {
+				t.Fatalf("%s: message of %d bytes", topic, len(r.Value))
+			}
+			if _, ok, _ := producers.ParseChunk(r.Headers); ok {
+				chunks++
+			}
+		}
+		if chunks < 4 {
+			t.Fatalf("%s: %d chunk messages of %d, want the records chunked", topic, chunks, len(raw))
+		}
+	}
+	if dl := rawTopic(t, cfg.Brokers, cfg.Topics.DeadLetters); len(dl) != 0 {
+		d, _ := schemas.DeadLetters().Decode(assemble(t, dl)[0].Value)
+		t.Fatalf("%d dead letters, first: %s %s", len(dl), d.Reason, d.Detail)
+	}
+	for _, r := range readTopic(t, cfg.Brokers, cfg.Topics.Scored)[0] {
+		s, err := schemas.ScoredRecords().Decode(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Truncations == 0 || s.Turns[len(s.Turns)-2].Delta == nil {
+			t.Fatalf("scored %s: truncations %d, search turn Δ %v", s.Trajectory.TrajectoryID, s.Truncations, s.Turns[len(s.Turns)-2].Delta)
+		}
+	}
+	for _, r := range readTopic(t, cfg.Brokers, cfg.Topics.Samples)[0] {
+		s, err := schemas.Samples().Decode(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Tokens) != tokens || len(s.Advantages) != tokens || len(r.Value) <= 1<<20 {
+			t.Fatalf("sample %s: %d tokens, %d advantages, %d bytes", s.TrajectoryID, len(s.Tokens), len(s.Advantages), len(r.Value))
+		}
+	}
+	if n := compareWithCompute(t, cfg.Brokers, cfg.Topics, cfg.Credit); n != 2 {
+		t.Fatalf("compared %d samples, want 2", n)
+	}
+}
+
+// rawTopic reads partition 0 of topic as it is on the broker (chunks not
+// put together).
+func rawTopic(t *testing.T, brokers []string, topic string) []consumers.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []consumers.Record
+	if _, err := consumers.ReadPartitionRange(ctx, brokers, kafkasec.Config{}, topic, 0, 0, func(r consumers.Record) error {
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// assemble puts chunked records back together, as a trainer does.
+func assemble(t *testing.T, raw []consumers.Record) []consumers.Record {
+	t.Helper()
+	a := consumers.NewAssembler(consumers.ReassemblyConfig{})
+	var out []consumers.Record
+	for _, r := range raw {
+		rec, broken := a.Add(r)
+		if len(broken) > 0 {
+			t.Fatalf("broken chunked record at offset %d: %s %s", broken[0].Offset, broken[0].Reason, broken[0].Detail)
+		}
+		if rec != nil {
+			out = append(out, *rec)
+		}
+	}
+	return out
+}
+
+// shortContextModel is the tiny model written as a checkpoint folder with
+// max_position_embeddings set to n, and loaded back.
+func shortContextModel(t *testing.T, n int) *model.Model {
+	t.Helper()
+	dir := t.TempDir()
+	if err := model.WriteTiny(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hf map[string]any
+	if err := json.Unmarshal(raw, &hf); err != nil {
+		t.Fatal(err)
+	}
+	hf["max_position_embeddings"] = n
+	if raw, err = json.Marshal(hf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Info().MaxContext != n {
+		t.Fatalf("model context %d, want %d", m.Info().MaxContext, n)
+	}
+	return m
+}
