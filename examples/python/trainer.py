@@ -7,7 +7,8 @@ Usage:
 Deduplicates by trajectory_id (after a processor crash a sample can arrive
 twice; copies are byte-identical), checks what a trainer relies on (aligned
 lengths, 0/1 loss mask, finite advantages, zero advantage off the policy
-tokens) and prints one JSON summary line. Exit status 0 when N distinct valid
+tokens) and prints one JSON summary line. Samples too large for one Kafka
+message arrive as chunks and are put back together (creditflow_chunks.py). Exit status 0 when N distinct valid
 samples were read. Needs python3-confluent-kafka and python3-avro.
 """
 
@@ -16,8 +17,9 @@ import json
 import math
 import time
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
+from creditflow_chunks import Reassembler
 from read_sample import decode_sample
 
 
@@ -45,12 +47,19 @@ def main() -> int:
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe([args.topic])
     seen, dups, invalid, policy_tokens = {}, 0, 0, 0
+    chunks = Reassembler()
     deadline = time.time() + args.timeout
     while len(seen) < args.expect and time.time() < deadline:
         msg = c.poll(0.5)
         if msg is None or msg.error():
             continue
-        s = decode_sample(msg.value())
+        rec, broken = chunks.add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or [])
+        for b in broken:
+            invalid += 1
+            print("broken chunked sample at offset %d: %s %s" % (b["offset"], b["reason"], b["detail"]))
+        if rec is None:
+            continue
+        s = decode_sample(rec["value"])
         try:
             check(s)
         except ValueError as e:
@@ -62,7 +71,9 @@ def main() -> int:
         else:
             seen[s["trajectory_id"]] = s
             policy_tokens += sum(s["loss_mask"])
-        c.commit(message=msg, asynchronous=False)
+        # Never commit past the first chunk of a sample still being put together.
+        nxt = chunks.commit_offset(msg.partition(), msg.offset() + 1)
+        c.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), nxt)], asynchronous=False)
     c.close()
     print(json.dumps({"samples": len(seen), "duplicates": dups, "invalid": invalid, "policy_tokens": policy_tokens}))
     return 0 if len(seen) >= args.expect and invalid == 0 else 1
