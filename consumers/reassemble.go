@@ -44,8 +44,8 @@ type ReassemblyConfig struct {
 	// the first chunk's key, headers and offset and the bytes received so
 	// far. It must return nil only once the dead letter is acknowledged;
 	// until then the commit watermark stays before the record's first chunk.
-	// nil: broken records are only counted (ChunkStats) and logged by the
-	// caller.
+	// nil: broken records are only counted (Assembler.Stats) and do not
+	// hold the watermark.
 	DeadLetter func(ctx context.Context, rec Record, reason, detail string) error
 }
 
@@ -343,6 +343,7 @@ func Reassemble(ctx context.Context, claim Claim, commit CommitFunc, cfg Reassem
 			whole, broken := a.Add(rec)
 			for _, b := range broken {
 				if cfg.DeadLetter == nil {
+					a.Release(b) // nothing to wait for
 					continue
 				}
 				if err := cfg.DeadLetter(ctx, b.Record, b.Reason, b.Detail); err != nil {

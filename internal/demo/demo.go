@@ -171,7 +171,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		group, topic string
 		fn           func(consumers.Record)
 	}{{"creditflow-demo-trainer", cfg.Topics.Samples, tr.sample}, {"creditflow-demo-dead-letters", cfg.Topics.DeadLetters, tr.deadLetter}} {
-		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic}},
+		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic},
+			Reassembly: &consumers.ReassemblyConfig{}}, // samples and dead letters larger than one message
 			consumers.WithLogger(log), consumers.WithRegisterer(o.Registerer))
 		if err != nil {
 			return Summary{}, err

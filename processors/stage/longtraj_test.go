@@ -1,6 +1,7 @@
 package stage_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -278,4 +279,87 @@ func shortContextModel(t *testing.T, n int) *model.Model {
 		t.Fatalf("model context %d, want %d", m.Info().MaxContext, n)
 	}
 	return m
+}
+
+// TestBrokenChunksEndInDeadLetters: a chunked trajectory with a missing
+// chunk and one with a corrupted chunk become dead letters with their
+// reasons and the bytes received; chunked and plain good members of a group
+// around them still become samples, and the score stage's commit reaches
+// the end of the topic (broken records do not hold it once their dead
+// letters are written).
+func TestBrokenChunksEndInDeadLetters(t *testing.T) {
+	e := newEnv(t, 1, func(cfg *stage.Config) { cfg.CommitInterval = 50 * time.Millisecond })
+	ctx, cfg, prod := e.ctx, e.cfg, e.prod
+	enc := func(tr schemas.Trajectory) producers.Message {
+		v, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(tr.PromptID), Value: v}
+	}
+	good0, good1 := enc(small("ok", "ok-0", 2, 0, 0)), enc(small("ok", "ok-1", 2, 1, 1))
+	gap, corrupt := enc(small("gap", "gap-0", 2, 0, 2)), enc(small("bad", "bad-0", 2, 0, 3))
+	goodChunks := producers.Split(good0, 100)
+	gapChunks := producers.Split(gap, 100)
+	badChunks := producers.Split(corrupt, 100)
+	if len(goodChunks) < 3 || len(gapChunks) < 3 || len(badChunks) < 3 {
+		t.Fatal("records too small to chunk in three")
+	}
+	flipped := append([]byte(nil), badChunks[1].Value...)
+	flipped[3] ^= 0xff
+	badChunks[1].Value = flipped
+	var msgs []producers.Message
+	msgs = append(msgs, goodChunks[0], gapChunks[0])
+	msgs = append(msgs, goodChunks[1:]...)
+	msgs = append(msgs, gapChunks[2:]...) // chunk 1 missing
+	msgs = append(msgs, badChunks...)
+	msgs = append(msgs, good1)
+	if err := prod.Produce(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	e.runStages(t, gpu.NewLocal(model.Tiny()))
+
+	deadline := time.Now().Add(90 * time.Second)
+	var dead []schemas.DeadLetter
+	for {
+		dead = dead[:0]
+		for _, r := range readTopic(t, cfg.Brokers, cfg.Topics.DeadLetters)[0] {
+			d, err := schemas.DeadLetters().Decode(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dead = append(dead, *d)
+		}
+		if (len(dead) >= 2 && len(samplesByIDNow(t, cfg.Brokers, cfg.Topics.Samples)) >= 2) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := len(samplesByIDNow(t, cfg.Brokers, cfg.Topics.Samples)); n != 2 {
+		t.Fatalf("%d samples, want 2 (ok-0 chunked, ok-1 plain)", n)
+	}
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dead))
+	}
+	byReason := map[string]schemas.DeadLetter{}
+	for _, d := range dead {
+		byReason[d.Reason] = d
+	}
+	g, ok := byReason[schemas.ReasonChunkIncomplete]
+	if !ok || string(g.Key) != "gap" || !bytes.Equal(g.Value, gapChunks[0].Value) || g.Stage != "score" {
+		t.Fatalf("chunk_incomplete dead letter: %+v", g.Reason)
+	}
+	c, ok := byReason[schemas.ReasonChunkCorrupt]
+	if !ok || string(c.Key) != "bad" || len(c.Value) != len(corrupt.Value) || bytes.Equal(c.Value, corrupt.Value) {
+		t.Fatalf("chunk_corrupt dead letter: %q, %d bytes", c.Reason, len(c.Value))
+	}
+	end := int64(len(msgs))
+	for time.Now().Before(deadline) {
+		cs, err := consumers.CommittedOffsets(ctx, cfg.Brokers, kafkasec.Config{}, cfg.GroupID+".score", cfg.Topics.Trajectories, []int{0})
+		if err == nil && cs[0] == end {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the score stage never committed the end of the topic (%d)", end)
 }
