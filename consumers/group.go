@@ -210,6 +210,13 @@ func NewGroup(cfg Config, opts ...Option) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Reassembly != nil {
+		rc := *cfg.Reassembly
+		if rc.metrics, err = newChunkMetrics(o.reg); err != nil {
+			return nil, err
+		}
+		cfg.Reassembly = &rc
+	}
 	return &Group{cfg: cfg, dialer: d, log: o.logger.With().Str("group", cfg.GroupID).Logger(), m: m}, nil
 }
 

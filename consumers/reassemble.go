@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/producers"
 )
 
@@ -47,6 +50,8 @@ type ReassemblyConfig struct {
 	// nil: broken records are only counted (Assembler.Stats) and do not
 	// hold the watermark.
 	DeadLetter func(ctx context.Context, rec Record, reason, detail string) error
+
+	metrics *chunkMetrics // set by Group
 }
 
 func (c *ReassemblyConfig) defaults() {
@@ -340,7 +345,9 @@ func Reassemble(ctx context.Context, claim Claim, commit CommitFunc, cfg Reassem
 	go func() {
 		defer close(out)
 		for rec := range in {
+			before := a.Stats()
 			whole, broken := a.Add(rec)
+			cfg.metrics.observe(rec.Topic, before, a.Stats())
 			for _, b := range broken {
 				if cfg.DeadLetter == nil {
 					a.Release(b) // nothing to wait for
@@ -375,4 +382,46 @@ func Reassemble(ctx context.Context, claim Claim, commit CommitFunc, cfg Reassem
 		return nil
 	}
 	return claim, wrapped, a
+}
+
+// chunkMetrics count what a Group's reassembly did.
+type chunkMetrics struct {
+	reassembled *prometheus.CounterVec
+	stray       *prometheus.CounterVec
+}
+
+func newChunkMetrics(reg prometheus.Registerer) (*chunkMetrics, error) {
+	m := &chunkMetrics{
+		reassembled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_consumer_reassembled_records_total",
+			Help: "Records written as chunks and put back together, by topic.",
+		}, []string{"topic"}),
+		stray: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_consumer_stray_chunks_total",
+			Help: "Chunks skipped because their record's first chunk was not read by this claim (already consumed before its start offset, or a rewritten partial write), by topic.",
+		}, []string{"topic"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.reassembled, err = promreg.Register(reg, m.reassembled); err != nil {
+		return nil, err
+	}
+	if m.stray, err = promreg.Register(reg, m.stray); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *chunkMetrics) observe(topic string, before, after ChunkStats) {
+	if m == nil {
+		return
+	}
+	if d := after.Reassembled - before.Reassembled; d > 0 {
+		m.reassembled.WithLabelValues(topic).Add(float64(d))
+	}
+	if d := after.Stray - before.Stray; d > 0 {
+		m.stray.WithLabelValues(topic).Add(float64(d))
+	}
 }
