@@ -35,7 +35,7 @@ func testSample(id string, n int) schemas.Sample {
 }
 
 // TestOutsideReadersAndChunks writes samples the way the advantage stage
-// does (the stages' producer configuration: zstd, Kafka's default 1 MiB
+// does (the stages' producer configuration: lz4, Kafka's default 1 MiB
 // limit) and reads them with kcat and with Python (confluent-kafka):
 // records under the limit are plain single messages, byte-identical to the
 // Avro encoding, without chunk headers; a 128k-token sample travels as

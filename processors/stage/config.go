@@ -52,7 +52,7 @@ type Config struct {
 	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
 
 	// Kafka record sizes and compression (docs/kafka.md).
-	Compression     string // producer compression: zstd (default), lz4, snappy, gzip or none
+	Compression     string // producer compression: lz4 (default), zstd, snappy, gzip or none
 	MaxMessageBytes int    // the topics' max.message.bytes (default 1048588, Kafka's); larger records are written as chunks
 
 	Logger  zerolog.Logger
