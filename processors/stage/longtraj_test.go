@@ -18,6 +18,7 @@ import (
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -375,5 +376,80 @@ func TestBrokenChunksEndInDeadLetters(t *testing.T) {
 	}
 	if end := int64(len(msgs)); cs[0] != end {
 		t.Fatalf("the score stage committed %d, want the end of the topic (%d)", cs[0], end)
+	}
+}
+
+// TestChunkedRecordSurvivesRestart stops the advantage stage while a
+// chunked scored record is half read and other groups around it are done:
+// its commit must stay at the record's first chunk, so that the next
+// process reads the whole record and emits its group. Every sample equals
+// `creditflow compute` on the scored records.
+func TestChunkedRecordSurvivesRestart(t *testing.T) {
+	e := newEnv(t, 1, func(cfg *stage.Config) {
+		cfg.Credit.Method = credit.MethodAttnSR
+		cfg.CommitInterval = 50 * time.Millisecond
+	})
+	ctx, cfg, prod := e.ctx, e.cfg, e.prod
+	recs := randomScored(2, 2, 11) // groups q000000 (A) and q000001 (B), two members each
+	msg := func(i int) producers.Message {
+		v, err := schemas.ScoredRecords().Encode(&recs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return producers.Message{Topic: cfg.Topics.Scored, Key: []byte(recs[i].Trajectory.PromptID), Value: v}
+	}
+	a0 := producers.Split(msg(0), 500)
+	if len(a0) < 3 {
+		t.Fatalf("%d chunks, want at least 3", len(a0))
+	}
+	run := func(until func() bool) {
+		t.Helper()
+		adv, err := stage.NewAdvantageStage(cfg, prod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- adv.Run(rctx) }()
+		for deadline := time.Now().Add(60 * time.Second); !until() && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	samples := func() int { return len(samplesByIDNow(t, cfg.Brokers, cfg.Topics.Samples)) }
+
+	// Offsets: A0 chunks 0,1 | B0 | B1 — B completes, A0 is half read.
+	first := append([]producers.Message{}, a0[:2]...)
+	first = append(first, msg(2), msg(3))
+	if err := prod.Produce(ctx, first...); err != nil {
+		t.Fatal(err)
+	}
+	run(func() bool { return samples() >= 2 })
+	if n := samples(); n != 2 {
+		t.Fatalf("%d samples after the first run, want group B's 2", n)
+	}
+	cs, err := consumers.CommittedOffsets(ctx, cfg.Brokers, kafkasec.Config{}, cfg.GroupID+".advantage", cfg.Topics.Scored, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0] != 0 {
+		t.Fatalf("committed %d with a record started at offset 0 unfinished; want 0", cs[0])
+	}
+
+	// The rest of A0, then A1: a new process must emit group A.
+	rest := append([]producers.Message{}, a0[2:]...)
+	rest = append(rest, msg(1))
+	if err := prod.Produce(ctx, rest...); err != nil {
+		t.Fatal(err)
+	}
+	run(func() bool { return samples() >= 4 })
+	if n := samples(); n != 4 {
+		t.Fatalf("%d samples after the restart, want 4", n)
+	}
+	if n := compareWithCompute(t, cfg.Brokers, cfg.Topics, cfg.Credit); n < 4 {
+		t.Fatalf("compared %d samples", n)
 	}
 }
