@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -212,6 +213,17 @@ func TestLongTrajectoryEndToEnd(t *testing.T) {
 	}
 	if n := compareWithCompute(t, cfg.Brokers, cfg.Topics, cfg.Credit); n != 2 {
 		t.Fatalf("compared %d samples, want 2", n)
+	}
+	// A Python trainer (confluent-kafka, examples/python) reads them too.
+	if py := pythonWith("confluent_kafka", "avro"); py != "" {
+		dir, _ := filepath.Abs("../../examples/python")
+		tr := exec.CommandContext(ctx, py, "trainer.py", "--brokers", strings.Join(cfg.Brokers, ","),
+			"--topic", cfg.Topics.Samples, "--expect", "2", "--timeout", "60")
+		tr.Dir = dir
+		out, err := tr.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"samples": 2`) || !strings.Contains(string(out), `"invalid": 0`) {
+			t.Fatalf("python trainer: %v\n%s", err, out)
+		}
 	}
 }
 
