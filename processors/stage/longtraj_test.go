@@ -104,8 +104,8 @@ func tokenCount(t *schemas.Trajectory) int {
 // context, exactly as a production scorer cuts a context longer than its
 // model's (counted in Scored.truncations), and the trajectory has one
 // eligible turn: two rows per trajectory. At the built-in 32,768-token
-// context a row costs over two minutes of CPU here (attention is quadratic:
-// 0.8 s at 2k, 8.5 s at 8k tokens measured), too slow for a test.
+// context one row took 2 min 39 s here (attention is quadratic: 0.8 s at
+// 2k, 8.5 s at 8k tokens), too slow for a test.
 func TestLongTrajectoryEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scores 4 rows of 32k tokens on the CPU model")
