@@ -12,10 +12,13 @@ the value and the headers
 plus the record's own headers. Records that fit are plain single messages.
 
 `Reassembler` puts chunked records back together for a consumer, `split`
-cuts a value for a producer. As a script it reads a topic from the start to
-its end and prints one JSON line per whole record (used by the Go tests):
+cuts a value for a producer and `produce` writes a record with confluent-kafka.
+As a script it reads a topic from the start to its end and prints one JSON
+line per whole record, or writes a file as one record (used by the Go tests):
 
     python3 creditflow_chunks.py --brokers 127.0.0.1:9092 --topic creditflow.samples
+    python3 creditflow_chunks.py --brokers 127.0.0.1:9092 --topic creditflow.trajectories \
+        --produce trajectory.bin --key prompt-1
 
 Needs nothing beyond the standard library (the script mode needs
 confluent-kafka).
@@ -127,6 +130,21 @@ class Reassembler:
         return min([next_offset] + firsts)
 
 
+def produce(brokers: str, topic: str, key: bytes, value: bytes, headers=()) -> int:
+    """Writes one record, as chunks when it is larger than one message.
+    Returns the number of messages written."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": brokers, "acks": "all", "partitioner": "murmur2_random",
+                  "compression.type": "lz4"})
+    msgs = split(key, value, headers) if len(value) > 900_000 else [(key, value, list(headers))]
+    for k, v, hs in msgs:
+        p.produce(topic, key=k, value=v, headers=hs)
+    if p.flush(30) != 0:
+        raise RuntimeError("not every chunk was acknowledged: produce the record again")
+    return len(msgs)
+
+
 def main() -> int:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -134,7 +152,14 @@ def main() -> int:
     ap.add_argument("--brokers", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--partition", type=int, default=0)
+    ap.add_argument("--produce", metavar="FILE", help="write FILE's bytes as one record (chunked when large) instead of reading")
+    ap.add_argument("--key", default="")
     args = ap.parse_args()
+    if args.produce:
+        with open(args.produce, "rb") as f:
+            n = produce(args.brokers, args.topic, args.key.encode(), f.read())
+        print(json.dumps({"messages": n}))
+        return 0
     c = Consumer({"bootstrap.servers": args.brokers, "group.id": "creditflow-chunks", "enable.auto.commit": False})
     _, end = c.get_watermark_offsets(TopicPartition(args.topic, args.partition), timeout=10)
     c.assign([TopicPartition(args.topic, args.partition, 0)])

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -150,6 +151,26 @@ func TestOutsideReadersAndChunks(t *testing.T) {
 		}
 		if int(got[1]["offset"].(float64)) != chunks || int(got[2]["offset"].(float64)) != chunks+1 {
 			t.Fatalf("python offsets: big %v, small %v; want %d and %d", got[1]["offset"], got[2]["offset"], chunks, chunks+1)
+		}
+
+		// The other way: a Python producer (a rollout worker with a long
+		// trajectory) writes the big record as chunks; Go reads it back whole.
+		if err := producers.EnsureTopics(ctx, cfg.Brokers, kafkasec.Config{}, producers.TopicSpec{Name: "py-chunks", Partitions: 1}); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "big.bin")
+		if err := os.WriteFile(file, values[1], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pcmd := exec.CommandContext(ctx, py, "creditflow_chunks.py", "--brokers", addr, "--topic", "py-chunks", "--produce", file, "--key", "big")
+		pcmd.Dir = dir
+		if out, err := pcmd.CombinedOutput(); err != nil {
+			t.Fatalf("python producer: %v\n%s", err, out)
+		}
+		raw := rawTopic(t, cfg.Brokers, "py-chunks")
+		whole := assemble(t, raw)
+		if len(raw) != chunks || len(whole) != 1 || !bytes.Equal(whole[0].Value, values[1]) || string(whole[0].Key) != "big" {
+			t.Fatalf("python wrote %d messages; Go put together %d records", len(raw), len(whole))
 		}
 	}
 }
