@@ -83,7 +83,7 @@ class Reassembler:
     def add(self, partition, offset, key, value, headers):
         pos = _header(headers, CHUNK)
         if pos is None:
-            return {"key": key, "value": value, "headers": list(headers or ()), "offset": offset}, []
+            return {"key": key, "value": value, "headers": list(headers or ()), "offset": offset, "first": offset}, []
         try:
             index, count = (int(x) for x in pos.split(b"/"))
             of = _header(headers, CHUNK_OF).decode()
@@ -123,7 +123,12 @@ class Reassembler:
         if len(whole) != size or hashlib.sha256(whole).hexdigest() != of:
             return None, [{"reason": "chunk_corrupt", "detail": "SHA-256 or length mismatch", "offset": st["first"],
                            "key": st["key"], "value": whole}]
-        return {"key": st["key"], "value": whole, "headers": st["headers"], "offset": offset}, []
+        return {"key": st["key"], "value": whole, "headers": st["headers"], "offset": offset, "first": st["first"]}, []
+
+    def forget(self, partition):
+        """Drops what is buffered for a partition (it was revoked)."""
+        for slot in [s for s in self.open if s[0] == partition]:
+            del self.open[slot]
 
     def commit_offset(self, partition, next_offset):
         firsts = [st["first"] for (p, _), st in self.open.items() if p == partition]

@@ -215,10 +215,10 @@ func TestLongTrajectoryEndToEnd(t *testing.T) {
 		t.Fatalf("compared %d samples, want 2", n)
 	}
 	// A Python trainer (confluent-kafka, examples/python) reads them too.
-	if py := pythonWith("confluent_kafka", "avro"); py != "" {
+	if py := pythonWith("confluent_kafka", "numpy"); py != "" {
 		dir, _ := filepath.Abs("../../examples/python")
 		tr := exec.CommandContext(ctx, py, "trainer.py", "--brokers", strings.Join(cfg.Brokers, ","),
-			"--topic", cfg.Topics.Samples, "--expect", "2", "--timeout", "60")
+			"--topic", cfg.Topics.Samples, "--expect", "2", "--batch", "2", "--timeout", "60")
 		tr.Dir = dir
 		out, err := tr.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), `"samples": 2`) || !strings.Contains(string(out), `"invalid": 0`) {
