@@ -44,7 +44,7 @@ type topicAgg struct {
 	newest      int64
 	hasNewest   bool
 	versions    map[int64]*acc
-	droppedRows int64 // samples of versions older than the rows kept
+	droppedRows int64 // samples in no row kept: rows dropped, or older than every row kept
 	seen        *idWindow
 	open        *openGroups
 
@@ -65,8 +65,8 @@ func (a *Aggregator) topic(name string) *topicAgg {
 		reward:     newHist(c.RewardMin, c.RewardMax, 20, false),
 		advantage:  newHist(-3, 3, 60, false),
 		outcomeAdv: newHist(-3, 3, 60, false),
-		tokens:     newHist(0, 8192, 64, false),
-		turns:      newHist(0, 64, 64, false),
+		tokens:     newHist(0, 16384, 256, false),
+		turns:      newHist(0, 128, 128, false),
 		confidence: newHist(0, 1, 40, false),
 		age:        newHist(0.01, 1e9, 44, true),
 		lag:        newHist(0, 32, 32, false),
@@ -192,6 +192,7 @@ func (t *topicAgg) version(v int64, max int) *acc {
 		if v < oldest {
 			return nil
 		}
+		t.droppedRows += t.versions[oldest].samples
 		delete(t.versions, oldest)
 	}
 	r := &acc{}

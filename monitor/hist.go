@@ -2,9 +2,11 @@ package monitor
 
 import "math"
 
-// hist is a fixed-bin histogram over [lo, hi): linear bins, or logarithmic
-// bins when log is set (then lo must be > 0). Values below lo and at or above
-// hi are counted in under and over. Its memory is fixed at construction.
+// hist is a fixed-bin histogram over [lo, hi]: linear bins, or logarithmic
+// bins when log is set (then lo must be > 0). Each bin holds [edge, next
+// edge), the last one also hi itself (a reward of exactly 1 is in range).
+// Values below lo and above hi are counted in under and over. Its memory is
+// fixed at construction.
 type hist struct {
 	lo, hi float64
 	log    bool
@@ -28,7 +30,7 @@ func (h *hist) addN(x float64, n int64) {
 	switch {
 	case x < h.lo:
 		h.under += n
-	case x >= h.hi:
+	case x > h.hi:
 		h.over += n
 	default:
 		var f float64
@@ -62,7 +64,7 @@ type HistView struct {
 	Edges  []float64 `json:"edges"` // len(counts)+1
 	Counts []int64   `json:"counts"`
 	Under  int64     `json:"under"` // below the first edge
-	Over   int64     `json:"over"`  // at or above the last edge
+	Over   int64     `json:"over"`  // above the last edge
 	Log    bool      `json:"log"`
 }
 

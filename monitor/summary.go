@@ -17,7 +17,9 @@ type Totals struct {
 	OpenGroups int64 `json:"open_groups"`
 	// NewestPolicyVersion is the highest policy_version seen; null before the first sample.
 	NewestPolicyVersion *int64 `json:"newest_policy_version"`
-	// DroppedVersionSamples are samples of versions older than the rows kept.
+	// DroppedVersionSamples are the samples in no ByPolicyVersion row (rows
+	// beyond the newest Config.MaxVersions are dropped): the rows' samples
+	// plus these equal Samples.
 	DroppedVersionSamples int64 `json:"dropped_version_samples"`
 	// ByPolicyVersion is sorted by version.
 	ByPolicyVersion []VersionRow `json:"by_policy_version"`

@@ -43,7 +43,7 @@
     { id: "c-success-version", kind: "version", y: (r) => r.success_rate, pct: true },
     { id: "c-reward-time", kind: "time", y: (s) => s.reward_mean },
     { id: "c-success-time", kind: "time", y: (s) => s.success_rate, pct: true },
-    { id: "c-reward-hist", kind: "hist", h: (c) => c.reward },
+    { id: "c-reward-hist", kind: "hist", h: (c) => c.reward, full: true },
     { id: "c-adv-hist", kind: "hist", h: (c) => c.advantage },
     { id: "c-zero-version", kind: "version", y: (r) => (r.groups ? r.zero_variance_share : null), pct: true },
     { id: "c-pass-version", kind: "version", y: (r) => (r.groups ? r.pass_at_g : null), pct: true },
@@ -56,7 +56,7 @@
       empty: "no LAPO samples" },
     { id: "c-gate-version", kind: "version", pct: true, y: (r) => (r.eligible_turns ? r.gate_pass_rate : null), empty: "no LAPO samples" },
     { id: "c-aproc-version", kind: "version", y: (r) => (r.eligible_turns ? r.mean_abs_process_advantage : null), empty: "no LAPO samples" },
-    { id: "c-conf-hist", kind: "hist", h: (c) => c.confidence, empty: "no AttnSR samples" },
+    { id: "c-conf-hist", kind: "hist", h: (c) => c.confidence, full: true, empty: "no AttnSR samples" },
     { id: "c-baseline-time", kind: "time", y: (s) => s.baseline_mean, empty: "no AttnSR samples" },
     { id: "c-age-hist", kind: "hist", h: (c) => c.age_seconds, log: true },
     { id: "c-lag-hist", kind: "hist", h: (c) => c.policy_lag },
@@ -73,13 +73,15 @@
     const out = [{}];
     topics.forEach((t, i) => {
       const c = COLORS[i % COLORS.length];
-      const base = { label: def.pair ? t + " " + def.pair[0] : t, stroke: c, width: 2, spanGaps: def.kind === "time" };
+      // The first topic is drawn wide and the others narrow on top of it,
+      // so that identical curves (a replay that changed nothing) stay visible.
+      const base = { label: def.pair ? t + " " + def.pair[0] : t, stroke: c, width: i === 0 ? 3.5 : 1.75, spanGaps: def.kind === "time" };
       if (def.kind === "hist") {
         base.paths = uPlot.paths.stepped({ align: 1 });
         base.fill = c + "22";
         base.points = { show: false };
       } else if (def.kind === "version") {
-        base.points = { show: true, size: 6, fill: c };
+        base.points = { show: true, size: i === 0 ? 9 : 5, fill: c };
       } else {
         base.points = { show: false };
       }
@@ -106,6 +108,14 @@
       axes[0].values = (u, vals) => vals.map((v) => (Number.isInteger(v) ? "v" + v : ""));
     }
     if (def.pct) axes[1].values = pctAxis;
+    if (def.log) {
+      axes[0].space = 44;
+      axes[0].values = (u, vals) => vals.map((v) => {
+        const k = Math.round(Math.log10(v));
+        if (Math.abs(Math.log10(v) - k) > 1e-9) return "";
+        return k >= -1 && k <= 3 ? String(Math.pow(10, k)) : "1e" + k;
+      });
+    }
     const y = def.pct ? { range: [0, 1] } : {};
     if (def.kind === "hist" || def.kind === "rate") y.range = (u, min, max) => [0, max > 0 ? max * 1.08 : 1];
     const opts = {
@@ -146,9 +156,21 @@
     }
     if (def.kind === "hist") {
       const hs = topics.map((t) => def.h(charts[t]));
-      const edges = hs[0].edges;
-      const data = [edges];
-      hs.forEach((h) => data.push(h.counts.concat([h.counts[h.counts.length - 1]])));
+      // Zoom to the bins that hold data (two empty bins either side), unless
+      // the range itself means something (rewards, confidences in [0, 1]).
+      let lo = 0, hi = hs[0].counts.length - 1;
+      if (!def.full) {
+        let first = Infinity, last = -1;
+        hs.forEach((h) => h.counts.forEach((n, i) => {
+          if (n > 0) { first = Math.min(first, i); last = Math.max(last, i); }
+        }));
+        if (last >= 0) { lo = Math.max(0, first - 2); hi = Math.min(hs[0].counts.length - 1, last + 2); }
+      }
+      const data = [hs[0].edges.slice(lo, hi + 2)];
+      hs.forEach((h) => {
+        const c = h.counts.slice(lo, hi + 1);
+        data.push(c.concat([c[c.length - 1]]));
+      });
       return data;
     }
     const tables = topics.map((t) => {
