@@ -29,11 +29,20 @@ func (m *Monitor) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/v1/view", func(w http.ResponseWriter, r *http.Request) {
 		m.agg.Sweep()
-		writeJSON(w, m.agg.View())
+		writeJSON(w, m.view())
 	})
 	mux.HandleFunc("GET /api/v1/events", m.events)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return mux
+}
+
+func (m *Monitor) view() View {
+	v := m.agg.View()
+	v.Reading = &Reading{Topics: m.src.Topics, DeadLetters: m.src.DeadLetters, From: m.src.From, GroupIdle: m.cfg.GroupIdle.String()}
+	if v.Reading.From == "" {
+		v.Reading.From = "earliest"
+	}
+	return v
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -61,7 +70,7 @@ func (m *Monitor) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		m.agg.Sweep()
 		if c := m.agg.Changes(); first || c != last || time.Since(sent) > 5*time.Second {
-			b, err := json.Marshal(m.agg.View())
+			b, err := json.Marshal(m.view())
 			if err != nil {
 				return
 			}

@@ -114,6 +114,15 @@ type View struct {
 	Summary Summary       `json:"summary"`
 	Charts  []TopicCharts `json:"charts"`
 	Changes uint64        `json:"changes"`
+	Reading *Reading      `json:"reading,omitempty"`
+}
+
+// Reading says what a monitor reads, for the page.
+type Reading struct {
+	Topics      []string `json:"topics"`
+	DeadLetters string   `json:"dead_letters"`
+	From        string   `json:"from"`
+	GroupIdle   string   `json:"group_idle"`
 }
 
 // View returns a consistent snapshot of everything the page shows.

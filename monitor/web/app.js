@@ -49,7 +49,7 @@
     { id: "c-pass-version", kind: "version", y: (r) => (r.groups ? r.pass_at_g : null), pct: true },
     { id: "c-outadv-hist", kind: "hist", h: (c) => c.outcome_advantage },
     { id: "c-tokens-hist", kind: "hist", h: (c) => c.tokens },
-    { id: "c-turns-hist", kind: "hist", h: (c) => c.turns },
+    { id: "c-turns-hist", kind: "hist", h: (c) => c.turns, ints: true },
     { id: "c-rate", kind: "rate" },
     { id: "c-delta-version", kind: "version", pct: true, pair: ["+", "−"],
       y: (r) => (r.eligible_turns ? r.positive_delta_share : null), y2: (r) => (r.eligible_turns ? r.negative_delta_share : null),
@@ -59,8 +59,17 @@
     { id: "c-conf-hist", kind: "hist", h: (c) => c.confidence, full: true, empty: "no AttnSR samples" },
     { id: "c-baseline-time", kind: "time", y: (s) => s.baseline_mean, empty: "no AttnSR samples" },
     { id: "c-age-hist", kind: "hist", h: (c) => c.age_seconds, log: true },
-    { id: "c-lag-hist", kind: "hist", h: (c) => c.policy_lag },
+    { id: "c-lag-hist", kind: "hist", h: (c) => c.policy_lag, ints: true },
   ];
+
+  // duration formats seconds with two significant digits in a fitting unit.
+  function duration(v) {
+    const units = [[86400 * 365, "y"], [86400, "d"], [3600, "h"], [60, "min"], [1, "s"], [0.001, "ms"]];
+    for (const [n, name] of units) {
+      if (v >= n || name === "ms") return +(v / n).toPrecision(2) + " " + name;
+    }
+    return String(v);
+  }
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -75,7 +84,8 @@
       const c = COLORS[i % COLORS.length];
       // The first topic is drawn wide and the others narrow on top of it,
       // so that identical curves (a replay that changed nothing) stay visible.
-      const base = { label: def.pair ? t + " " + def.pair[0] : t, stroke: c, width: i === 0 ? 3.5 : 1.75, spanGaps: def.kind === "time" };
+      const base = { label: def.pair ? t + " " + def.pair[0] : t, stroke: i === 0 && topics.length > 1 ? c + "99" : c,
+        width: i === 0 ? 4 : 1.75, spanGaps: def.kind === "time" };
       if (def.kind === "hist") {
         base.paths = uPlot.paths.stepped({ align: 1 });
         base.fill = c + "22";
@@ -105,16 +115,39 @@
     ];
     if (def.kind === "version") {
       axes[0].incrs = intIncrs;
-      axes[0].values = (u, vals) => vals.map((v) => (Number.isInteger(v) ? "v" + v : ""));
+      axes[0].values = (u, vals) => vals.map((v) => (Number.isInteger(v) && v >= 0 ? "v" + v : ""));
+      // One version still gets a readable axis: half a version either side.
+      // (uPlot pads a single x value to a wide range before calling this.)
+      x.range = (u) => {
+        const xs = u.data[0];
+        if (!xs || !xs.length) return [0, 1];
+        const lo = xs[0], hi = xs[xs.length - 1], pad = Math.max(0.5, (hi - lo) * 0.04);
+        return [lo - pad, hi + pad];
+      };
     }
+    if (def.ints) axes[0].incrs = intIncrs;
     if (def.pct) axes[1].values = pctAxis;
     if (def.log) {
-      axes[0].space = 44;
-      axes[0].values = (u, vals) => vals.map((v) => {
-        const k = Math.round(Math.log10(v));
-        if (Math.abs(Math.log10(v) - k) > 1e-9) return "";
-        return k >= -1 && k <= 3 ? String(Math.pow(10, k)) : "1e" + k;
-      });
+      // Decades (and 2×, 5× when the range is narrow), labelled as durations.
+      axes[0].splits = (u, i, min, max) => {
+        const out = [];
+        if (!(min > 0) || !(max > min)) return out;
+        const mults = Math.log10(max / min) < 2 ? [1, 2, 5] : [1];
+        for (let k = Math.floor(Math.log10(min)); k <= Math.ceil(Math.log10(max)); k++) {
+          mults.forEach((m) => {
+            const v = m * Math.pow(10, k);
+            if (v >= min && v <= max) out.push(v);
+          });
+        }
+        return out;
+      };
+      axes[0].filter = (u, splits) => splits; // keep the 2×, 5× labels uPlot's log filter would drop
+      axes[0].values = (u, vals) => vals.map((v) => (v == null ? "" : duration(v)));
+      x.range = (u) => {
+        const xs = u.data[0];
+        return xs && xs.length > 1 ? [xs[0], xs[xs.length - 1]] : [0.01, 1e9];
+      };
+      axes[0].grid = { stroke: "#f0f1f3" };
     }
     const y = def.pct ? { range: [0, 1] } : {};
     if (def.kind === "hist" || def.kind === "rate") y.range = (u, min, max) => [0, max > 0 ? max * 1.08 : 1];
@@ -269,6 +302,17 @@
     rows.push(tr);
     table.tBodies[0].replaceChildren(...rows);
 
+    const rd = view.reading;
+    if (rd) {
+      const info = [["topics", rd.topics.join("\n")], ["dead letters", rd.dead_letters || "–"], ["from", rd.from],
+        ["success", "reward ≥ " + s.success_threshold], ["partial group closes after", rd.group_idle]];
+      document.getElementById("reading").tBodies[0].replaceChildren(...info.map(([k, v]) => {
+        const tr = el("tr");
+        tr.appendChild(el("td", {}, k));
+        tr.appendChild(el("td", {}, v));
+        return tr;
+      }));
+    }
     const dead = document.getElementById("dead").tBodies[0];
     const drows = [];
     const reasons = Object.keys(s.dead_letters).sort();
