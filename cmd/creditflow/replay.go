@@ -38,6 +38,8 @@ func runReplay(args []string) error {
 	fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "samples topic to write (must differ from the live one)")
 	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
 	fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "state changelog topic")
+	policyFlags(fs, &cfg)
+	cfg.Topics.SamplesStale = "" // default: <topic-samples>.stale, never the live run's
 	fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
 	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	credit := creditFlags(fs, &cfg.Credit)
@@ -72,11 +74,17 @@ func runReplay(args []string) error {
 	if cfg.Topics.Samples == "" {
 		return fmt.Errorf("--topic-samples is required: a replay writes to a new samples topic")
 	}
+	if cfg.Topics.SamplesStale == "" {
+		cfg.Topics.SamplesStale = cfg.Topics.Samples + ".stale"
+	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}
-	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security,
-		producers.TopicSpec{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1}); err != nil {
+	specs := []producers.TopicSpec{{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1}}
+	if cfg.MaxPolicyLag >= 0 {
+		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1})
+	}
+	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
 		return err
 	}
 	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security}, producers.WithLogger(cfg.Logger))

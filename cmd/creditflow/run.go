@@ -86,6 +86,7 @@ func runRun(args []string) error {
 	fs.StringVar(&cfg.Topics.Samples, "topic-samples", cfg.Topics.Samples, "output topic of training samples")
 	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
 	fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "compacted changelog of the advantage stage's state")
+	policyFlags(fs, &cfg)
 	create := fs.Int("create-topics", 0, "create missing topics with this many partitions (0: expect them to exist)")
 	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr")
 	fs.StringVar(&cfg.Direction, "direction", cfg.Direction, "LAPO: backward or forward (ablation)")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -23,7 +24,7 @@ func runScorer(args []string) error {
 	fs := flag.NewFlagSet("scorer", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
 	dir := fs.String("model", "", "model folder (config.json + *.safetensors); empty or \"tiny\" serves the built-in tiny model")
-	policy := fs.Int64("policy-version", 0, "policy version reported by /v1/info")
+	version := fs.Int64("policy-version", 0, "policy version reported by /v1/info")
 	certFile := fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (needs --tls-key)")
 	keyFile := fs.String("tls-key", "", "PEM private key file for --tls-cert")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token required on /v1/ paths (surrounding whitespace ignored)")
@@ -32,10 +33,14 @@ func runScorer(args []string) error {
 	maxTokens := fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
 	maxRequests := fs.Int("max-concurrent-requests", 64, "requests served at once (503 above)")
 	maxCalls := fs.Int("max-model-calls", 0, "model calls run at once (0: GOMAXPROCS)")
+	follow := fs.Bool("follow-policy", false, "follow the policy topic on --brokers: load each newly announced checkpoint folder and answer with its version")
+	kf := addKafkaFlags(fs)
+	policyTopic := fs.String("topic-policy", policy.DefaultTopic, "policy topic followed with --follow-policy")
 	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn, error")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: creditflow scorer --listen ADDR [--model DIR] [--policy-version N]
                          [--tls-cert F --tls-key F] [--token-file F] [--max-request-bytes N]
+                         [--follow-policy --brokers HOST:PORT,...]
 
 Serves a model over the creditflow.scorer/v1 protocol (docs/scorer-protocol.md):
 GET /v1/info, POST /v1/score, POST /v1/attention, GET /healthz, GET /metrics.
@@ -80,7 +85,7 @@ Flags:`)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	local := gpu.NewLocal(m, gpu.WithPolicyVersion(*policy), gpu.WithMaxConcurrent(*maxCalls), gpu.WithLocalRegisterer(reg))
+	local := gpu.NewLocal(m, gpu.WithPolicyVersion(*version), gpu.WithMaxConcurrent(*maxCalls), gpu.WithLocalRegisterer(reg))
 	opts := []gpu.ServerOption{
 		gpu.WithServerLogger(log),
 		gpu.WithServerRegistry(reg),
@@ -95,9 +100,16 @@ Flags:`)
 	}
 	info := m.Info()
 	log.Info().Str("model", info.Name).Str("architecture", info.Architecture).Int("layers", info.Layers).
-		Int("vocab", info.VocabSize).Int64("policy_version", *policy).Msg("scorer model loaded")
+		Int("vocab", info.VocabSize).Int64("policy_version", *version).Msg("scorer model loaded")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if *follow {
+		sec, err := kf.security()
+		if err != nil {
+			return err
+		}
+		followPolicy(ctx, local, splitList(*kf.brokers), sec, *policyTopic, log, policy.WithRegisterer(reg))
+	}
 	return gpu.NewServer(local, opts...).ListenAndServe(ctx, *listen)
 }

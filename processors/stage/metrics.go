@@ -28,6 +28,7 @@ type Metrics struct {
 	stepRewards    *prometheus.CounterVec
 	snapshots      prometheus.Counter
 	resets         prometheus.Counter
+	signals        *signalMetrics // reward and staleness signals (signals.go)
 }
 
 // NewMetrics registers the stage metrics with reg (nil: a private registry).
@@ -83,5 +84,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.unwritable, m.duplicates, m.groups, m.groupWait, m.latency,
 		m.inflight, m.truncations, m.lapoDelta, m.lapoGate, m.lapoProcAbs, m.attnConfidence, m.attnFocus,
 		m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards, m.snapshots, m.resets)
+	m.signals = newSignalMetrics(reg)
 	return m
 }
