@@ -13,6 +13,8 @@ type acc struct {
 	attnN                       int64
 	confSum, baseSum            float64
 	lagSum                      float64
+	scorerN                     int64
+	scorerLagSum                float64
 }
 
 func (a *acc) merge(b *acc) {
@@ -35,6 +37,8 @@ func (a *acc) merge(b *acc) {
 	a.confSum += b.confSum
 	a.baseSum += b.baseSum
 	a.lagSum += b.lagSum
+	a.scorerN += b.scorerN
+	a.scorerLagSum += b.scorerLagSum
 }
 
 func (a *acc) closeGroup(g *openGroup) {
@@ -69,6 +73,10 @@ type Row struct {
 	TokensMean         float64 `json:"tokens_mean"`
 	TurnsMean          float64 `json:"turns_mean"`
 	PolicyLagMean      float64 `json:"policy_lag_mean"`
+	// Scorer lag: scorer_policy_version − policy_version, over the samples
+	// that carry the scorer's version.
+	ScorerLagSamples int64   `json:"scorer_lag_samples"`
+	ScorerLagMean    float64 `json:"scorer_lag_mean"`
 	// LAPO: over eligible turns.
 	EligibleTurns      int64   `json:"eligible_turns"`
 	PositiveDeltaShare float64 `json:"positive_delta_share"`
@@ -96,6 +104,7 @@ func (a *acc) row() Row {
 		PassGroups: a.passGroups, PassAtG: ratio(float64(a.passGroups), g),
 		PartialGroups: a.partial, IncompleteGroups: a.incomplete,
 		TokensMean: ratio(float64(a.tokens), n), TurnsMean: ratio(float64(a.turns), n), PolicyLagMean: ratio(a.lagSum, n),
+		ScorerLagSamples: a.scorerN, ScorerLagMean: ratio(a.scorerLagSum, float64(a.scorerN)),
 		EligibleTurns: a.eligible, PositiveDeltaShare: ratio(float64(a.pos), e), NegativeDeltaShare: ratio(float64(a.neg), e),
 		GatePassRate: ratio(float64(a.gate), e), MeanAbsProcessAdv: ratio(a.absProc, e),
 		AttnSRSamples: a.attnN, MeanConfidence: ratio(a.confSum, at), MeanBaseline: ratio(a.baseSum, at),

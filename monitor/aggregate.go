@@ -45,12 +45,13 @@ type topicAgg struct {
 	hasNewest   bool
 	versions    map[int64]*acc
 	droppedRows int64 // samples in no row kept: rows dropped, or older than every row kept
+	sources     map[string]*acc
 	seen        *idWindow
 	open        *openGroups
 
 	reward, advantage, outcomeAdv *hist
 	tokens, turns, confidence     *hist
-	age, lag                      *hist
+	age, lag, scorerLag           *hist
 	events                        *eventSeries
 	rate                          *rateRing
 }
@@ -61,7 +62,7 @@ func (a *Aggregator) topic(name string) *topicAgg {
 	}
 	c := a.cfg
 	t := &topicAgg{
-		name: name, versions: map[int64]*acc{}, seen: newIDWindow(c.DedupeWindow), open: newOpenGroups(c.MaxOpenGroups),
+		name: name, versions: map[int64]*acc{}, sources: map[string]*acc{}, seen: newIDWindow(c.DedupeWindow), open: newOpenGroups(c.MaxOpenGroups),
 		reward:     newHist(c.RewardMin, c.RewardMax, 20, false),
 		advantage:  newHist(-3, 3, 60, false),
 		outcomeAdv: newHist(-3, 3, 60, false),
@@ -70,6 +71,7 @@ func (a *Aggregator) topic(name string) *topicAgg {
 		confidence: newHist(0, 1, 40, false),
 		age:        newHist(0.01, 1e9, 44, true),
 		lag:        newHist(0, 32, 32, false),
+		scorerLag:  newHist(-8, 24, 32, false),
 		events:     newEventSeries(),
 		rate:       newRateRing(c.RateSeconds),
 	}
@@ -141,6 +143,13 @@ func (a *Aggregator) Add(topic string, s *schemas.Sample, at time.Time) {
 		one.attnN, one.confSum, one.baseSum = 1, s.AttnSR.Confidence, s.AttnSR.Baseline
 		t.confidence.add(s.AttnSR.Confidence)
 	}
+	if s.ScorerPolicyVersion != nil {
+		sl := float64(*s.ScorerPolicyVersion - s.PolicyVersion)
+		one.scorerN, one.scorerLagSum = 1, sl
+		t.scorerLag.add(sl)
+	}
+	source := sourceOf(s)
+	t.source(source, a.cfg.MaxSources).merge(&one)
 	t.total.merge(&one)
 	if v := t.version(s.PolicyVersion, a.cfg.MaxVersions); v != nil {
 		v.merge(&one)
@@ -173,7 +182,7 @@ func (a *Aggregator) Add(topic string, s *schemas.Sample, at time.Time) {
 	}
 	t.rate.add(now.Unix())
 
-	done, evicted := t.open.member(s.PromptID, s.GroupSize, s.PolicyVersion, s.Partial, success, s.Reward, now.UnixMilli())
+	done, evicted := t.open.member(s.PromptID, source, s.GroupSize, s.PolicyVersion, s.Partial, success, s.Reward, now.UnixMilli())
 	t.closeGroup(done)
 	t.closeGroup(evicted)
 }
@@ -200,11 +209,39 @@ func (t *topicAgg) version(v int64, max int) *acc {
 	return r
 }
 
+// NoSource is the source row of samples without a source.
+const NoSource = "(none)"
+
+func sourceOf(s *schemas.Sample) string {
+	if s.Source == nil || *s.Source == "" {
+		return NoSource
+	}
+	return *s.Source
+}
+
+// source returns the row of data source name; beyond max rows, "other".
+func (t *topicAgg) source(name string, max int) *acc {
+	if r := t.sources[name]; r != nil {
+		return r
+	}
+	if len(t.sources) >= max-1 && name != "other" {
+		return t.source("other", max+1)
+	}
+	r := &acc{}
+	t.sources[name] = r
+	return r
+}
+
 func (t *topicAgg) closeGroup(g *openGroup) {
 	if g == nil {
 		return
 	}
 	t.total.closeGroup(g)
+	if r := t.sources[g.source]; r != nil {
+		r.closeGroup(g)
+	} else if r := t.sources["other"]; r != nil {
+		r.closeGroup(g)
+	}
 	if v := t.versions[g.version]; v != nil {
 		v.closeGroup(g)
 	}

@@ -237,3 +237,41 @@ func TestHistogram(t *testing.T) {
 		t.Fatalf("log: %v %v", l.counts, l.edges())
 	}
 }
+
+func TestBySourceAndScorerLag(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxSources = 4 // three named rows and "other"
+	a := NewAggregator(cfg, "s")
+	add := func(id, prompt, source string, reward float64, scorer *int64) {
+		s := sample(id, prompt, 2, 5, reward)
+		if source != "" {
+			s.Source = &source
+		}
+		s.ScorerPolicyVersion = scorer
+		a.Add("s", s, time.Time{})
+	}
+	v6, v5 := int64(6), int64(5)
+	add("a0", "pa", "nq", 1, &v6)
+	add("a1", "pa", "nq", 0, &v6)
+	add("b0", "pb", "hotpotqa", 1, &v5)
+	add("b1", "pb", "hotpotqa", 1, nil)
+	add("c0", "pc", "", 0, nil)
+	add("c1", "pc", "", 0, nil)
+	add("d0", "pd", "trivia", 0, nil) // a fourth source: "other"
+	add("d1", "pd", "trivia", 1, nil)
+	s := a.Summary()
+	got := map[string]SourceRow{}
+	for _, r := range s.BySource {
+		got[r.Source] = r
+	}
+	if len(s.BySource) != 4 || s.BySource[0].Source != NoSource || got["other"].Samples != 2 || got["other"].Groups != 1 || got["nq"].Samples != 2 || !near(got["nq"].RewardMean, 0.5) ||
+		got["hotpotqa"].ZeroVarianceGroups != 1 || got[NoSource].Groups != 1 || got[NoSource].ZeroVarianceGroups != 1 {
+		t.Fatalf("by source: %+v", s.BySource)
+	}
+	if _, ok := got["trivia"]; ok {
+		t.Fatalf("a fourth named row: %+v", s.BySource)
+	}
+	if s.ScorerLagSamples != 3 || !near(s.ScorerLagMean, 2.0/3) {
+		t.Fatalf("scorer lag: %d samples, mean %v", s.ScorerLagSamples, s.ScorerLagMean)
+	}
+}

@@ -17,6 +17,10 @@ type Config struct {
 	// MaxVersions is how many policy-version rows are kept per topic, the
 	// newest ones (default 64).
 	MaxVersions int
+	// MaxSources is how many source rows are kept per topic (default 32):
+	// the first MaxSources−1 sources seen get their own, later ones share
+	// "other".
+	MaxSources int
 	// MaxOpenGroups bounds the groups per topic waiting for members (default
 	// 16384); beyond it the oldest closes as incomplete.
 	MaxOpenGroups int
@@ -32,7 +36,7 @@ type Config struct {
 
 // DefaultConfig is the configuration the command starts from.
 func DefaultConfig() Config {
-	return Config{SuccessThreshold: 1.0, DedupeWindow: 1 << 17, MaxVersions: 64, MaxOpenGroups: 1 << 14,
+	return Config{SuccessThreshold: 1.0, DedupeWindow: 1 << 17, MaxVersions: 64, MaxSources: 32, MaxOpenGroups: 1 << 14,
 		GroupIdle: 10 * time.Second, RewardMin: 0, RewardMax: 1, RateSeconds: 300}
 }
 
@@ -43,6 +47,8 @@ func (c *Config) Check() error {
 		return fmt.Errorf("monitor: dedupe window %d: set a positive number of trajectory ids", c.DedupeWindow)
 	case c.MaxVersions <= 0:
 		return fmt.Errorf("monitor: max versions %d: set a positive number of rows", c.MaxVersions)
+	case c.MaxSources <= 0:
+		return fmt.Errorf("monitor: max sources %d: set a positive number of rows", c.MaxSources)
 	case c.MaxOpenGroups <= 0:
 		return fmt.Errorf("monitor: max open groups %d: set a positive number", c.MaxOpenGroups)
 	case !(c.RewardMax > c.RewardMin):

@@ -16,10 +16,12 @@ package monitor
 //
 // A closed group counts once in groups; zero_variance when every member's
 // reward seen is equal (one member included), pass@G when at least one member
-// succeeded. The group belongs to the policy version of its first member seen.
+// succeeded. The group belongs to the policy version and the data source of
+// its first member seen.
 
 type openGroup struct {
 	prompt      string
+	source      string
 	version     int64
 	size        int32
 	members     int32
@@ -52,14 +54,14 @@ func newOpenGroups(max int) *openGroups {
 // member adds one (new, deduplicated) member and returns the group when it
 // is now complete (removed from the open set), plus any group evicted to
 // stay within the bound.
-func (o *openGroups) member(prompt string, size int32, version int64, partial, success bool, reward float64, nowMs int64) (done, evicted *openGroup) {
+func (o *openGroups) member(prompt, source string, size int32, version int64, partial, success bool, reward float64, nowMs int64) (done, evicted *openGroup) {
 	g := o.m[prompt]
 	if g == nil {
 		if len(o.m) >= o.max {
 			evicted = o.evictOldest()
 		}
 		o.seq++
-		g = &openGroup{prompt: prompt, version: version, size: size, allEqual: true, firstReward: reward, seq: o.seq}
+		g = &openGroup{prompt: prompt, source: source, version: version, size: size, allEqual: true, firstReward: reward, seq: o.seq}
 		o.m[prompt] = g
 		o.queue = append(o.queue, queued{prompt, g.seq})
 		if len(o.queue)-o.head > 2*o.max+16 {

@@ -1,5 +1,7 @@
 package monitor
 
+import "sort"
+
 // VersionRow is the aggregate of one policy version.
 type VersionRow struct {
 	PolicyVersion int64 `json:"policy_version"`
@@ -23,6 +25,28 @@ type Totals struct {
 	DroppedVersionSamples int64 `json:"dropped_version_samples"`
 	// ByPolicyVersion is sorted by version.
 	ByPolicyVersion []VersionRow `json:"by_policy_version"`
+	// BySource is sorted by source name; samples without a source are
+	// under "(none)", sources beyond Config.MaxSources under "other".
+	BySource []SourceRow `json:"by_source"`
+}
+
+// SourceRow is the aggregate of one data source.
+type SourceRow struct {
+	Source string `json:"source"`
+	Row
+}
+
+func sourceRows(m map[string]*acc) []SourceRow {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]SourceRow, 0, len(names))
+	for _, n := range names {
+		out = append(out, SourceRow{Source: n, Row: m[n].row()})
+	}
+	return out
 }
 
 // Summary is GET /api/v1/summary and the last line of --once --json. Field
@@ -48,6 +72,7 @@ func (t *topicAgg) totals() Totals {
 	for _, v := range sortedVersions(t.versions) {
 		out.ByPolicyVersion = append(out.ByPolicyVersion, VersionRow{PolicyVersion: v, Row: t.versions[v].row()})
 	}
+	out.BySource = sourceRows(t.sources)
 	return out
 }
 
@@ -63,6 +88,7 @@ func (a *Aggregator) summaryLocked() Summary {
 		Topics: map[string]Totals{}, TopicOrder: []string{}}
 	var all acc
 	versions := map[int64]*acc{}
+	sources := map[string]*acc{}
 	for _, t := range a.topics {
 		s.Topics[t.name] = t.totals()
 		s.TopicOrder = append(s.TopicOrder, t.name)
@@ -74,6 +100,12 @@ func (a *Aggregator) summaryLocked() Summary {
 		if t.hasNewest && (s.NewestPolicyVersion == nil || t.newest > *s.NewestPolicyVersion) {
 			v := t.newest
 			s.NewestPolicyVersion = &v
+		}
+		for n, r := range t.sources {
+			if sources[n] == nil {
+				sources[n] = &acc{}
+			}
+			sources[n].merge(r)
 		}
 		for v, r := range t.versions {
 			if versions[v] == nil {
@@ -87,6 +119,7 @@ func (a *Aggregator) summaryLocked() Summary {
 	for _, v := range sortedVersions(versions) {
 		s.ByPolicyVersion = append(s.ByPolicyVersion, VersionRow{PolicyVersion: v, Row: versions[v].row()})
 	}
+	s.BySource = sourceRows(sources)
 	for r, n := range a.dead {
 		s.DeadLetters[r] = n
 		s.DeadLettersTotal += n
@@ -105,6 +138,7 @@ type TopicCharts struct {
 	Confidence       HistView   `json:"confidence"`
 	AgeSeconds       HistView   `json:"age_seconds"`
 	PolicyLag        HistView   `json:"policy_lag"`
+	ScorerLag        HistView   `json:"scorer_lag"`
 	EventTime        SeriesView `json:"event_time"`
 	Rate             RateView   `json:"rate"`
 }
@@ -135,7 +169,7 @@ func (a *Aggregator) View() View {
 		v.Charts = append(v.Charts, TopicCharts{
 			Topic: t.name, Reward: t.reward.view(), Advantage: t.advantage.view(), OutcomeAdvantage: t.outcomeAdv.view(),
 			Tokens: t.tokens.view(), Turns: t.turns.view(), Confidence: t.confidence.view(),
-			AgeSeconds: t.age.view(), PolicyLag: t.lag.view(), EventTime: t.events.view(), Rate: t.rate.view(now),
+			AgeSeconds: t.age.view(), PolicyLag: t.lag.view(), ScorerLag: t.scorerLag.view(), EventTime: t.events.view(), Rate: t.rate.view(now),
 		})
 	}
 	return v

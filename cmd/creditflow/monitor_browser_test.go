@@ -97,7 +97,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	wantDead := strconv.Itoa(sum.DeadLetters)
 	fed := []string{"c-reward-version", "c-success-version", "c-reward-time", "c-success-time", "c-reward-hist", "c-adv-hist",
 		"c-zero-version", "c-pass-version", "c-outadv-hist", "c-tokens-hist", "c-turns-hist", "c-rate",
-		"c-delta-version", "c-gate-version", "c-aproc-version", "c-age-hist", "c-lag-hist"}
+		"c-delta-version", "c-gate-version", "c-aproc-version", "c-age-hist", "c-lag-hist", "c-scorerlag-hist"}
 	fedJSON, _ := json.Marshal(fed)
 	cond := `(() => {
 	  const q = (t, k) => { const e = document.querySelector('td[data-topic="' + t + '"][data-key="' + k + '"]'); return e ? e.textContent : ""; };
@@ -113,9 +113,9 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	}
 
 	// The numbers on the page against the API, read after the page's.
-	type cell struct{ Topic, Key, Reason, Text string }
+	type cell struct{ Topic, Key, Reason, Source, Text string }
 	cells, err := chromedp.Run(bctx, chromedp.Evaluate[[]cell](`Array.from(document.querySelectorAll("td.num")).map(e =>
-	  ({Topic: e.dataset.topic || "", Key: e.dataset.key || "", Reason: e.dataset.reason || "", Text: e.textContent}))`))
+	  ({Topic: e.dataset.topic || "", Key: e.dataset.key || "", Reason: e.dataset.reason || "", Source: e.dataset.source || "", Text: e.textContent}))`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +139,16 @@ func TestMonitorPageInBrowser(t *testing.T) {
 			v = api["dead_letters_total"]
 		case c.Key == "samples_per_second":
 			continue // a function of wall time, not in the summary
+		case c.Source != "":
+			obj := api
+			if c.Topic != "*" {
+				obj = api["topics"].(map[string]any)[c.Topic].(map[string]any)
+			}
+			for _, r := range obj["by_source"].([]any) {
+				if r := r.(map[string]any); r["source"] == c.Source {
+					v = r[c.Key]
+				}
+			}
 		case c.Topic == "*":
 			v = api[c.Key]
 		default:
@@ -149,7 +159,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 		}
 		checked++
 	}
-	if checked < 2*14+2 {
+	if checked < 3*15+2*6+2 {
 		t.Fatalf("checked only %d numbers on the page", checked)
 	}
 	if got := api["samples"].(float64); got != float64(2*sum.SamplesOut) {

@@ -29,6 +29,7 @@
     ["pass@G", "pass_at_g", fmt.pct],
     ["newest policy version", "newest_policy_version", fmt.int],
     ["mean policy lag", "policy_lag_mean", fmt.f2],
+    ["mean scorer version lag", "scorer_lag_mean", fmt.f2],
     ["tokens per trajectory", "tokens_mean", fmt.f0],
     ["turns per trajectory", "turns_mean", fmt.f2],
     ["open groups", "open_groups", fmt.int],
@@ -60,6 +61,7 @@
     { id: "c-baseline-time", kind: "time", y: (s) => s.baseline_mean, empty: "no AttnSR samples" },
     { id: "c-age-hist", kind: "hist", h: (c) => c.age_seconds, log: true },
     { id: "c-lag-hist", kind: "hist", h: (c) => c.policy_lag, ints: true },
+    { id: "c-scorerlag-hist", kind: "hist", h: (c) => c.scorer_lag, ints: true, empty: "no sample carries the scorer's version" },
   ];
 
   // duration formats seconds with two significant digits in a fitting unit.
@@ -302,6 +304,7 @@
     rows.push(tr);
     table.tBodies[0].replaceChildren(...rows);
 
+    drawSources(s, cols);
     const rd = view.reading;
     if (rd) {
       const info = [["topics", rd.topics.join("\n")], ["dead letters", rd.dead_letters || "–"], ["from", rd.from],
@@ -327,6 +330,32 @@
     tot.appendChild(el("td", { class: "num", "data-key": "dead_letters_total" }, String(s.dead_letters_total)));
     drows.push(tot);
     dead.replaceChildren(...drows);
+  }
+
+  // One row per data source and topic.
+  function drawSources(s, cols) {
+    const table = document.getElementById("sources");
+    const per = [["samples", "samples", fmt.int], ["reward mean", "reward_mean", fmt.f4], ["success rate", "success_rate", fmt.pct],
+      ["groups", "groups", fmt.int], ["zero-variance groups", "zero_variance_groups", fmt.int], ["pass@G", "pass_at_g", fmt.pct]];
+    const head = el("tr");
+    ["source", "topic"].concat(per.map((p) => p[0])).forEach((h) => head.appendChild(el("th", {}, h)));
+    table.tHead.replaceChildren(head);
+    const rows = [];
+    const names = [];
+    cols.forEach((c) => c.id !== "*" && (c.data.by_source || []).forEach((r) => names.includes(r.source) || names.push(r.source)));
+    names.sort().forEach((n) => cols.forEach((c, i) => {
+      if (c.id === "*") return;
+      const r = (c.data.by_source || []).find((x) => x.source === n);
+      if (!r) return;
+      const tr = el("tr");
+      tr.appendChild(el("td", {}, n));
+      const tc = el("td", {}, c.name);
+      tc.style.borderLeft = "3px solid " + COLORS[i % COLORS.length];
+      tr.appendChild(tc);
+      per.forEach(([, key, f]) => tr.appendChild(el("td", { class: "num", "data-topic": c.id, "data-source": n, "data-key": key }, f(r[key]))));
+      rows.push(tr);
+    }));
+    table.tBodies[0].replaceChildren(...rows);
   }
 
   function render(view) {
