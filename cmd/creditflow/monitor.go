@@ -49,6 +49,7 @@ func runMonitor(args []string) error {
 	fs.DurationVar(&cfg.GroupIdle, "group-idle", cfg.GroupIdle, "a partial group closes after this long without a new member")
 	fs.IntVar(&cfg.DedupeWindow, "dedupe-window", cfg.DedupeWindow, "trajectory ids remembered per topic to count duplicates once")
 	fs.IntVar(&cfg.MaxVersions, "max-versions", cfg.MaxVersions, "policy-version rows kept per topic (the newest)")
+	fs.IntVar(&cfg.MaxSources, "max-sources", cfg.MaxSources, "data-source rows kept per topic (later sources share \"other\")")
 	fs.IntVar(&cfg.MaxOpenGroups, "max-open-groups", cfg.MaxOpenGroups, "groups per topic waiting for members before the oldest closes as incomplete")
 	fs.Float64Var(&cfg.RewardMin, "reward-min", cfg.RewardMin, "lower end of the reward histogram")
 	fs.Float64Var(&cfg.RewardMax, "reward-max", cfg.RewardMax, "upper end of the reward histogram")
