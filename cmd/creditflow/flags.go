@@ -19,8 +19,10 @@ func creditFlags(fs *flag.FlagSet, cfg *credit.Config) func() error {
 	fs.Float64Var(&cfg.EpsIG, "eps-ig", cfg.EpsIG, "lapo: ε_ig of the robust scale τ")
 	fs.Float64Var(&cfg.EpsZ, "eps-z", cfg.EpsZ, "lapo: ε_z of the group normalization")
 	kinds := fs.String("eligible-kinds", strings.Join(cfg.EligibleKinds, ","), "lapo: comma-separated turn kinds that can be eligible")
-	fs.BoolVar(&cfg.NoAnswerSkipsObservationRule, "no-answer-all-kinds-eligible", cfg.NoAnswerSkipsObservationRule,
-		"lapo: in a trajectory without an answer turn, every turn of an eligible kind is eligible even with an empty segment")
+	fs.BoolVar(&cfg.NoAnswerEmptySegmentsEligible, "no-answer-empty-segments-eligible", cfg.NoAnswerEmptySegmentsEligible,
+		"lapo: in a trajectory without an answer turn, a turn of an eligible kind is eligible even with an empty assistant or observation segment (default: both must be non-empty)")
+	fs.BoolVar(&cfg.NoAnswerEmptySegmentsEligible, "no-answer-all-kinds-eligible", cfg.NoAnswerEmptySegmentsEligible,
+		"lapo: deprecated alias of --no-answer-empty-segments-eligible")
 	fs.Float64Var(&cfg.EpsR, "eps-r", cfg.EpsR, "ε_R of the outcome advantage")
 	fs.StringVar(&cfg.Output, "attnsr-output", cfg.Output, "attnsr: grpo (reweighted advantages) or ppo (token rewards)")
 	fs.Float64Var(&cfg.Beta, "beta", cfg.Beta, "attnsr: β, step reward budget scale")
