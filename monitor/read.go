@@ -63,8 +63,8 @@ func (s *Source) Check() error {
 	return err
 }
 
-// offsetAt returns the first offset of topic/partition written at or after t
-// (the end offset when none is).
+// offsetAt returns the first offset of topic/partition written at or after
+// t, or -1 when no record is.
 func offsetAt(ctx context.Context, d *kafka.Dialer, brokers []string, topic string, partition int, t time.Time) (int64, error) {
 	var errs []error
 	for _, b := range brokers {
@@ -149,6 +149,9 @@ func (r *reader) once(ctx context.Context) error {
 					off, err := offsetAt(ctx, r.d, r.src.Brokers, topic, p, r.from.at)
 					if err != nil {
 						fail(err)
+						return
+					}
+					if off < 0 { // no record written at or after the time
 						return
 					}
 					from = off
