@@ -62,6 +62,7 @@ func (a *acc) closeGroup(g *openGroup) {
 type Row struct {
 	Samples            int64   `json:"samples"`
 	RewardMean         float64 `json:"reward_mean"`
+	Successes          int64   `json:"successes"`
 	SuccessRate        float64 `json:"success_rate"`
 	Groups             int64   `json:"groups"`
 	ZeroVarianceGroups int64   `json:"zero_variance_groups"`
@@ -99,7 +100,7 @@ func ratio(a, n float64) float64 {
 func (a *acc) row() Row {
 	n, e, g, at := float64(a.samples), float64(a.eligible), float64(a.groups), float64(a.attnN)
 	return Row{
-		Samples: a.samples, RewardMean: ratio(a.rewardSum, n), SuccessRate: ratio(float64(a.successes), n),
+		Samples: a.samples, RewardMean: ratio(a.rewardSum, n), Successes: a.successes, SuccessRate: ratio(float64(a.successes), n),
 		Groups: a.groups, ZeroVarianceGroups: a.zeroVar, ZeroVarianceShare: ratio(float64(a.zeroVar), g),
 		PassGroups: a.passGroups, PassAtG: ratio(float64(a.passGroups), g),
 		PartialGroups: a.partial, IncompleteGroups: a.incomplete,

@@ -47,7 +47,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.samples, t.Samples)
 		counter(c.duplicates, t.Duplicates)
 		counter(c.undecodable, t.Undecodable)
-		counter(c.successes, int64(t.SuccessRate*float64(t.Samples)+0.5))
+		counter(c.successes, t.Successes)
 		counter(c.groups, t.Groups)
 		counter(c.zeroVar, t.ZeroVarianceGroups)
 		counter(c.passGroups, t.PassGroups)
