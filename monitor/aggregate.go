@@ -23,12 +23,15 @@ type Aggregator struct {
 	dead    map[string]int64
 	changes uint64
 	now     func() time.Time
+	// announced is the newest version announced on the policy topic; -1
+	// before any announcement (or when the topic is not followed).
+	announced int64
 }
 
 // NewAggregator returns an empty aggregator over the given samples topics
 // (more topics are added as their first record arrives).
 func NewAggregator(cfg Config, topics ...string) *Aggregator {
-	a := &Aggregator{cfg: cfg, byName: map[string]*topicAgg{}, dead: map[string]int64{}, now: time.Now}
+	a := &Aggregator{cfg: cfg, byName: map[string]*topicAgg{}, dead: map[string]int64{}, now: time.Now, announced: -1}
 	for _, t := range topics {
 		a.topic(t)
 	}
@@ -133,7 +136,7 @@ func (a *Aggregator) Add(topic string, s *schemas.Sample, at time.Time) {
 	if !t.hasNewest || s.PolicyVersion > t.newest {
 		t.newest, t.hasNewest = s.PolicyVersion, true
 	}
-	lag := float64(t.newest - s.PolicyVersion)
+	lag := float64(max(t.newest, a.announced) - s.PolicyVersion)
 	one := acc{samples: 1, rewardSum: s.Reward, tokens: int64(len(s.Tokens)), turns: int64(len(s.Turns)),
 		eligible: eligible, pos: pos, neg: neg, gate: gate, absProc: absProc, lagSum: lag}
 	if success {
@@ -264,6 +267,19 @@ func (a *Aggregator) AddDeadLetter(value []byte, headerReason string) {
 	}
 	a.dead[reason]++
 	a.changes++
+}
+
+// SetAnnounced takes the newest version announced on the policy topic into
+// account: from then on a sample's policy lag is measured from the larger of
+// it and the newest version seen in the sample's topic. An older version
+// never moves it back.
+func (a *Aggregator) SetAnnounced(v int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v > a.announced {
+		a.announced = v
+		a.changes++
+	}
 }
 
 // Sweep closes the partial groups idle for longer than Config.GroupIdle.

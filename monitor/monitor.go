@@ -3,12 +3,16 @@ package monitor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/policy"
+	"github.com/creditflow/creditflow/schemas"
 )
 
 // Monitor reads samples topics and the dead-letter topic into an
@@ -66,6 +70,18 @@ func (m *Monitor) Once(ctx context.Context) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	if m.src.Policy != "" { // announcements first: lags are measured from them
+		fctx, cancel := context.WithCancel(ctx)
+		f := m.follower()
+		done := make(chan struct{})
+		go func() { defer close(done); _ = f.Run(fctx) }()
+		ready := f.WaitReady(ctx, 15*time.Second)
+		cancel()
+		<-done
+		if !ready {
+			return Summary{}, fmt.Errorf("monitor: policy topic %s not readable within 15s: check --topic-policy and the brokers, or set --topic-policy '' to leave it out", m.src.Policy)
+		}
+	}
 	if err := r.once(ctx); err != nil {
 		return Summary{}, err
 	}
@@ -91,10 +107,18 @@ func (m *Monitor) Follow(ctx context.Context) error {
 			}
 		}
 	}()
+	if m.src.Policy != "" {
+		go func() { _ = m.follower().Run(ctx) }()
+	}
 	if err := r.follow(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+func (m *Monitor) follower() *policy.Follower {
+	return policy.NewFollower(m.src.Brokers, m.src.Security, m.src.Policy, policy.WithLogger(m.log),
+		policy.WithOnNewest(func(a schemas.PolicyAnnouncement) { m.agg.SetAnnounced(a.Version) }))
 }
 
 // Serve serves Handler on ln until ctx ends.

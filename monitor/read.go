@@ -26,6 +26,9 @@ type Source struct {
 	Topics []string
 	// DeadLetters is the dead-letter topic; empty to leave it out.
 	DeadLetters string
+	// Policy is the policy topic, followed (from its beginning, without a
+	// group) for the newest announced version; empty to leave it out.
+	Policy string
 	// From is where each partition starts: "earliest", "latest" or an
 	// RFC 3339 time (the first record written at or after it).
 	From string

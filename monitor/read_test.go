@@ -9,6 +9,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/policy"
+	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 )
 
@@ -18,7 +20,7 @@ import (
 func TestOnceFrom(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := broker.Start(broker.WithTopics(2, "samples", "dead"))
+	b, err := broker.Start(broker.WithTopics(2, "samples", "dead"), broker.WithTopics(1, "policy"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +57,27 @@ func TestOnceFrom(t *testing.T) {
 		if s.Samples != c.samples || s.Undecodable != c.undecodable || (c.samples > 0 && (s.Groups != 5 || s.ZeroVarianceGroups != 0 || len(s.ByPolicyVersion) != 3)) {
 			t.Fatalf("from %q: %+v", c.from, s.Totals)
 		}
+	}
+	// An announced version newer than any sample's: lags are measured from it.
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if err := policy.Announce(ctx, prod, "policy", schemas.PolicyAnnouncement{Version: 7, AnnouncedAtMs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Source{Brokers: b.Addrs(), Topics: []string{"samples"}, Policy: "policy"}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Versions 0,0,0,0,1,1,1,1,2,2: lags 7,7,7,7,6,6,6,6,5,5.
+	if s.NewestAnnouncedVersion == nil || *s.NewestAnnouncedVersion != 7 || !near(s.PolicyLagMean, 6.2) {
+		t.Fatalf("announced %v, policy lag mean %v", s.NewestAnnouncedVersion, s.PolicyLagMean)
 	}
 	if _, err := New(Source{Brokers: b.Addrs(), Topics: []string{"samples"}, From: "yesterday"}, DefaultConfig()); err == nil {
 		t.Fatal("--from yesterday accepted")

@@ -38,7 +38,7 @@ func (m *Monitor) Handler() http.Handler {
 
 func (m *Monitor) view() View {
 	v := m.agg.View()
-	v.Reading = &Reading{Topics: m.src.Topics, DeadLetters: m.src.DeadLetters, From: m.src.From, GroupIdle: m.cfg.GroupIdle.String()}
+	v.Reading = &Reading{Topics: m.src.Topics, DeadLetters: m.src.DeadLetters, Policy: m.src.Policy, From: m.src.From, GroupIdle: m.cfg.GroupIdle.String()}
 	if v.Reading.From == "" {
 		v.Reading.From = "earliest"
 	}

@@ -53,9 +53,12 @@ func sourceRows(m map[string]*acc) []SourceRow {
 // names are stable; see docs/monitor.md.
 type Summary struct {
 	Totals
-	SuccessThreshold float64          `json:"success_threshold"`
-	DeadLetters      map[string]int64 `json:"dead_letters"` // reason → count
-	DeadLettersTotal int64            `json:"dead_letters_total"`
+	SuccessThreshold float64 `json:"success_threshold"`
+	// NewestAnnouncedVersion is the newest version announced on the policy
+	// topic; null before any announcement or when it is not followed.
+	NewestAnnouncedVersion *int64           `json:"newest_announced_version"`
+	DeadLetters            map[string]int64 `json:"dead_letters"` // reason → count
+	DeadLettersTotal       int64            `json:"dead_letters_total"`
 	// Topics holds one Totals per samples topic, by name; TopicOrder is the
 	// order they were given in.
 	Topics     map[string]Totals `json:"topics"`
@@ -120,6 +123,10 @@ func (a *Aggregator) summaryLocked() Summary {
 		s.ByPolicyVersion = append(s.ByPolicyVersion, VersionRow{PolicyVersion: v, Row: versions[v].row()})
 	}
 	s.BySource = sourceRows(sources)
+	if a.announced >= 0 {
+		v := a.announced
+		s.NewestAnnouncedVersion = &v
+	}
 	for r, n := range a.dead {
 		s.DeadLetters[r] = n
 		s.DeadLettersTotal += n
@@ -155,6 +162,7 @@ type View struct {
 type Reading struct {
 	Topics      []string `json:"topics"`
 	DeadLetters string   `json:"dead_letters"`
+	Policy      string   `json:"policy"`
 	From        string   `json:"from"`
 	GroupIdle   string   `json:"group_idle"`
 }

@@ -41,6 +41,7 @@ func runMonitor(args []string) error {
 	kf := addKafkaFlags(fs)
 	topicList := fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
 	dead := fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
+	pol := fs.String("topic-policy", topics.Policy, "policy topic: policy lag is measured from the newest announced version when it is larger than the newest seen (empty: leave out)")
 	from := fs.String("from", "earliest", "where each partition starts: earliest, latest or an RFC 3339 time")
 	addr := fs.String("addr", defaultMonitorAddr, "listen address of the page, /api/v1/summary and /metrics")
 	once := fs.Bool("once", false, "read every topic up to its end offsets as of start-up, print the summary, exit")
@@ -65,7 +66,7 @@ func runMonitor(args []string) error {
 	if err != nil {
 		return err
 	}
-	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, From: *from}
+	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, Policy: *pol, From: *from}
 	m, err := monitor.New(src, cfg, monitor.WithLogger(log))
 	if err != nil {
 		return err
@@ -111,7 +112,7 @@ func startMonitorServer(ctx context.Context, m *monitor.Monitor, addr string) (s
 // on brokers, serving on addr, and returns its URL.
 func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, addr string, log zerolog.Logger) (string, error) {
 	t := stage.DefaultTopics()
-	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, From: "earliest"},
+	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, Policy: t.Policy, From: "earliest"},
 		monitor.DefaultConfig(), monitor.WithLogger(log))
 	if err != nil {
 		return "", err

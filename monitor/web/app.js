@@ -307,7 +307,9 @@
     drawSources(s, cols);
     const rd = view.reading;
     if (rd) {
-      const info = [["topics", rd.topics.join("\n")], ["dead letters", rd.dead_letters || "–"], ["from", rd.from],
+      const info = [["topics", rd.topics.join("\n")], ["dead letters", rd.dead_letters || "–"],
+        ["policy topic", rd.policy || "–"], ["announced version", s.newest_announced_version == null ? "–" : String(s.newest_announced_version)],
+        ["from", rd.from],
         ["success", "reward ≥ " + s.success_threshold], ["partial group closes after", rd.group_idle]];
       document.getElementById("reading").tBodies[0].replaceChildren(...info.map(([k, v]) => {
         const tr = el("tr");
