@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/internal/kafkasec"
 )
 
 func init() {
@@ -39,7 +41,9 @@ func runDemo(args []string) error {
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	logLevel := fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
 	credit := creditFlags(fs, &o.Credit)
-	if err := fs.Parse(args); err != nil {
+	mon := &optionalAddr{def: defaultMonitorAddr}
+	fs.Var(mon, "monitor", "also serve the live monitor page (default "+defaultMonitorAddr+"; --monitor ADDR for another), and keep serving after the summary until Ctrl-C")
+	if err := mon.parse(fs, args); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {
@@ -77,6 +81,21 @@ func runDemo(args []string) error {
 	defer stop()
 	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, embedded broker, %d CPU scorer(s) with the built-in tiny model\n",
 		o.Method, o.Groups, o.GroupSize, o.Scorers)
+	var monitorURL string
+	if mon.set {
+		if len(o.Brokers) == 0 { // the broker must outlive the run for the page to keep serving
+			b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			o.Brokers = b.Addrs()
+		}
+		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, mon.addr, o.Logger); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+	}
 	sum, runErr := demo.Run(ctx, o)
 	if tty {
 		fmt.Fprintln(os.Stderr)
@@ -88,6 +107,10 @@ func runDemo(args []string) error {
 			return err
 		}
 		fmt.Println(string(b))
+	}
+	if mon.set && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
+		<-ctx.Done()
 	}
 	return runErr
 }
