@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/internal/kafkasec"
 )
 
 func init() {
@@ -39,7 +41,9 @@ func runDemo(args []string) error {
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	logLevel := fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
 	credit := creditFlags(fs, &o.Credit)
-	if err := fs.Parse(args); err != nil {
+	mon := &optionalAddr{def: defaultMonitorAddr}
+	fs.Var(mon, "monitor", "also serve the live monitor page (default "+defaultMonitorAddr+"; --monitor ADDR for another), and keep serving after the summary until Ctrl-C")
+	if err := mon.parse(fs, args); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {
@@ -77,6 +81,21 @@ func runDemo(args []string) error {
 	defer stop()
 	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, embedded broker, %d CPU scorer(s) with the built-in tiny model\n",
 		o.Method, o.Groups, o.GroupSize, o.Scorers)
+	var monitorURL string
+	if mon.set {
+		if len(o.Brokers) == 0 { // the broker must outlive the run for the page to keep serving
+			b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			o.Brokers = b.Addrs()
+		}
+		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, mon.addr, o.Logger); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+	}
 	sum, runErr := demo.Run(ctx, o)
 	if tty {
 		fmt.Fprintln(os.Stderr)
@@ -88,6 +107,10 @@ func runDemo(args []string) error {
 			return err
 		}
 		fmt.Println(string(b))
+	}
+	if mon.set && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
+		<-ctx.Done()
 	}
 	return runErr
 }
@@ -103,10 +126,20 @@ func printSummary(s demo.Summary) {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
 		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)
 		fmt.Fprintf(w, "step rewards      %.1f%% positive, %.1f%% negative\n", 100*s.PositiveStep, 100*s.NegativeStep)
+		if s.AttnSRKeyHitRate != nil {
+			fmt.Fprintf(w, "key step hit      %.1f%% of %d trajectories have their largest p_k on the key step (chance %.1f%%)\n",
+				100**s.AttnSRKeyHitRate, s.AttnSRKeyMeasured, 100**s.AttnSRKeyChance)
+		}
 	} else {
 		fmt.Fprintf(w, "eligible turns    %d: Δ %.1f%% positive, %.1f%% negative\n", s.EligibleTurns, 100*s.PositiveDelta, 100*s.NegativeDelta)
 		fmt.Fprintf(w, "gate pass rate    %.1f%%\n", 100*s.GatePassRate)
 		fmt.Fprintf(w, "mean |A_proc|     %.4f\n", s.MeanAbsProcAdv)
+		if s.LAPOHitRate != nil {
+			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ on the informative turn (chance %.1f%%)\n",
+				100**s.LAPOHitRate, s.LAPOHitMeasured, 100**s.LAPOHitChance)
+			fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
+				100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+		}
 	}
 	fmt.Fprintf(w, "throughput        %.1f trajectories/s, %.0f sample tokens/s over %.1fs\n", s.TrajPerSecond, s.TokensPerSec, s.Seconds)
 	fmt.Fprintf(w, "latency           p50 %.0f ms, p99 %.0f ms (last member produced → sample consumed)\n", s.LatencyP50Ms, s.LatencyP99Ms)
