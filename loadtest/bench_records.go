@@ -13,13 +13,18 @@ import (
 type benchSize struct {
 	Name   string // as in --sizes and in the JSON "size" field
 	Method string // lapo | attnsr
-	Tokens int    // target tokens per trajectory (0: the synthetic search-QA shape as it is)
+	Tokens int    // tokens per trajectory: observations are padded up to it (0: the synthetic shape as it is)
 	Steps  int    // attnsr: steps (turns) per trajectory
 }
 
 // benchSizes are the sizes the bench knows, the default (search-QA) first.
+// The search-QA size is the synthetic search-QA world (1–3 searches) with its
+// observations padded to 1,300 tokens per trajectory, the length of a real
+// search-QA rollout: the synthetic worlds themselves are kept short for the
+// built-in tiny model (about 450 tokens), which would make the default size
+// a third of what the bench is meant to measure.
 var benchSizes = []benchSize{
-	{Name: "search-qa", Method: "lapo"},
+	{Name: "search-qa", Method: "lapo", Tokens: 1300},
 	{Name: "8k", Method: "lapo", Tokens: 8 << 10},
 	{Name: "32k", Method: "lapo", Tokens: 32 << 10},
 	{Name: "128k", Method: "lapo", Tokens: 128 << 10},
