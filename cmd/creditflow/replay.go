@@ -30,14 +30,18 @@ func runReplay(args []string) error {
 			"Replays the scored topic — the expensive scorer results — through the advantage stage with new\n"+
 			"settings (λ, gating, β, α, δ, windows …) into a new samples topic, under a new consumer group,\n"+
 			"and stops once it has caught up with the end of the topic as it was at start. With --jsonl it\n"+
-			"writes the scored records as `creditflow compute` input lines instead (SPEC §5.1).\n\nflags:")
+			"writes the scored records as `creditflow compute` input lines instead (docs/offline.md).\n\n"+
+			"A replay never writes into a live topic: it refuses the live samples, scored, dead-letter and\n"+
+			"state topics, and any output topic that already holds records unless --append. Its state and\n"+
+			"dead letters go to its own topics, <topic-samples>.state and <topic-samples>.dead-letters.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	kf := addKafkaFlags(fs)
 	fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
-	fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "samples topic to write (must differ from the live one)")
-	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
-	fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "state changelog topic")
+	fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "new samples topic to write (never a live topic; must be new or empty unless --append)")
+	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", "", "the replay's own dead-letter topic (default: <topic-samples>.dead-letters)")
+	fs.StringVar(&cfg.Topics.State, "topic-state", "", "the replay's own state changelog topic (default: <topic-samples>.state)")
+	appendOut := fs.Bool("append", false, "allow writing to output topics that already hold records (never to a live topic)")
 	fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
 	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	credit := creditFlags(fs, &cfg.Credit)
@@ -72,11 +76,22 @@ func runReplay(args []string) error {
 	if cfg.Topics.Samples == "" {
 		return fmt.Errorf("--topic-samples is required: a replay writes to a new samples topic")
 	}
+	if cfg.Topics.State == "" {
+		cfg.Topics.State = cfg.Topics.Samples + ".state"
+	}
+	if cfg.Topics.DeadLetters == "" {
+		cfg.Topics.DeadLetters = cfg.Topics.Samples + ".dead-letters"
+	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}
+	if err := checkReplayOutputs(ctx, cfg, *appendOut); err != nil {
+		return err
+	}
 	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security,
-		producers.TopicSpec{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1}); err != nil {
+		producers.TopicSpec{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1},
+		producers.TopicSpec{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
+		producers.TopicSpec{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true}); err != nil {
 		return err
 	}
 	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security}, producers.WithLogger(cfg.Logger))
@@ -123,8 +138,55 @@ func runReplay(args []string) error {
 		open += pos.OpenGroups
 		records += min(pos.Next, ends[p])
 	}
-	fmt.Printf("replayed %d scored records from %d partitions into %s in %.1fs; %d groups still open at the end of the topic\n",
-		records, len(ends), cfg.Topics.Samples, time.Since(start).Seconds(), open)
+	fmt.Printf("replayed %d scored records from %d partitions into %s in %.1fs; %d groups still open at the end of the topic\n"+
+		"(the replay's state is in %s, its dead letters in %s)\n",
+		records, len(ends), cfg.Topics.Samples, time.Since(start).Seconds(), open, cfg.Topics.State, cfg.Topics.DeadLetters)
+	return nil
+}
+
+// checkReplayOutputs refuses outputs that would touch a live pipeline: a
+// replay never writes to the live topics (the default topic names and the
+// scored topic it reads), its three outputs are distinct, and, unless
+// appendOK, each output topic is new or empty. It runs before anything is
+// written and creates no topic.
+func checkReplayOutputs(ctx context.Context, cfg stage.Config, appendOK bool) error {
+	live := stage.DefaultTopics()
+	liveNames := map[string]string{
+		live.Trajectories: "the live trajectories topic", live.Scored: "the live scored topic",
+		live.Samples: "the live samples topic", live.DeadLetters: "the live dead-letter topic", live.State: "the live state topic",
+	}
+	liveNames[cfg.Topics.Scored] = "the scored topic this replay reads"
+	outs := []struct{ flag, topic string }{
+		{"--topic-samples", cfg.Topics.Samples}, {"--topic-state", cfg.Topics.State}, {"--topic-dead-letters", cfg.Topics.DeadLetters},
+	}
+	seen := map[string]string{}
+	for _, o := range outs {
+		if what, ok := liveNames[o.topic]; ok {
+			return fmt.Errorf("%s %s is %s: a replay never writes into a live topic; write to a new topic, e.g. --topic-samples %s.replay-1",
+				o.flag, o.topic, what, live.Samples)
+		}
+		if other, ok := seen[o.topic]; ok {
+			return fmt.Errorf("%s and %s both name %s: give the replay's outputs distinct topics", other, o.flag, o.topic)
+		}
+		seen[o.topic] = o.flag
+	}
+	if appendOK {
+		return nil
+	}
+	for _, o := range outs {
+		ends, err := consumers.TopicEnds(ctx, cfg.Brokers, cfg.Security, o.topic)
+		if err != nil {
+			return err
+		}
+		var n int64
+		for _, e := range ends {
+			n += e
+		}
+		if n > 0 {
+			return fmt.Errorf("%s %s already holds records (end offsets sum to %d): a replay writes to a new topic; pick a new name, or pass --append to add to it",
+				o.flag, o.topic, n)
+		}
+	}
 	return nil
 }
 
