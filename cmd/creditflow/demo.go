@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/internal/kafkasec"
 )
 
 func init() {
@@ -33,6 +32,7 @@ func runDemo(args []string) error {
 	fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject (they must end as dead letters)")
 	fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
 	brokers := fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
+	startup := fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer, then exit non-zero")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
@@ -66,15 +66,20 @@ func runDemo(args []string) error {
 	if *metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		o.Registerer = reg
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.ListenAndServe() }()
-		defer srv.Close()
+		stopMetrics, err := serveMetrics(*metricsAddr, reg, o.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		fmt.Fprintf(os.Stderr, "metrics on http://%s/metrics\n", *metricsAddr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(o.Brokers) > 0 {
+		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, embedded broker, %d CPU scorer(s) with the built-in tiny model\n",
 		o.Method, o.Groups, o.GroupSize, o.Scorers)
 	sum, runErr := demo.Run(ctx, o)

@@ -48,6 +48,7 @@ func runReplay(args []string) error {
 	window := windowFlags(fs, &cfg.Window)
 	jsonl := fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
 	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
+	startup := fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
 	if err := loadSettings(fs, args); err != nil {
 		return err
 	}
@@ -66,6 +67,9 @@ func runReplay(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
+		return err
+	}
 	ends, err := consumers.EndOffsets(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored)
 	if err != nil {
 		return err

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
@@ -75,6 +72,13 @@ func (k *kafkaFlags) security() (kafkasec.Config, error) {
 }
 
 func runRun(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runStages(ctx, args)
+}
+
+// runStages is `creditflow run` until ctx ends (SIGTERM) or a stage fails.
+func runStages(ctx context.Context, args []string) error {
 	cfg := stage.DefaultConfig()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
@@ -106,6 +110,7 @@ func runRun(args []string) error {
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics here (empty: off)")
 	logLevel := fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, exit after at most this long")
+	startup := fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
 	if err := loadSettings(fs, args); err != nil {
 		return err
 	}
@@ -142,23 +147,24 @@ func runRun(args []string) error {
 	log.Info().Strs("brokers", cfg.Brokers).Str("security", cfg.Security.String()).Str("stage", *which).
 		Str("method", cfg.Credit.Method).Msg("creditflow run starting")
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if *metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error().Err(err).Msg("metrics server")
-			}
-		}()
-		defer srv.Close()
+		stopMetrics, err := serveMetrics(*metricsAddr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
+		return err
 	}
 	if *create > 0 {
-		if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(*create)...); err != nil {
-			return err
+		cctx, cancel := context.WithTimeout(ctx, *startup)
+		err := producers.EnsureTopics(cctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(*create)...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("--create-topics at %s: %w", strings.Join(cfg.Brokers, ","), err)
 		}
 	}
 	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security},
@@ -179,7 +185,7 @@ func runRun(args []string) error {
 					return err
 				}
 			}
-			scorer = gpu.NewLocal(m, gpu.WithLocalRegisterer(reg))
+			scorer = gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
 		} else {
 			opts := []gpu.ClientOption{gpu.WithLogger(log), gpu.WithRegisterer(reg)}
 			if *scorerToken != "" {

@@ -125,7 +125,15 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		if err != nil {
 			return Summary{}, err
 		}
-		srv := gpu.NewServer(gpu.NewLocal(m), gpu.WithServerLogger(log))
+		srvOpts := []gpu.ServerOption{gpu.WithServerLogger(log)}
+		var localOpts []gpu.LocalOption
+		if r, ok := o.Registerer.(*prometheus.Registry); ok {
+			// The scorer servers' metrics (what a scorer pod exports) on
+			// the demo's /metrics too.
+			srvOpts = append(srvOpts, gpu.WithServerRegistry(r))
+			localOpts = append(localOpts, gpu.WithLocalRegisterer(r))
+		}
+		srv := gpu.NewServer(gpu.NewLocal(m, localOpts...), srvOpts...)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = srv.Serve(ctx, ln) }()
 		endpoints = append(endpoints, "http://"+ln.Addr().String())

@@ -64,6 +64,8 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.forMethod(cfg.Credit.Method)
+	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
 	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
 		positions: map[int]Position{}}, nil
 }
@@ -73,7 +75,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
 		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256, SessionTimeout: a.cfg.SessionTimeout,
-	}, consumers.WithLogger(a.log))
+	}, consumers.WithLogger(a.log), consumers.WithRegisterer(a.cfg.Metrics.reg))
 	if err != nil {
 		return err
 	}
