@@ -237,8 +237,13 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 		}
 		if t := bytes.TrimSpace(line); len(t) > 0 {
 			var in Input
-			if err := json.Unmarshal(t, &in); err != nil {
-				return fmt.Errorf("line %d: not a scored trajectory object: %v", lineNo, err)
+			dec := json.NewDecoder(bytes.NewReader(t))
+			dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
+			if err := dec.Decode(&in); err != nil {
+				return fmt.Errorf("line %d: not a scored trajectory object: %v (the fields are listed in docs/offline.md)", lineNo, err)
+			}
+			if _, err := dec.Token(); err != io.EOF {
+				return fmt.Errorf("line %d: more than one JSON value on the line; write one scored trajectory object per line", lineNo)
 			}
 			if in.GroupSize == nil || *in.GroupSize < 1 {
 				return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
