@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,24 +21,44 @@ func init() {
 
 func runDemo(args []string) error {
 	o := demo.Defaults()
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts (groups) to run")
-	fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "trajectories per prompt (G)")
-	fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
-	fs.StringVar(&o.Direction, "direction", o.Direction, "LAPO direction: backward or forward (ablation)")
-	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
-	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
-	fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject (they must end as dead letters)")
-	fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
-	brokers := fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
-	startup := fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer, then exit non-zero")
-	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
-	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
-	logLevel := fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
+	fs := newFlagSet("demo", `usage: creditflow demo [--groups N] [--method lapo|attnsr] [--json] [flags]
+
+Runs the whole pipeline in one process: an embedded Kafka broker (or --brokers), CPU reference
+scorer servers with the built-in tiny model, both stages, a synthetic rollout producer and a
+trainer-side consumer that validates every sample. It injects --bad malformed records on purpose
+(they must end as dead letters) and ends with a summary.`)
+	var brokers, metricsAddr, logLevel *string
+	var startup *time.Duration
+	var asJSON *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.IntVar(&o.Groups, "groups", o.Groups, "prompts (groups) to run")
+		fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "trajectories per prompt (G)")
+		fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject on purpose (they must end as dead letters)")
+		fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
+		fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
+		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
+		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
+	})
+	fs.inGroup(groupKafka, func() {
+		brokers = fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer, then exit non-zero")
+		fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
+	})
+	fs.inGroup(groupScorer, func() {
+		fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
+	})
+	fs.inGroup(groupCredit, func() {
+		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
+	})
+	fs.inGroup(groupLAPO, func() {
+		fs.StringVar(&o.Direction, "direction", o.Direction, "backward or forward (ablation)")
+	})
 	credit := creditFlags(fs, &o.Credit)
-	if err := fs.Parse(args); err != nil {
+	fs.inGroup(groupObservability, func() {
+		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
+		logLevel = fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
+	})
+	if err := fs.parse(args, false); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {

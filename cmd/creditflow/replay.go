@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,33 +22,43 @@ func init() {
 
 func runReplay(args []string) error {
 	cfg := stage.DefaultConfig()
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: creditflow replay --topic-samples NEW_TOPIC [flags]\n"+
-			"       creditflow replay --jsonl > scored.jsonl     (then: creditflow compute < scored.jsonl)\n\n"+
-			"Replays the scored topic — the expensive scorer results — through the advantage stage with new\n"+
-			"settings (λ, gating, β, α, δ, windows …) into a new samples topic, under a new consumer group,\n"+
-			"and stops once it has caught up with the end of the topic as it was at start. With --jsonl it\n"+
-			"writes the scored records as `creditflow compute` input lines instead (docs/offline.md).\n\n"+
-			"A replay never writes into a live topic: it refuses the live samples, scored, dead-letter and\n"+
-			"state topics, and any output topic that already holds records unless --append. Its state and\n"+
-			"dead letters go to its own topics, <topic-samples>.state and <topic-samples>.dead-letters.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("replay", "usage: creditflow replay --topic-samples NEW_TOPIC [flags]\n"+
+		"       creditflow replay --jsonl > scored.jsonl     (then: creditflow compute < scored.jsonl)\n\n"+
+		"Replays the scored topic — the expensive scorer results — through the advantage stage with new\n"+
+		"settings (λ, gating, β, α, δ, windows …) into a new samples topic, under a new consumer group,\n"+
+		"and stops once it has caught up with the end of the topic as it was at start. With --jsonl it\n"+
+		"writes the scored records as `creditflow compute` input lines instead (docs/offline.md).\n\n"+
+		"A replay never writes into a live topic: it refuses the live samples, scored, dead-letter and\n"+
+		"state topics, and any output topic that already holds records unless --append. Its state and\n"+
+		"dead letters go to its own topics, <topic-samples>.state and <topic-samples>.dead-letters.")
+	var appendOut, jsonl *bool
+	var logLevel *string
+	var startup *time.Duration
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		jsonl = fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
+		appendOut = fs.Bool("append", false, "allow writing to output topics that already hold records (never to a live topic)")
+	})
 	kf := addKafkaFlags(fs)
-	fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
-	fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "new samples topic to write (never a live topic; must be new or empty unless --append)")
-	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", "", "the replay's own dead-letter topic (default: <topic-samples>.dead-letters)")
-	fs.StringVar(&cfg.Topics.State, "topic-state", "", "the replay's own state changelog topic (default: <topic-samples>.state)")
-	appendOut := fs.Bool("append", false, "allow writing to output topics that already hold records (never to a live topic)")
-	fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
-	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
+	fs.inGroup(groupKafka, func() {
+		fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
+	})
+	fs.inGroup(groupTopics, func() {
+		fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
+		fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "new samples topic to write (never a live topic; must be new or empty unless --append)")
+		fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", "", "the replay's own dead-letter topic (default: <topic-samples>.dead-letters)")
+		fs.StringVar(&cfg.Topics.State, "topic-state", "", "the replay's own state changelog topic (default: <topic-samples>.state)")
+	})
+	fs.inGroup(groupCredit, func() {
+		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
+	})
 	credit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
-	jsonl := fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
-	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
-	startup := fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
-	if err := loadSettings(fs, args); err != nil {
+	fs.inGroup(groupObservability, func() {
+		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
+	})
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"flag"
-	"fmt"
 	"os"
 
 	"github.com/creditflow/creditflow/gpu/model"
 )
 
 func init() {
-	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (SPEC §5.2)", runScore)
+	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (docs/offline.md)", runScore)
 }
 
 // loadModelFlag opens the model named by --model: "tiny" (or empty) is the
@@ -22,10 +20,7 @@ func loadModelFlag(dir string) (*model.Model, error) {
 }
 
 func runScore(args []string) error {
-	fs := flag.NewFlagSet("score", flag.ContinueOnError)
-	dir := fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: creditflow score [--model DIR]
+	fs := newFlagSet("score", `usage: creditflow score [--model DIR] < rows.jsonl > scores.jsonl
 
 Reads JSON Lines on stdin, one row per line:
   {"context":[ids], "target":[ids], "span":[a,b]}
@@ -35,12 +30,12 @@ S = mean over k in [a,b) of log p(target[k] | context, target[:k]) (natural log;
 null if not finite). A context too long for the model keeps its rightmost
 tokens. Rows read together share their common prefixes. The first malformed
 line stops the command with an error naming the line number (exit status 1);
-all lines before it have been answered.
-
-Flags:`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+all lines before it have been answered. The format is in docs/offline.md.`)
+	var dir *string
+	fs.inGroup(groupScorer, func() {
+		dir = fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
+	})
+	if err := fs.parse(args, false); err != nil {
 		return err
 	}
 	m, err := loadModelFlag(*dir)
