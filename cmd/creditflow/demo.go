@@ -56,7 +56,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	credit := creditFlags(fs, &o.Credit)
 	fs.inGroup(groupObservability, func() {
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
-		logLevel = fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
+		logLevel = fs.String("log-level", "error", "zerolog level for the pipeline's JSON logs on stderr (warn also logs each dead letter)")
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err
@@ -101,6 +101,9 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	}
 	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, embedded broker, %d CPU scorer(s) with the built-in tiny model\n",
 		o.Method, o.Groups, o.GroupSize, o.Scorers)
+	if o.Bad > 0 {
+		fmt.Fprintf(os.Stderr, "injecting %d malformed records on purpose (--bad): each must end as a dead letter\n", o.Bad)
+	}
 	sum, runErr := demo.Run(ctx, o)
 	if tty {
 		fmt.Fprintln(os.Stderr)
@@ -122,7 +125,17 @@ func printSummary(s demo.Summary) {
 	fmt.Fprintf(w, "groups            %d in, %d out\n", s.GroupsIn, s.GroupsOut)
 	fmt.Fprintf(w, "trajectories      %d\n", s.Trajectories)
 	fmt.Fprintf(w, "samples           %d (lost %d, invalid %d, duplicates %d)\n", s.SamplesOut, s.Lost, s.Invalid, s.Duplicates)
-	fmt.Fprintf(w, "dead letters      %d %v\n", s.DeadLetters, s.DeadByReason)
+	dead := fmt.Sprintf("%d", s.DeadLetters)
+	if len(s.DeadByReason) > 0 {
+		dead += " (" + demo.FormatCounts(s.DeadByReason) + ")"
+	}
+	switch {
+	case s.InjectedBad > 0 && s.DeadLetters == s.InjectedBad:
+		dead += fmt.Sprintf(": the %d malformed records injected on purpose", s.InjectedBad)
+	case s.InjectedBad > 0:
+		dead += fmt.Sprintf(": %d injected on purpose, %d others", s.InjectedBad, s.DeadLetters-s.InjectedBad)
+	}
+	fmt.Fprintf(w, "dead letters      %s\n", dead)
 	if s.Method == "attnsr" {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
 		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +73,7 @@ type Summary struct {
 	Duplicates    int            `json:"duplicate_samples"`
 	DeadLetters   int            `json:"dead_letters"`
 	DeadByReason  map[string]int `json:"dead_letters_by_reason"`
+	InjectedBad   int            `json:"injected_bad"` // malformed records injected on purpose (Options.Bad)
 	Lost          int            `json:"lost"`
 	Invalid       int            `json:"invalid_samples"`
 	Seconds       float64        `json:"seconds"`
@@ -500,7 +502,7 @@ func (t *trainer) summary(el time.Duration) Summary {
 	expected := t.o.Groups * t.o.GroupSize
 	s := Summary{
 		Method: t.o.Method, GroupsIn: t.groupsIn, GroupsOut: t.groupsDone, Trajectories: t.groupsIn * t.o.GroupSize,
-		SamplesOut: len(t.seen), Duplicates: t.dups, DeadLetters: sumMap(t.dead), DeadByReason: t.dead,
+		SamplesOut: len(t.seen), Duplicates: t.dups, DeadLetters: sumMap(t.dead), DeadByReason: t.dead, InjectedBad: t.o.Bad,
 		Lost: expected - len(t.seen), Invalid: t.invalid, Seconds: round(el.Seconds(), 3),
 	}
 	s.TrajPerSecond = round(float64(len(t.seen))/el.Seconds(), 2)
@@ -530,4 +532,19 @@ func (t *trainer) summary(el time.Duration) Summary {
 func round(x float64, digits int) float64 {
 	p := math.Pow(10, float64(digits))
 	return math.Round(x*p) / p
+}
+
+// FormatCounts writes counts by name as "a 1, b 2" in name order, for
+// summaries people read ("" when empty).
+func FormatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
