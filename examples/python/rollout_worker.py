@@ -7,7 +7,7 @@ Usage:
 Tokens are bytes (ids 0..255), the tokenization of creditflow's built-in tiny
 model, so the records are scored by `creditflow run` or `creditflow demo`
 without any model files. With a real policy, tokenize with its tokenizer and
-send the gold target ids and span exactly like this (SPEC §2.1).
+send the gold target ids and span exactly like this (docs/method.md §2.1).
 Needs Debian's python3-confluent-kafka and python3-avro.
 """
 

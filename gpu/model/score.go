@@ -50,7 +50,7 @@ func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
 	return out, u, nil
 }
 
-// ScoreRows returns S for every row (SPEC §2.1): the mean natural-log
+// ScoreRows returns S for every row (docs/method.md §2.1): the mean natural-log
 // probability of Target[a:b] given Context and Target[:k]. Rows are merged into
 // a prefix trie over their full sequences and every trie edge is forwarded
 // once on top of its parent's key/value cache, so rows that share a prefix

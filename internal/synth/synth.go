@@ -34,7 +34,7 @@ func Default() Config {
 	return Config{Shape: SearchQA, Seed: 7, GroupSize: 5, BaseMs: 1_767_225_600_000, StepMs: 10}
 }
 
-// Template is the LAPO scoring template (SPEC §2.1); %s is the gold answer.
+// Template is the LAPO scoring template (docs/method.md §2.1); %s is the gold answer.
 const Template = "<think>Now there's enough information to answer</think>\n<answer>%s</answer>"
 
 var (

@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// SPEC §1: outcome reward and outcome advantage (both methods).
+// docs/method.md §1: outcome reward and outcome advantage (both methods).
 
-// Normalize applies the SPEC §1 answer normalization, in this order:
+// Normalize applies the docs/method.md §1 answer normalization, in this order:
 // lowercase; remove ASCII punctuation; remove the words "a", "an", "the"
 // (a word is a whitespace-separated token); collapse runs of whitespace to
 // one space and trim.
@@ -35,7 +35,7 @@ func isASCIIPunct(r rune) bool {
 	return (r >= '!' && r <= '/') || (r >= ':' && r <= '@') || (r >= '[' && r <= '`') || (r >= '{' && r <= '~')
 }
 
-// F1 is the token-level F1 of pred against gold after Normalize (SPEC §1).
+// F1 is the token-level F1 of pred against gold after Normalize (docs/method.md §1).
 // Both empty: 1; one empty: 0; otherwise 2PR/(P+R) over the multiset
 // intersection of whitespace tokens (0 when nothing overlaps).
 func F1(pred, gold string) float64 {
@@ -82,7 +82,7 @@ func BestF1(pred *string, golds []string) float64 {
 }
 
 // EM reports whether the normalized prediction equals any normalized gold
-// (SPEC §1, for evaluation and monitoring).
+// (docs/method.md §1, for evaluation and monitoring).
 func EM(pred string, golds []string) bool {
 	p := Normalize(pred)
 	for _, g := range golds {
@@ -119,7 +119,7 @@ func PopStd(xs []float64) float64 {
 	return math.Sqrt(s / float64(len(xs)))
 }
 
-// OutcomeAdvantages is SPEC §1: A_out_i = (R_i − mean R) / (std R + ε_R),
+// OutcomeAdvantages is docs/method.md §1: A_out_i = (R_i − mean R) / (std R + ε_R),
 // population std over the group members present.
 func OutcomeAdvantages(rewards []float64, epsR float64) []float64 {
 	m, sd := Mean(rewards), PopStd(rewards)

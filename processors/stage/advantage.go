@@ -20,8 +20,8 @@ import (
 )
 
 // AdvantageStage reads scored trajectories, groups them by prompt_id in
-// event-time windows (SPEC §4), computes outcome and process advantages
-// (SPEC §1–3) and writes one training sample per trajectory.
+// event-time windows (docs/stream.md), computes outcome and process advantages
+// (docs/method.md §1–3) and writes one training sample per trajectory.
 //
 // Guarantees: an input offset is committed only after every sample or dead
 // letter it caused is acknowledged; before each commit the partition's

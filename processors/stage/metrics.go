@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "creditflow_inflight_records",
 			Help: "Input records read but not yet finished, by stage."}, []string{"stage"}),
 		truncations: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_truncations_total",
-			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (SPEC §2.1)."}),
+			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (docs/method.md §2.1)."}),
 		lapoDelta: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_delta_total",
 			Help: "Eligible turns by the sign of their LAPO gain Δ."}, []string{"sign"}),
 		lapoGate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_gate_total",

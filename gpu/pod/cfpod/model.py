@@ -1,5 +1,5 @@
 """A compact Llama-family decoder (Llama, Qwen2, Qwen3) in torch, with the two scorer
-operations of creditflow: LAPO row scores (SPEC 2.1) and AttnSR step graphs (SPEC 3.1).
+operations of creditflow: LAPO row scores (docs/method.md §2.1) and AttnSR step graphs (docs/method.md §3.1).
 
 Guarantees:
 - The arithmetic is the one of the Go reference model (gpu/model): RMSNorm with the weight
@@ -525,7 +525,7 @@ class Model:
 
     @torch.no_grad()
     def score_rows(self, rows, packing=None, pack_tokens=None):
-        """S for every row (SPEC 2.1): the mean natural-log probability of target[a:b] given
+        """S for every row (docs/method.md §2.1): the mean natural-log probability of target[a:b] given
         context and target[:k]. rows: [(context ids, target ids, (a, b))]. Returns
         (scores as floats, Usage). A context longer than max_context - len(target) keeps
         its rightmost tokens (counted in Usage.truncations).
@@ -715,7 +715,7 @@ class Model:
 
     @torch.no_grad()
     def step_graphs(self, tokens, steps, layers, block=QUERY_BLOCK):
-        """G_AA and G_AO (SPEC 3.1) on each requested layer, in the order of layers (repeats
+        """G_AA and G_AO (docs/method.md §3.1) on each requested layer, in the order of layers (repeats
         allowed). steps: [((a0, a1), (o0, o1) or None)], half-open ranges into tokens.
         Returns [(layer, AA, AO)] with K x K nested lists of floats (row j = querying step,
         zeros where k >= j). One forward pass up to the deepest requested layer; for every
