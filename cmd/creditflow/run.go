@@ -237,9 +237,25 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			defer c.Close()
 			scorer = c
 		}
-		s, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
-		if err != nil {
-			return err
+		// Scorer pods may start at the same time as the processor: wait
+		// for one to answer, as for the brokers, at most --startup-timeout.
+		var s *stage.ScoreStage
+		waitUntil := time.Now().Add(*startup)
+		for {
+			if s, err = stage.NewScoreStage(ctx, cfg, scorer, prod); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(waitUntil) {
+				return fmt.Errorf("%w; gave up after --startup-timeout %v", err, *startup)
+			}
+			log.Warn().Err(err).Msg("waiting for a scorer to answer")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 		n++
 		go func() { errc <- s.Run(ctx) }()
