@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		brokers = fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
 		startup = fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer, then exit non-zero")
 		fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
+		fs.StringVar(&o.Prefix, "topic-prefix", "", "name the demo's topics <prefix>.trajectories, … and its consumer groups <prefix>… (default with --brokers: creditflow-demo-<unix time>, never the live creditflow.* topics)")
 	})
 	fs.inGroup(groupScorer, func() {
 		fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
@@ -70,6 +72,9 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	}
 	o.Credit.Method = o.Method
 	o.Brokers = splitList(*brokers)
+	if len(o.Brokers) > 0 && o.Prefix == "" {
+		o.Prefix = fmt.Sprintf("creditflow-demo-%d", time.Now().Unix())
+	}
 	tty := isTerminal(os.Stderr)
 	last := time.Time{}
 	o.Progress = func(p demo.Progress) {
@@ -99,8 +104,15 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, embedded broker, %d CPU scorer(s) with the built-in tiny model\n",
-		o.Method, o.Groups, o.GroupSize, o.Scorers)
+	where := "embedded broker"
+	if len(o.Brokers) > 0 {
+		where = "brokers " + strings.Join(o.Brokers, ",")
+	}
+	if o.Prefix != "" {
+		where += ", topics and groups " + o.Prefix + ".*"
+	}
+	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, %s, %d CPU scorer(s) with the built-in tiny model\n",
+		o.Method, o.Groups, o.GroupSize, where, o.Scorers)
 	if o.Bad > 0 {
 		fmt.Fprintf(os.Stderr, "injecting %d malformed records on purpose (--bad): each must end as a dead letter\n", o.Bad)
 	}

@@ -48,6 +48,12 @@ type Options struct {
 	Progress   func(Progress)        // called about twice a second
 	// Brokers, when set, uses an existing cluster instead of starting the embedded broker.
 	Brokers []string
+	// Prefix, when set, names the demo's topics <Prefix>.trajectories,
+	// <Prefix>.scored, … and its consumer groups <Prefix>, <Prefix>-trainer,
+	// <Prefix>-dead-letters, so a demo on a shared cluster never writes into
+	// the live creditflow.* topics nor joins the live groups (default: the
+	// pipeline's default names, right for the embedded broker).
+	Prefix string
 }
 
 // Defaults is the demo's default size.
@@ -147,6 +153,12 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	defer client.Close()
 
 	cfg := stage.DefaultConfig()
+	trainerGroup, deadGroup := "creditflow-demo-trainer", "creditflow-demo-dead-letters"
+	if o.Prefix != "" {
+		cfg.Topics = stage.Topics{Trajectories: o.Prefix + ".trajectories", Scored: o.Prefix + ".scored",
+			Samples: o.Prefix + ".samples", DeadLetters: o.Prefix + ".dead-letters", State: o.Prefix + ".advantage-state"}
+		cfg.GroupID, trainerGroup, deadGroup = o.Prefix, o.Prefix+"-trainer", o.Prefix+"-dead-letters"
+	}
 	cfg.Brokers = brokers
 	cfg.Credit = o.Credit
 	cfg.Credit.Method = o.Method
@@ -180,7 +192,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	for _, sub := range []struct {
 		group, topic string
 		fn           func(consumers.Record)
-	}{{"creditflow-demo-trainer", cfg.Topics.Samples, tr.sample}, {"creditflow-demo-dead-letters", cfg.Topics.DeadLetters, tr.deadLetter}} {
+	}{{trainerGroup, cfg.Topics.Samples, tr.sample}, {deadGroup, cfg.Topics.DeadLetters, tr.deadLetter}} {
 		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic}},
 			consumers.WithLogger(log), consumers.WithRegisterer(o.Registerer))
 		if err != nil {
