@@ -94,8 +94,12 @@ func docMetrics(t *testing.T) map[string]string {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		for _, m := range metricName.FindAllString(string(b), -1) {
-			if _, ok := out[m]; !ok {
+		text := string(b)
+		for _, loc := range metricName.FindAllStringIndex(text, -1) {
+			if end := loc[1]; end < len(text) && (text[end] == '_' || text[end] == '*') {
+				continue // a family pattern such as creditflow_lapo_*
+			}
+			if m := text[loc[0]:loc[1]]; out[m] == "" {
 				out[m] = rel
 			}
 		}
