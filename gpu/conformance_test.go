@@ -42,6 +42,11 @@ func TestConformance(t *testing.T) {
 	}
 
 	sets := makeSets(31, 25, 5)
+	for i := range sets { // some rows at a rollout temperature other than 1
+		for j := range sets[i].Rows {
+			sets[i].Rows[j].Temperature = []float64{0, 0.7, 1.3}[(i+j)%3]
+		}
+	}
 	want := expectedScores(t, sets)
 	got, err := c.ScoreRows(ctx, sets)
 	if err != nil {

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 )
 
@@ -81,6 +82,9 @@ func validateSets(info ModelInfo, sets []RowSet) error {
 			}
 			if info.MaxContext > 0 && len(r.Target) > info.MaxContext {
 				return rejectf(i, s.ID, "set %d row %d: target of %d tokens alone exceeds the model's max context %d", i, j, len(r.Target), info.MaxContext)
+			}
+			if temp := r.Temperature; math.IsNaN(temp) || math.IsInf(temp, 0) || temp < 0 {
+				return rejectf(i, s.ID, "set %d row %d: temperature %v must be finite and > 0 (0 means 1)", i, j, temp)
 			}
 		}
 	}

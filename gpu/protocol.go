@@ -111,11 +111,14 @@ func (s *Score) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// WireRow is one LAPO row on the wire.
+// WireRow is one LAPO row on the wire. Temperature is the rollout's sampling
+// temperature: the row is scored with the logits divided by it. Absent (or
+// null) means 1; a value that is not > 0 is a bad request.
 type WireRow struct {
-	Context Tokens `json:"context"`
-	Target  Tokens `json:"target"`
-	Span    [2]int `json:"span"`
+	Context     Tokens   `json:"context"`
+	Target      Tokens   `json:"target"`
+	Span        [2]int   `json:"span"`
+	Temperature *float64 `json:"temperature,omitempty"`
 }
 
 // WireRowSet is one trajectory's rows on the wire.
@@ -200,6 +203,10 @@ func setsToWire(sets []RowSet) ScoreRequest {
 		rows := make([]WireRow, len(s.Rows))
 		for j, r := range s.Rows {
 			rows[j] = WireRow{Context: r.Context, Target: r.Target, Span: r.Span}
+			if r.Temperature != 0 {
+				temp := r.Temperature
+				rows[j].Temperature = &temp
+			}
 		}
 		req.Sets[i] = WireRowSet{ID: s.ID, Rows: rows}
 	}
@@ -212,10 +219,26 @@ func setsFromWire(req ScoreRequest) []RowSet {
 		rows := make([]Row, len(s.Rows))
 		for j, r := range s.Rows {
 			rows[j] = Row{Context: r.Context, Target: r.Target, Span: r.Span}
+			if r.Temperature != nil {
+				rows[j].Temperature = *r.Temperature
+			}
 		}
 		sets[i] = RowSet{ID: s.ID, Rows: rows}
 	}
 	return sets
+}
+
+// validateWireTemperatures rejects a row whose temperature is present but not
+// > 0 (on the wire 0 is not "absent": leave the field out for 1).
+func validateWireTemperatures(req ScoreRequest) error {
+	for i, s := range req.Sets {
+		for j, r := range s.Rows {
+			if r.Temperature != nil && !(*r.Temperature > 0) {
+				return rejectf(i, s.ID, "set %d row %d: temperature %v must be > 0 (leave it out for 1)", i, j, *r.Temperature)
+			}
+		}
+	}
+	return nil
 }
 
 func scoresToWire(res []RowScores) []WireRowScores {

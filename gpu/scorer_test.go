@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -342,4 +343,43 @@ func TestTruncationsPerSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalScores(t, "client with truncation", got, want)
+}
+
+// Rows carry the rollout temperature over the protocol ("temperature",
+// absent = 1): the client's scores equal the model's at each row's
+// temperature, a row without one is scored at 1, and a temperature that is
+// not > 0 is a 400.
+func TestTemperatureOnTheWire(t *testing.T) {
+	local := NewLocal(tiny())
+	url, _ := serveScorer(t, NewServer(local))
+	c := newClient(t, []string{url})
+	ctx := context.Background()
+	sets := makeSets(9, 6, 3)
+	for i := range sets {
+		for j := range sets[i].Rows {
+			sets[i].Rows[j].Temperature = []float64{0, 0.6, 1.3}[i%3]
+		}
+	}
+	want := expectedScores(t, sets)
+	got, err := c.ScoreRows(ctx, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalScores(t, "client with temperatures vs model", got, want)
+	plain := makeSets(9, 6, 3)
+	atOne := expectedScores(t, plain)
+	if got[1].Scores[0] == atOne[1].Scores[0] {
+		t.Fatalf("a row at T = 0.6 scored %v, as at T = 1: the temperature did not reach the model", got[1].Scores[0])
+	}
+	h := map[string]string{ProtocolHeader: ProtocolVersion, "Content-Type": "application/json"}
+	for _, temp := range []string{"0", "-0.5"} {
+		body := fmt.Sprintf(`{"sets":[{"id":"s","rows":[{"context":"AQAAAAIAAAA=","target":"AwAAAAQAAAA=","span":[0,2],"temperature":%s}]}]}`, temp)
+		st, eb := post(t, url+PathScore, h, []byte(body))
+		if st != 400 || eb.Code != CodeBadRequest || !strings.Contains(eb.Error, "temperature") {
+			t.Errorf("temperature %s: status %d %+v, want 400 bad_request naming the temperature", temp, st, eb)
+		}
+	}
+	if _, err := local.ScoreRows(ctx, []RowSet{{ID: "neg", Rows: []Row{{Context: []int32{1}, Target: []int32{2}, Span: [2]int{0, 1}, Temperature: -1}}}}); err == nil {
+		t.Error("Local accepted a negative temperature")
+	}
 }

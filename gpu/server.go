@@ -480,6 +480,9 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		}
 		return len(req.Sets), rows, tokens
 	}, func(ctx context.Context) (any, error) {
+		if err := validateWireTemperatures(req); err != nil {
+			return nil, err
+		}
 		sets := setsFromWire(req)
 		var (
 			res   []RowScores

@@ -38,7 +38,9 @@ type Trajectory struct {
 
 // TurnScore is the score stage's result for one turn.
 // Backward LAPO: With = S(c_full), Without = S(c_−t), Delta = With − Without.
-// Forward: With = S(c_≤t), Without = S(c_<t). Nil where the turn was not scored.
+// Forward: With = S(c_≤t), Without = S(c_<t). Nil where the turn was not scored;
+// With or Without is also nil where the scorer returned a non-finite score,
+// and Delta is then 0.
 type TurnScore struct {
 	Delta   *float64
 	With    *float64

@@ -86,3 +86,36 @@ func TestBadSettingValueSaysWhatWasRead(t *testing.T) {
 		t.Fatalf("environment: %v", err)
 	}
 }
+
+// The flag that lifts the non-empty-segments rule in trajectories without an
+// answer turn is named for what it does; the old name still works and says
+// it is deprecated. The default keeps the rule.
+func TestNoAnswerEmptySegmentsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--no-answer-empty-segments-eligible"}, true},
+		{[]string{"--no-answer-all-kinds-eligible"}, true},
+	} {
+		fs := newFlagSet("compute", "usage: compute")
+		cfg := credit.DefaultConfig()
+		apply := creditFlags(fs, &cfg)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if err := apply(); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.NoAnswerEmptySegmentsEligible != tc.want {
+			t.Errorf("%v: NoAnswerEmptySegmentsEligible = %v, want %v", tc.args, cfg.NoAnswerEmptySegmentsEligible, tc.want)
+		}
+	}
+	fs := newFlagSet("compute", "usage: compute")
+	cfg := credit.DefaultConfig()
+	creditFlags(fs, &cfg)
+	if f := fs.Lookup("no-answer-all-kinds-eligible"); f == nil || !strings.Contains(f.Usage, "deprecated") {
+		t.Errorf("old flag name should remain as a deprecated alias, got %+v", f)
+	}
+}

@@ -24,8 +24,10 @@ func creditFlags(fs *flagSet, cfg *credit.Config) func() error {
 		fs.Float64Var(&cfg.EpsIG, "eps-ig", cfg.EpsIG, "ε_ig of the robust scale τ")
 		fs.Float64Var(&cfg.EpsZ, "eps-z", cfg.EpsZ, "ε_z of the group normalization")
 		kinds = fs.String("eligible-kinds", strings.Join(cfg.EligibleKinds, ","), "comma-separated turn kinds that can be eligible")
-		fs.BoolVar(&cfg.NoAnswerSkipsObservationRule, "no-answer-all-kinds-eligible", cfg.NoAnswerSkipsObservationRule,
-			"in a trajectory without an answer turn, every turn of an eligible kind is eligible even with an empty segment")
+		fs.BoolVar(&cfg.NoAnswerEmptySegmentsEligible, "no-answer-empty-segments-eligible", cfg.NoAnswerEmptySegmentsEligible,
+			"in a trajectory without an answer turn, a turn of an eligible kind is eligible even with an empty assistant or observation segment (default: both must be non-empty)")
+		fs.BoolVar(&cfg.NoAnswerEmptySegmentsEligible, "no-answer-all-kinds-eligible", cfg.NoAnswerEmptySegmentsEligible,
+			"deprecated alias of --no-answer-empty-segments-eligible")
 	})
 	fs.inGroup(groupAttnSR, func() {
 		fs.StringVar(&cfg.Output, "attnsr-output", cfg.Output, "grpo (reweighted advantages) or ppo (token rewards)")

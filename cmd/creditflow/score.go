@@ -23,11 +23,12 @@ func runScore(args []string) error {
 	fs := newFlagSet("score", `usage: creditflow score [--model DIR] < rows.jsonl > scores.jsonl
 
 Reads JSON Lines on stdin, one row per line:
-  {"context":[ids], "target":[ids], "span":[a,b]}
-and writes one line per row, in order:
+  {"context":[ids], "target":[ids], "span":[a,b], "temperature":T}
+("temperature" is optional, default 1) and writes one line per row, in order:
   {"score":S}
 S = mean over k in [a,b) of log p(target[k] | context, target[:k]) (natural log;
-null if not finite). A context too long for the model keeps its rightmost
+null if not finite), with p = softmax(logits / T), the rollout's sampling
+distribution. A context too long for the model keeps its rightmost
 tokens. Rows read together share their common prefixes. The first malformed
 line stops the command with an error naming the line number (exit status 1);
 all lines before it have been answered. The format is in docs/offline.md.`)

@@ -282,3 +282,42 @@ func TestAttentionJSONL(t *testing.T) {
 		t.Fatalf("bad line: %v", err)
 	}
 }
+
+// `creditflow score` takes an optional "temperature" per line (absent or
+// null: 1); a temperature that is not > 0 stops the run naming the line.
+func TestScoreJSONLTemperature(t *testing.T) {
+	m := Tiny()
+	r := rand.New(rand.NewPCG(2, 9))
+	rows := searchRows(r, 256, TinyDelete)[:3]
+	rows[0].Temperature, rows[1].Temperature = 0.5, 1.5
+	var in bytes.Buffer
+	for i, row := range rows {
+		line := map[string]any{"context": row.Context, "target": row.Target, "span": row.Span}
+		if i < 2 {
+			line["temperature"] = row.Temperature
+		} else {
+			line["temperature"] = nil
+		}
+		b, _ := json.Marshal(line)
+		in.Write(append(b, '\n'))
+	}
+	var out bytes.Buffer
+	if err := RunScoreJSONL(m, &in, &out); err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := m.ScoreRowsNaive(rows)
+	for i, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var o struct{ Score float64 }
+		if err := json.Unmarshal([]byte(l), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Score != want[i] {
+			t.Errorf("line %d: %v, want %v", i+1, o.Score, want[i])
+		}
+	}
+	for _, b := range []string{`{"context":[1],"target":[2],"span":[0,1],"temperature":0}`, `{"context":[1],"target":[2],"span":[0,1],"temperature":-2}`} {
+		if err := RunScoreJSONL(m, strings.NewReader(b), &out); err == nil || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "temperature") {
+			t.Errorf("%s: err = %v", b, err)
+		}
+	}
+}

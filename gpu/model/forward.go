@@ -395,9 +395,10 @@ func axpy(y []float32, a float32, x []float32) {
 	}
 }
 
-// logSoftmaxAt computes the logits W·h of every vocabulary entry and returns
-// log p(tok) for each tok in toks (float64 log-sum-exp).
-func (m *Model) logProbs(h []float32, toks []int32) []float64 {
+// logProbs computes the logits W·h of every vocabulary entry and returns
+// log p(tok) = log softmax(logits / temp)[tok] for each tok in toks (float64
+// log-sum-exp; temp > 0).
+func (m *Model) logProbs(h []float32, toks []int32, temp float64) []float64 {
 	V, H := m.cfg.Vocab, m.cfg.Hidden
 	logits := make([]float32, V)
 	mx := float32(math.Inf(-1))
@@ -408,14 +409,17 @@ func (m *Model) logProbs(h []float32, toks []int32) []float64 {
 			mx = z
 		}
 	}
+	// The float32 logits are divided by temp in float64 (exact for temp = 1);
+	// the maximum of z/temp is max(z)/temp since temp > 0.
+	mxT := float64(mx) / temp
 	var sum float64
 	for _, z := range logits {
-		sum += math.Exp(float64(z) - float64(mx))
+		sum += math.Exp(float64(z)/temp - mxT)
 	}
-	lse := float64(mx) + math.Log(sum)
+	lse := mxT + math.Log(sum)
 	out := make([]float64, len(toks))
 	for i, t := range toks {
-		out[i] = float64(logits[t]) - lse
+		out[i] = float64(logits[t])/temp - lse
 	}
 	return out
 }

@@ -18,9 +18,10 @@ const maxLineBytes = 64 << 20
 const maxBatchLines = 256
 
 type scoreLine struct {
-	Context []int32 `json:"context"`
-	Target  []int32 `json:"target"`
-	Span    []int   `json:"span"`
+	Context     []int32  `json:"context"`
+	Target      []int32  `json:"target"`
+	Span        []int    `json:"span"`
+	Temperature *float64 `json:"temperature"` // absent or null: 1
 }
 
 type lineReader struct {
@@ -60,8 +61,9 @@ func (lr *lineReader) next() ([]byte, error) {
 }
 
 // RunScoreJSONL is `creditflow score` (docs/offline.md): each input line
-// {"context":[ids],"target":[ids],"span":[a,b]} gives one output line
-// {"score":S} in input order (S is null when not finite). Lines that are
+// {"context":[ids],"target":[ids],"span":[a,b],"temperature":T} ("temperature"
+// optional, default 1) gives one output line {"score":S} in input order (S is
+// null when not finite). Lines that are
 // available together are scored as one batch, so rows sharing a prefix
 // (consecutive rows of one trajectory) compute it once. Blank lines are
 // skipped. The first bad line stops the run with an error naming its line
@@ -111,6 +113,13 @@ func RunScoreJSONL(m *Model, r io.Reader, w io.Writer) error {
 			return fmt.Errorf("line %d: \"span\" must be [a,b], a half-open range into target", lr.line)
 		}
 		row := Row{Context: in.Context, Target: in.Target, Span: [2]int{in.Span[0], in.Span[1]}}
+		if in.Temperature != nil {
+			if !(*in.Temperature > 0) {
+				flush()
+				return fmt.Errorf("line %d: \"temperature\" %v must be > 0 (leave it out for 1)", lr.line, *in.Temperature)
+			}
+			row.Temperature = *in.Temperature
+		}
 		if _, _, err := m.prepareRows([]Row{row}); err != nil {
 			flush()
 			return fmt.Errorf("line %d: %v", lr.line, trimRowPrefix(err))

@@ -677,3 +677,69 @@ func TestAttendGroupEqualsOne(t *testing.T) {
 		}
 	}
 }
+
+// Rows are scored with the logits divided by their temperature (0 means 1),
+// as the rollout sampled. Rows of one call with different temperatures share
+// the prefix forward pass (the key/value cache does not depend on the
+// temperature) but not the log-probabilities.
+func TestScoreRowsTemperature(t *testing.T) {
+	cfg, ts, m := testModel(t, testArch{arch: "LlamaForCausalLM"}, 12)
+	r := rand.New(rand.NewPCG(3, 4))
+	ctx := randTokens(r, 20, cfg.Vocab)
+	tgt := randTokens(r, 6, cfg.Vocab)
+	temps := []float64{0, 1, 0.5, 1.7, 0.5}
+	var rows []Row
+	for i, temp := range temps {
+		c := ctx
+		if i == 4 {
+			c = ctx[:15] // shares a prefix with the others, same temperature as row 2
+		}
+		rows = append(rows, Row{Context: c, Target: tgt, Span: [2]int{1, 5}, Temperature: temp})
+	}
+	shared, _, err := m.ScoreRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	naive, _, err := m.ScoreRowsNaive(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, row := range rows {
+		one, _, err := m.ScoreRows([]Row{row})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shared[i] != naive[i] || shared[i] != one[0] {
+			t.Errorf("row %d (T=%v): shared %v, naive %v, alone %v", i, row.Temperature, shared[i], naive[i], one[0])
+		}
+		temp := row.Temperature
+		if temp == 0 {
+			temp = 1
+		}
+		if want := refScoreT(cfg, ts, row, temp); math.Abs(shared[i]-want) > 2e-5*math.Max(1, math.Abs(want)) {
+			t.Errorf("row %d (T=%v): %v, float64 reference %v", i, row.Temperature, shared[i], want)
+		}
+	}
+	if shared[0] != shared[1] {
+		t.Errorf("T absent %v and T = 1 %v differ", shared[0], shared[1])
+	}
+	if shared[1] == shared[2] || shared[1] == shared[3] || shared[2] == shared[3] {
+		t.Errorf("one sequence at T = 1, 0.5, 1.7 gave %v %v %v: the temperature was not applied per row", shared[1], shared[2], shared[3])
+	}
+	// A very high temperature flattens the distribution: S → −log V.
+	hot, _, err := m.ScoreRows([]Row{{Context: ctx, Target: tgt, Span: [2]int{1, 5}, Temperature: 1e9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := -math.Log(float64(cfg.Vocab)); math.Abs(hot[0]-want) > 1e-6 {
+		t.Errorf("T = 1e9: S = %v, want −log V = %v", hot[0], want)
+	}
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		for _, f := range []func([]Row) ([]float64, Usage, error){m.ScoreRows, m.ScoreRowsNaive} {
+			_, _, err := f([]Row{rows[0], {Context: ctx, Target: tgt, Span: [2]int{0, 1}, Temperature: bad}})
+			if err == nil || !strings.Contains(err.Error(), "row 1") || !strings.Contains(err.Error(), "temperature") {
+				t.Errorf("temperature %v: err = %v, want an error naming row 1's temperature", bad, err)
+			}
+		}
+	}
+}

@@ -12,8 +12,9 @@ import (
 // per position) that the tests compare the model against.
 
 type refOut struct {
-	logp [][]float64     // [position][vocab] log-probabilities of the next token
-	attn [][][][]float64 // [layer][head][query][key] attention probabilities
+	logp   [][]float64     // [position][vocab] log-probabilities of the next token
+	logits [][]float64     // [position][vocab] the logits they come from
+	attn   [][][][]float64 // [layer][head][query][key] attention probabilities
 }
 
 func refForward(cfg *config, ts []stTensor, seq []int32) refOut {
@@ -157,6 +158,7 @@ func refForward(cfg *config, ts []stTensor, seq []int32) refOut {
 			}
 			mx = math.Max(mx, lg[v])
 		}
+		out.logits = append(out.logits, append([]float64(nil), lg...))
 		var z float64
 		for _, v := range lg {
 			z += math.Exp(v - mx)
@@ -177,6 +179,28 @@ func refScore(cfg *config, ts []stTensor, r Row) float64 {
 	for k := r.Span[0]; k < r.Span[1]; k++ {
 		pos := len(r.Context) + k
 		s += o.logp[pos-1][seq[pos]]
+	}
+	return s / float64(r.Span[1]-r.Span[0])
+}
+
+// refScoreT is S for one row with the logits divided by temp before the
+// softmax, from the reference forward pass.
+func refScoreT(cfg *config, ts []stTensor, r Row, temp float64) float64 {
+	seq := append(append([]int32(nil), r.Context...), r.Target...)
+	o := refForward(cfg, ts, seq)
+	var s float64
+	for k := r.Span[0]; k < r.Span[1]; k++ {
+		pos := len(r.Context) + k
+		lg := o.logits[pos-1]
+		mx := math.Inf(-1)
+		for _, v := range lg {
+			mx = math.Max(mx, v/temp)
+		}
+		var z float64
+		for _, v := range lg {
+			z += math.Exp(v/temp - mx)
+		}
+		s += lg[seq[pos]]/temp - mx - math.Log(z)
 	}
 	return s / float64(r.Span[1]-r.Span[0])
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 )
 
 // preparedRow is a validated row: its full sequence context+target (context
@@ -10,6 +11,7 @@ type preparedRow struct {
 	seq    []int32
 	ctxLen int
 	a, b   int
+	temp   float64 // > 0
 }
 
 func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
@@ -20,6 +22,13 @@ func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
 		a, b := r.Span[0], r.Span[1]
 		if a < 0 || b > len(r.Target) || a >= b {
 			return nil, u, fmt.Errorf("row %d: span [%d, %d) is not a non-empty range inside the target (%d tokens)", i, a, b, len(r.Target))
+		}
+		temp := r.Temperature
+		if math.IsNaN(temp) || math.IsInf(temp, 0) || temp < 0 {
+			return nil, u, fmt.Errorf("row %d: temperature %v must be finite and > 0 (0 or absent means 1)", i, temp)
+		}
+		if temp == 0 {
+			temp = 1
 		}
 		if len(r.Target) > m.cfg.MaxContext {
 			return nil, u, fmt.Errorf("row %d: target has %d tokens, more than the model's context (%d)", i, len(r.Target), m.cfg.MaxContext)
@@ -44,19 +53,23 @@ func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
 		}
 		seq := make([]int32, 0, len(ctx)+len(r.Target))
 		seq = append(append(seq, ctx...), r.Target...)
-		out[i] = preparedRow{seq: seq, ctxLen: len(ctx), a: a, b: b}
+		out[i] = preparedRow{seq: seq, ctxLen: len(ctx), a: a, b: b, temp: temp}
 		u.TokensRowByRow += int64(len(seq))
 	}
 	return out, u, nil
 }
 
 // ScoreRows returns S for every row (docs/method.md §2.1): the mean natural-log
-// probability of Target[a:b] given Context and Target[:k]. Rows are merged into
-// a prefix trie over their full sequences and every trie edge is forwarded
-// once on top of its parent's key/value cache, so rows that share a prefix
-// (the rows of one trajectory) compute it once. The scores equal
-// ScoreRowsNaive's exactly. A context longer than MaxContext−len(Target)
-// keeps its rightmost tokens (counted in Usage.Truncations).
+// probability of Target[a:b] given Context and Target[:k], under the logits
+// divided by the row's temperature. Rows are merged into a prefix trie over
+// their full sequences and every trie edge is forwarded once on top of its
+// parent's key/value cache, so rows that share a prefix (the rows of one
+// trajectory) compute it once. The key/value cache and the final hidden
+// states do not depend on the temperature, so rows of different temperatures
+// share them too; each log-probability is kept per (trie node, temperature).
+// The scores equal ScoreRowsNaive's exactly. A context longer than
+// MaxContext−len(Target) keeps its rightmost tokens (counted in
+// Usage.Truncations).
 func (m *Model) ScoreRows(rows []Row) ([]float64, Usage, error) {
 	prep, u, err := m.prepareRows(rows)
 	if err != nil {
@@ -66,16 +79,13 @@ func (m *Model) ScoreRows(rows []Row) ([]float64, Usage, error) {
 		return []float64{}, u, nil
 	}
 	t := newTrie()
-	spans := make([][]int32, len(prep)) // trie node of each scored token
+	spans := make([][]int, len(prep)) // result slot of each scored token
 	maxLen := 0
 	for i, r := range prep {
 		path := t.insert(r.seq)
 		maxLen = max(maxLen, len(r.seq))
 		for k := r.a; k < r.b; k++ {
-			n := path[r.ctxLen+k]
-			t.need[n] = true
-			t.out[t.parent[n]] = true
-			spans[i] = append(spans[i], n)
+			spans[i] = append(spans[i], t.request(path[r.ctxLen+k], r.temp))
 		}
 	}
 	u.TokensForwarded = int64(len(t.tok) - 1)
@@ -84,8 +94,8 @@ func (m *Model) ScoreRows(rows []Row) ([]float64, Usage, error) {
 	scores := make([]float64, len(prep))
 	for i, sp := range spans {
 		var s float64
-		for _, n := range sp {
-			s += t.logp[n]
+		for _, slot := range sp {
+			s += t.lp[slot]
 		}
 		scores[i] = s / float64(len(sp))
 	}
@@ -119,22 +129,30 @@ func (m *Model) walk(t *trie, c *kvCache, node int32, depth int) {
 	}
 }
 
-// fillLogProbs sets logp of every needed child of the given nodes from the
-// nodes' final hidden states.
+// fillLogProbs answers the requests of the given nodes (log-probabilities of
+// their children, per temperature) from the nodes' final hidden states.
 func (m *Model) fillLogProbs(t *trie, nodes []int32, hs [][]float32) {
 	parallelFor(len(nodes), len(nodes)*m.cfg.Vocab*m.cfg.Hidden, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
-			var kids []int32
-			var toks []int32
-			for ch := t.first[nodes[i]]; ch >= 0; ch = t.next[ch] {
-				if t.need[ch] {
-					kids = append(kids, ch)
-					toks = append(toks, t.tok[ch])
+			reqs := t.reqs[nodes[i]]
+			done := make([]bool, len(reqs))
+			for a := range reqs { // one softmax per distinct temperature
+				if done[a] {
+					continue
 				}
-			}
-			lp := m.logProbs(hs[i], toks)
-			for j, ch := range kids {
-				t.logp[ch] = lp[j]
+				var toks []int32
+				var slots []int
+				for b := a; b < len(reqs); b++ {
+					if !done[b] && reqs[b].temp == reqs[a].temp {
+						done[b] = true
+						toks = append(toks, reqs[b].tok)
+						slots = append(slots, reqs[b].slot)
+					}
+				}
+				lp := m.logProbs(hs[i], toks, reqs[a].temp)
+				for j, s := range slots {
+					t.lp[s] = lp[j]
+				}
 			}
 		}
 	})
@@ -159,7 +177,7 @@ func (m *Model) ScoreRowsNaive(rows []Row) ([]float64, Usage, error) {
 		parallelFor(len(hs), len(hs)*m.cfg.Vocab*m.cfg.Hidden, func(_, lo, hi int) {
 			for j := lo; j < hi; j++ {
 				k := r.a + j
-				lps[j] = m.logProbs(hs[j], []int32{r.seq[r.ctxLen+k]})[0]
+				lps[j] = m.logProbs(hs[j], []int32{r.seq[r.ctxLen+k]}, r.temp)[0]
 			}
 		})
 		var s float64
@@ -174,16 +192,50 @@ func (m *Model) ScoreRowsNaive(rows []Row) ([]float64, Usage, error) {
 
 // trie is a prefix tree over token sequences in flat arrays; node 0 is the
 // root (no token), a node's position in the sequence is its depth − 1.
+// A scored token is a request for log p(node's token | path before it) at a
+// temperature: out marks the nodes whose hidden state answers requests
+// (parents of requested nodes), reqs lists them per such node, and lp holds
+// the answers, one slot per distinct (node, temperature).
 type trie struct {
 	tok         []int32
 	parent      []int32
 	first, next []int32
-	need, out   []bool
-	logp        []float64
+	out         []bool
+	reqs        map[int32][]scoreReq
+	slot        map[slotKey]int
+	lp          []float64
+}
+
+type scoreReq struct {
+	tok  int32
+	temp float64
+	slot int
+}
+
+type slotKey struct {
+	node int32
+	temp float64
 }
 
 func newTrie() *trie {
-	return &trie{tok: []int32{-1}, parent: []int32{-1}, first: []int32{-1}, next: []int32{-1}, need: []bool{false}, out: []bool{false}, logp: []float64{0}}
+	return &trie{tok: []int32{-1}, parent: []int32{-1}, first: []int32{-1}, next: []int32{-1}, out: []bool{false},
+		reqs: map[int32][]scoreReq{}, slot: map[slotKey]int{}}
+}
+
+// request asks for the log-probability of node n's token at temperature
+// temp and returns the slot of t.lp that will hold it.
+func (t *trie) request(n int32, temp float64) int {
+	k := slotKey{n, temp}
+	if s, ok := t.slot[k]; ok {
+		return s
+	}
+	s := len(t.lp)
+	t.lp = append(t.lp, 0)
+	t.slot[k] = s
+	p := t.parent[n]
+	t.out[p] = true
+	t.reqs[p] = append(t.reqs[p], scoreReq{tok: t.tok[n], temp: temp, slot: s})
+	return s
 }
 
 // insert adds seq and returns the node of every token (path[i] holds seq[i]).
@@ -203,9 +255,7 @@ func (t *trie) insert(seq []int32) []int32 {
 			t.parent = append(t.parent, cur)
 			t.first = append(t.first, -1)
 			t.next = append(t.next, -1)
-			t.need = append(t.need, false)
 			t.out = append(t.out, false)
-			t.logp = append(t.logp, 0)
 			if last < 0 {
 				t.first[cur] = ch
 			} else {

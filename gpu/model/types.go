@@ -1,11 +1,16 @@
 package model
 
 // Row is one LAPO scoring row (docs/method.md §2.1): the mean natural-log probability of
-// Target[Span[0]:Span[1]] given Context followed by Target[:k].
+// Target[Span[0]:Span[1]] given Context followed by Target[:k], with the
+// logits divided by Temperature before the softmax.
 type Row struct {
 	Context []int32
 	Target  []int32
 	Span    [2]int // half-open [a, b) into Target
+	// Temperature is the rollout's sampling temperature, > 0; 0 means 1.
+	// The LAPO reference scores the gold answer under the sampling
+	// distribution, log softmax(logits / Temperature).
+	Temperature float64
 }
 
 // Step is one AttnSR step (docs/method.md §3.1): half-open token ranges into the

@@ -358,6 +358,16 @@ func testTiny(t *testing.T, p *pod) {
 	sets := searchSets(r, 6, 256, model.TinyDelete)
 	checkScores(t, ctx, c, ref, sets, "tiny")
 
+	// Rows at the rollout temperature: one set per temperature, and one set
+	// mixing temperatures over rows that share their prefixes.
+	hot := searchSets(r, 4, 256, model.TinyDelete)
+	for i := range hot {
+		for j := range hot[i].Rows {
+			hot[i].Rows[j].Temperature = []float64{0.7, 1.3, 0, 0.4}[(i+j)%4]
+		}
+	}
+	checkScores(t, ctx, c, ref, hot, "tiny with temperatures")
+
 	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
 	var resp gpu.ScoreResponse
 	wire := gpu.ScoreRequest{}

@@ -498,3 +498,28 @@ func BenchmarkComputeGroup(b *testing.B) {
 		})
 	}
 }
+
+// ρ = 0 is a valid setting: no backtracked mass reaches the non-terminal
+// steps, so only the recency term orders them. Hand example, both layers:
+// a = [0, 0, 1] → log-term norm [0, 0]; d = [2, 1] → norm [+1, −1];
+// z = [0.5, −0.5] → p = [σ(1), σ(−1)].
+func TestRhoZeroAllowed(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Method = MethodAttnSR
+	cfg.Rho = 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("ρ = 0 rejected: %v", err)
+	}
+	ms := handMembers()
+	al := Allocate(ms[0].Attention, 3, cfg)
+	want := []float64{0.7310585786300049, 0.2689414213699951}
+	for k, w := range want {
+		if !near(al.P[k], w, 1e-12) {
+			t.Errorf("p[%d] = %v, want %v", k, al.P[k], w)
+		}
+	}
+	cfg.Rho = -0.1
+	if cfg.Validate() == nil {
+		t.Error("ρ < 0 accepted")
+	}
+}

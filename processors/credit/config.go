@@ -43,15 +43,18 @@ type Config struct {
 	Gate bool
 	// EligibleKinds are the turn kinds that can be eligible. Default ["search"].
 	EligibleKinds []string
-	// NoAnswerSkipsObservationRule, when true, makes every turn of an
+	// NoAnswerEmptySegmentsEligible, when true, makes every turn of an
 	// eligible kind eligible in a trajectory without an answer turn, even
-	// with an empty assistant or environment segment. Default false: the
+	// with an empty assistant or environment segment (flag
+	// --no-answer-empty-segments-eligible). Default false: the
 	// non-empty-segments rule always applies (docs/method.md, "Eligibility").
-	NoAnswerSkipsObservationRule bool
+	NoAnswerEmptySegmentsEligible bool
 
 	// AttnSR (docs/method.md §3).
 
-	// Rho is ρ, the backtracking decay. Default 0.9.
+	// Rho is ρ ≥ 0, the backtracking decay. Default 0.9. With ρ = 0 no
+	// backtracked mass reaches a non-terminal step and only the recency term
+	// orders them.
 	Rho float64
 	// Eta is η, the weight of the recency term. Default 0.5.
 	Eta float64
@@ -105,6 +108,15 @@ func (c Config) Validate() error {
 		}
 		return nil
 	}
+	nonNegative := func(name string, v float64) error {
+		if err := finite(name, v); err != nil {
+			return err
+		}
+		if v < 0 {
+			return fmt.Errorf("credit: %s = %v must be >= 0", name, v)
+		}
+		return nil
+	}
 	positive := func(name string, v float64) error {
 		if err := finite(name, v); err != nil {
 			return err
@@ -138,7 +150,7 @@ func (c Config) Validate() error {
 		finite("lambda", c.Lambda),
 		positive("eps_ig", c.EpsIG),
 		positive("eps_z", c.EpsZ),
-		positive("rho", c.Rho),
+		nonNegative("rho", c.Rho),
 		finite("eta", c.Eta),
 		positive("temperature", c.T),
 		positive("eps", c.Eps),

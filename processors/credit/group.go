@@ -3,6 +3,7 @@ package credit
 import (
 	"fmt"
 	"math"
+	"sort"
 )
 
 // Turn is one turn of a scored trajectory as the group computation sees it:
@@ -42,7 +43,7 @@ type TurnResult struct {
 	// LAPO.
 	Eligible         bool
 	Delta, Z, ZNorm  *float64 // nil when not eligible
-	Gate             int      // 1 when Δ·z̃ > 0 (reported with gating on or off)
+	Gate             int      // 1 when Δ and z̃ have the same strict sign (reported with gating on or off)
 	ProcessAdvantage float64  // A_proc (0 when not eligible)
 	// Advantage is what this turn's assistant tokens get: LAPO
 	// A_out + λ·A_proc (eligible) or A_out; AttnSR grpo A'_u; 0 for AttnSR ppo.
@@ -142,11 +143,15 @@ func MemberReward(m Member) float64 {
 	return BestF1(m.PredAnswer, m.GoldAnswers)
 }
 
-// ComputeGroup finalizes one group: members in input order, results in the
-// same order. partial is copied to every result. For AttnSR it performs
-// exactly one EMA batch update on ema (the group is one batch, docs/method.md §3.3)
-// and uses the updated R̄_t; ema must not be nil then. On error nothing is
-// computed and ema is left unchanged.
+// ComputeGroup finalizes one group; results are in the order of members.
+// The numbers do not depend on that order, to the bit: every group-level sum
+// (means, standard deviations, the EMA batch mean) runs over the members in
+// the canonical order, ascending trajectory_id (byte order), so the stream
+// and `creditflow compute` agree exactly whatever order members arrived in.
+// partial is copied to every result. For AttnSR it performs exactly one EMA
+// batch update on ema (the group is one batch, docs/method.md §3.3) and uses the
+// updated R̄_t; ema must not be nil then. On error nothing is computed and
+// ema is left unchanged.
 func ComputeGroup(members []Member, partial bool, cfg Config, ema *EMA) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -167,6 +172,25 @@ func ComputeGroup(members []Member, partial bool, cfg Config, ema *EMA) ([]Resul
 	if cfg.Method == MethodAttnSR && ema == nil {
 		return nil, fmt.Errorf("credit: attnsr needs the EMA baseline state; pass a non-nil *EMA")
 	}
+	order := make([]int, len(members)) // order[k]: input index of the k-th member in canonical order
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return members[order[a]].TrajectoryID < members[order[b]].TrajectoryID })
+	canon := make([]Member, len(members))
+	for k, i := range order {
+		canon[k] = members[i]
+	}
+	res := computeCanonical(canon, partial, cfg, ema)
+	out := make([]Result, len(members))
+	for k, i := range order {
+		out[i] = res[k]
+	}
+	return out, nil
+}
+
+// computeCanonical is ComputeGroup on validated members in canonical order.
+func computeCanonical(members []Member, partial bool, cfg Config, ema *EMA) []Result {
 
 	rewards := make([]float64, len(members))
 	for i, m := range members {
@@ -190,7 +214,7 @@ func ComputeGroup(members []Member, partial bool, cfg Config, ema *EMA) ([]Resul
 	} else {
 		attnsrGroup(members, results, cfg, ema)
 	}
-	return results, nil
+	return results
 }
 
 // lapoGroup is docs/method.md §2.2 over the group's eligible (trajectory, turn) pairs.

@@ -31,11 +31,11 @@ func EligibleForScoring(turns []Turn, kinds []string) []bool {
 }
 
 // EligibleTurns is the §2.1 rule under c: EligibleForScoring with
-// c.EligibleKinds, and with c.NoAnswerSkipsObservationRule deciding whether
+// c.EligibleKinds, and with c.NoAnswerEmptySegmentsEligible deciding whether
 // a trajectory without an answer turn makes every turn of an eligible kind
 // eligible regardless of its segment lengths.
 func (c Config) EligibleTurns(turns []Turn) []bool {
-	return eligible(turns, c.EligibleKinds, c.NoAnswerSkipsObservationRule)
+	return eligible(turns, c.EligibleKinds, c.NoAnswerEmptySegmentsEligible)
 }
 
 func eligible(turns []Turn, kinds []string, noAnswerSkipsSegments bool) []bool {
@@ -121,12 +121,15 @@ func Center(z []float64, epsZ float64) []float64 {
 	return out
 }
 
-// Gate is §2.2 step 4: gate = 1 when Δ · z̃ > 0 (strict: a zero gain never
-// passes), else 0.
+// Gate is §2.2 step 4: gate = 1 when Δ and z̃ have the same strict sign
+// (Δ · z̃ > 0 in exact arithmetic; a zero gain never passes), else 0. The
+// signs are compared rather than the product formed, which underflows to 0
+// for tiny values (Δ = z̃ = 1e-200).
 func Gate(deltas, znorm []float64) []int {
 	g := make([]int, len(deltas))
 	for i := range deltas {
-		if deltas[i]*znorm[i] > 0 {
+		d, z := deltas[i], znorm[i]
+		if (d > 0 && z > 0) || (d < 0 && z < 0) {
 			g[i] = 1
 		}
 	}

@@ -137,7 +137,7 @@ func TestEligibility(t *testing.T) {
 		t.Errorf("no answer, default rule: %v", got)
 	}
 	cfg := DefaultConfig()
-	cfg.NoAnswerSkipsObservationRule = true
+	cfg.NoAnswerEmptySegmentsEligible = true
 	got = cfg.EligibleTurns(noAns)
 	if !got[0] || got[1] || !got[2] || !got[3] {
 		t.Errorf("no answer, switch on: %v", got)
@@ -267,5 +267,19 @@ func TestComputeGroupLAPO(t *testing.T) {
 	}
 	if !res[0].Partial || !res[1].Partial || res[0].AttnSR != nil {
 		t.Errorf("partial flag / attnsr: %+v", res[0])
+	}
+}
+
+// The gate compares signs: Δ·z̃ underflows to 0 for tiny values of the same
+// sign, which must still pass (and tiny opposite signs must not).
+func TestGateComparesSigns(t *testing.T) {
+	d := []float64{1e-200, -1e-200, 1e-200, -1e-200, 0, 1e-300, 5}
+	zn := []float64{1e-200, -1e-200, -1e-200, 1e-200, 1, 1e-300, -0.0}
+	want := []int{1, 1, 0, 0, 0, 1, 0}
+	g := Gate(d, zn)
+	for i := range want {
+		if g[i] != want[i] {
+			t.Errorf("Gate(Δ=%v, z̃=%v) = %d, want %d", d[i], zn[i], g[i], want[i])
+		}
 	}
 }

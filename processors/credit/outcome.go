@@ -3,31 +3,63 @@ package credit
 import (
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // docs/method.md §1: outcome reward and outcome advantage (both methods).
 
-// Normalize applies the docs/method.md §1 answer normalization, in this order:
-// lowercase; remove ASCII punctuation; remove the words "a", "an", "the"
-// (a word is a whitespace-separated token); collapse runs of whitespace to
-// one space and trim.
+// Normalize applies the answer normalization of docs/method.md §1, in this
+// order, as the reference's Python does it on a str:
+//   - lowercase (Python's str.lower, see lower);
+//   - remove ASCII punctuation (Python's string.punctuation);
+//   - replace each article "a", "an", "the" that stands between word
+//     boundaries by a space: re.sub(r"\b(a|an|the)\b", " ", s), where a word
+//     character is a Unicode letter, number or "_" (isWordChar), so "“the"
+//     and "the—end" lose their article and "théa" keeps its letters;
+//   - collapse runs of whitespace (Python's str.isspace, isSpace) to one
+//     space and trim.
 func Normalize(s string) string {
-	s = strings.ToLower(s)
+	s = lower(s)
 	s = strings.Map(func(r rune) rune {
 		if isASCIIPunct(r) {
 			return -1
 		}
 		return r
 	}, s)
-	words := strings.Fields(s)
-	kept := words[:0]
-	for _, w := range words {
-		if w == "a" || w == "an" || w == "the" {
+	return strings.Join(strings.FieldsFunc(dropArticles(s), isSpace), " ")
+}
+
+// dropArticles is re.sub(r"\b(a|an|the)\b", " ", s) on a Python str: a match
+// is bounded by \b on both sides and consists of word characters only, so it
+// is exactly a maximal run of word characters equal to an article. Matches
+// are found on the original string, so "the the" loses both.
+func dropArticles(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !isWordChar(r) {
+			b.WriteString(s[i : i+n])
+			i += n
 			continue
 		}
-		kept = append(kept, w)
+		j := i + n
+		for j < len(s) {
+			r, n := utf8.DecodeRuneInString(s[j:])
+			if !isWordChar(r) {
+				break
+			}
+			j += n
+		}
+		switch w := s[i:j]; w {
+		case "a", "an", "the":
+			b.WriteByte(' ')
+		default:
+			b.WriteString(w)
+		}
+		i = j
 	}
-	return strings.Join(kept, " ")
+	return b.String()
 }
 
 // isASCIIPunct is Python's string.punctuation: !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~
@@ -39,8 +71,8 @@ func isASCIIPunct(r rune) bool {
 // Both empty: 1; one empty: 0; otherwise 2PR/(P+R) over the multiset
 // intersection of whitespace tokens (0 when nothing overlaps).
 func F1(pred, gold string) float64 {
-	p := strings.Fields(Normalize(pred))
-	g := strings.Fields(Normalize(gold))
+	p := strings.FieldsFunc(Normalize(pred), isSpace)
+	g := strings.FieldsFunc(Normalize(gold), isSpace)
 	if len(p) == 0 || len(g) == 0 {
 		if len(p) == 0 && len(g) == 0 {
 			return 1

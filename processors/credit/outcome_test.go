@@ -26,6 +26,66 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+// The articles go as Python's re.sub(r"\b(a|an|the)\b", " ", s) removes them
+// on a str: on word boundaries, where a word character is a Unicode letter,
+// number or "_" (so “the and the—end lose their article, théa does not, and a
+// combining mark ends a word). Expected values are Python 3.11's output of
+// lower → drop string.punctuation → that re.sub → " ".join(s.split()).
+func TestNormalizeArticlesOnWordBoundaries(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"“The Eiffel Tower”", "“ eiffel tower”"},
+		{"the—end", "—end"},
+		{"théa", "théa"},
+		{"THE\u00a0END", "end"},
+		{"l'an", "lan"},
+		{"the_end", "theend"},
+		{"a1 b", "a1 b"},
+		{"the\u0301 x", "\u0301 x"},
+		{"über the top", "über top"},
+		{"the\x1cend", "end"},
+		{"année an", "année"},
+		{"the²", "the²"},
+		{"the٣ a", "the٣"},
+		{"ⅰthe", "ⅰthe"},
+		{"the日本", "the日本"},
+		{"a-an-the", "aanthe"},
+		{"«the»", "« »"},
+		{"the\u200bend", "\u200bend"},
+		{"Αthe", "αthe"},
+		{"the\u2028an", ""},
+		{"ﬁthe", "ﬁthe"},
+	}
+	for _, c := range cases {
+		if got := Normalize(c.in); got != c.want {
+			t.Errorf("Normalize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// Lowercasing is Python's str.lower: İ becomes i + U+0307 and a capital
+// sigma at the end of a word becomes ς (case-ignorable characters such as
+// "'", ":" or combining marks skipped). Expected values are Python 3.11's.
+func TestNormalizeLowercasesAsPython(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"ΟΔΟΣ", "οδος"},
+		{"ΟΔΟΣ.", "οδος"},
+		{"ΣΑ", "σα"},
+		{"Σ", "σ"},
+		{"ΑΣ'Β", "ασβ"},
+		{"ΑΣ:", "ας"},
+		{"İstanbul", "i\u0307stanbul"},
+		{"ΑΣ\u0301 x", "ας\u0301 x"},
+		{"ΑΣ\u00adΒ", "ασ\u00adβ"},
+		{"ΑΣ1", "ας1"},
+		{"1Σ", "1σ"},
+	}
+	for _, c := range cases {
+		if got := Normalize(c.in); got != c.want {
+			t.Errorf("Normalize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
 func TestF1(t *testing.T) {
 	cases := []struct {
 		pred, gold string

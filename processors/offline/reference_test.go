@@ -19,7 +19,8 @@ import (
 // rewards given or derived from pred/gold answers, and (attnsr) random
 // lower-triangular step graphs whose rows sum to at most 1.
 func genInput(rng *rand.Rand, attnsr bool, groups int) []byte {
-	words := []string{"the", "a", "an", "Paris", "paris,", "New", "york", "York!", "city", "1,000", "x", "café"}
+	words := []string{"the", "a", "an", "Paris", "paris,", "New", "york", "York!", "city", "1,000", "x", "café",
+		"“the", "the—end", "théa", "«An»", "a_b", "the\u00a0a", "l'the", "the\u0301", "\x1cthe", "ⅰthe", "ΟΔΟΣ", "οδος", "ΑΣ:", "İz", "i̇z"}
 	phrase := func() string {
 		n := rng.Intn(4)
 		ws := make([]string, n)
@@ -207,9 +208,9 @@ func TestAgainstPythonReference(t *testing.T) {
 	}
 	scenarios := []scenario{
 		{"lapo-backward", false, []string{"--tokens"}, func(c *credit.Config) {}},
-		{"lapo-nogate-kinds", false, []string{"--no-gate", "--lambda", "0.3", "--eligible-kinds", "search,tool", "--no-answer-all-kinds-eligible", "--eps-ig", "1e-5"},
+		{"lapo-nogate-kinds", false, []string{"--no-gate", "--lambda", "0.3", "--eligible-kinds", "search,tool", "--no-answer-empty-segments-eligible", "--eps-ig", "1e-5"},
 			func(c *credit.Config) {
-				c.Gate, c.Lambda, c.EligibleKinds, c.NoAnswerSkipsObservationRule, c.EpsIG = false, 0.3, []string{"search", "tool"}, true, 1e-5
+				c.Gate, c.Lambda, c.EligibleKinds, c.NoAnswerEmptySegmentsEligible, c.EpsIG = false, 0.3, []string{"search", "tool"}, true, 1e-5
 			}},
 		{"attnsr-grpo", true, []string{"--method", "attnsr", "--tokens"}, func(c *credit.Config) { c.Method = credit.MethodAttnSR }},
 		{"attnsr-grpo-params", true, []string{"--method", "attnsr", "--alpha", "0.6", "--rho", "0.7", "--eta", "0.2", "--temperature", "0.5", "--m-star", "0.3", "--ema-delta", "0.9"},

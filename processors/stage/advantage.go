@@ -353,8 +353,8 @@ func memberOffsets(g *state.Group[entry]) []int64 {
 func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, phase string) {
 	cfg := p.a.cfg
 	m := cfg.Metrics
-	// Canonical member order (sample index, trajectory id): the numbers do
-	// not depend on the order members arrived in.
+	// Output order (sample index, trajectory id). The numbers depend on no
+	// order: credit.ComputeGroup sums over the members in trajectory_id order.
 	members := append([]state.Member[entry](nil), g.Members...)
 	sort.SliceStable(members, func(i, j int) bool {
 		a, b := members[i].Value.scored.Trajectory, members[j].Value.scored.Trajectory

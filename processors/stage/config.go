@@ -91,6 +91,16 @@ func (c *Config) Check() error {
 	if err := c.Credit.Validate(); err != nil {
 		return err
 	}
+	seen := make(map[int]bool, len(c.Layers))
+	for _, l := range c.Layers {
+		if l < 0 {
+			return fmt.Errorf("--layers: layer %d is negative; layers are zero-based decoder-layer indices", l)
+		}
+		if seen[l] {
+			return fmt.Errorf("--layers: layer %d is listed twice; list each layer once (a step graph per layer, each counted once in the mean)", l)
+		}
+		seen[l] = true
+	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 64
 	}

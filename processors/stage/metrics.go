@@ -24,6 +24,8 @@ type Metrics struct {
 	latency        *prometheus.HistogramVec
 	inflight       *prometheus.GaugeVec
 	truncations    prometheus.Counter
+	nonFiniteGains prometheus.Counter
+	noGoldTarget   prometheus.Counter
 	lapoDelta      *prometheus.CounterVec
 	lapoGate       *prometheus.CounterVec
 	lapoProcAbs    prometheus.Histogram
@@ -65,10 +67,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Input records read but not yet finished, by stage."}, []string{"stage"}),
 		truncations: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_truncations_total",
 			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (docs/method.md §2.1)."}),
+		nonFiniteGains: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_nonfinite_gains_total",
+			Help: "Eligible turns whose LAPO gain Δ was not finite (a row score the scorer could not compute) and became 0."}),
+		noGoldTarget: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_trajectories_without_gold_target_total",
+			Help: "LAPO trajectories scored without a usable gold target (no target tokens, or an empty or whitespace-only first gold answer): no process scores, outcome advantage only."}),
 		lapoDelta: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_delta_total",
 			Help: "Eligible turns by the sign of their LAPO gain Δ."}, []string{"sign"}),
 		lapoGate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_lapo_gate_total",
-			Help: "Eligible turns by gate result (pass: Δ·z̃ > 0)."}, []string{"result"}),
+			Help: "Eligible turns by gate result (pass: Δ and z̃ have the same strict sign)."}, []string{"result"}),
 		lapoProcAbs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_lapo_process_advantage_abs",
 			Help: "|A_proc| of eligible turns.", Buckets: []float64{0, .1, .25, .5, .75, 1, 1.5, 2, 3}}),
 		attnConfidence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "creditflow_attnsr_confidence",
@@ -109,7 +115,7 @@ func (m *Metrics) forMethod(method string) {
 	m.registered[method] = true
 	switch method {
 	case credit.MethodLAPO:
-		m.reg.MustRegister(m.truncations, m.lapoDelta, m.lapoGate, m.lapoProcAbs)
+		m.reg.MustRegister(m.truncations, m.nonFiniteGains, m.noGoldTarget, m.lapoDelta, m.lapoGate, m.lapoProcAbs)
 	case credit.MethodAttnSR:
 		m.reg.MustRegister(m.attnConfidence, m.attnFocus, m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards)
 	}

@@ -2,6 +2,7 @@ package stage
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -17,6 +18,8 @@ const (
 // lapoPlan is the rows one trajectory needs and how they combine into Δ_t.
 type lapoPlan struct {
 	rows []gpu.Row
+	// noGoldTarget: the trajectory has no usable gold target (no rows)
+	noGoldTarget bool
 	// for each turn: indexes into rows of the "with" and "without" score, or -1
 	with, without []int
 }
@@ -33,15 +36,16 @@ func creditTurns(t *schemas.Trajectory) []credit.Turn {
 // planLAPO builds the scoring rows of docs/method.md §2.1 for one trajectory.
 // Backward: c_full and c_−t for every eligible t (T+1 rows).
 // Forward: c_≤t and c_<t for every eligible t (2T rows).
-// A trajectory without a usable gold target (no gold answers, an empty first
-// gold answer, or no target tokens) gets no rows and hence no process scores.
+// A trajectory without a usable gold target gets no rows and hence no process
+// scores (see hasGoldTarget); its plan says so in noGoldTarget.
 func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (lapoPlan, error) {
 	k := len(t.Turns)
 	p := lapoPlan{with: make([]int, k), without: make([]int, k)}
 	for i := range p.with {
 		p.with[i], p.without[i] = -1, -1
 	}
-	if len(t.GoldAnswers) == 0 || t.GoldAnswers[0] == "" || len(t.GoldTarget) == 0 {
+	if !hasGoldTarget(t) {
+		p.noGoldTarget = true
 		return p, nil
 	}
 	turns := creditTurns(t)
@@ -77,8 +81,9 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		}
 		return c
 	}
+	temp := rolloutTemperature(t)
 	add := func(c []int32) int {
-		p.rows = append(p.rows, gpu.Row{Context: c, Target: t.GoldTarget, Span: span})
+		p.rows = append(p.rows, gpu.Row{Context: c, Target: t.GoldTarget, Span: span, Temperature: temp})
 		return len(p.rows) - 1
 	}
 	switch direction {
@@ -101,9 +106,40 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 	return p, nil
 }
 
-// turnScores turns row scores into per-turn Δ (a non-finite Δ becomes 0, docs/method.md §2.1).
-func (p lapoPlan) turnScores(scores []float64) []schemas.TurnScore {
-	out := make([]schemas.TurnScore, len(p.with))
+// rolloutTemperature is the temperature the rows are scored at: the record's
+// sampling temperature (the reference divides the logits by it), or 0 (the
+// scorer's default, 1) when the record has none. The float32 field is read as
+// the shortest decimal that gives it back (float32 0.7 → 0.7, not
+// 0.699999988…), the value the rollout worker set.
+func rolloutTemperature(t *schemas.Trajectory) float64 {
+	if t.Temperature == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(strconv.FormatFloat(float64(*t.Temperature), 'g', -1, 32), 64)
+	if err != nil {
+		return float64(*t.Temperature)
+	}
+	return v
+}
+
+// hasGoldTarget reports whether t carries a usable LAPO gold target: target
+// tokens with their span (ValidateTrajectory has checked that the span is a
+// non-empty range inside the target), built from a first gold answer that is
+// not empty or only whitespace (credit.Blank). Gold answers are not required:
+// a record with a reward and a gold target is scored.
+func hasGoldTarget(t *schemas.Trajectory) bool {
+	if len(t.GoldTarget) == 0 || t.GoldSpan[0] >= t.GoldSpan[1] {
+		return false
+	}
+	return len(t.GoldAnswers) == 0 || !credit.Blank(t.GoldAnswers[0])
+}
+
+// turnScores turns row scores into per-turn Δ = with − without. A non-finite
+// Δ (a row the scorer could not score comes back non-finite) becomes 0; a
+// non-finite with or without score is carried as nil (null), so the scored
+// record stays valid. nonFinite counts the turns whose Δ became 0 that way.
+func (p lapoPlan) turnScores(scores []float64) (out []schemas.TurnScore, nonFinite int) {
+	out = make([]schemas.TurnScore, len(p.with))
 	for i := range p.with {
 		if p.with[i] < 0 {
 			continue
@@ -112,10 +148,18 @@ func (p lapoPlan) turnScores(scores []float64) []schemas.TurnScore {
 		d := w - wo
 		if !finite(d) {
 			d = 0
+			nonFinite++
 		}
-		out[i] = schemas.TurnScore{Delta: &d, With: ptr(w), Without: ptr(wo)}
+		ts := schemas.TurnScore{Delta: &d}
+		if finite(w) {
+			ts.With = ptr(w)
+		}
+		if finite(wo) {
+			ts.Without = ptr(wo)
+		}
+		out[i] = ts
 	}
-	return out
+	return out, nonFinite
 }
 
 // attentionJob lays a trajectory out for AttnSR step graphs (docs/method.md §3.1): the

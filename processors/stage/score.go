@@ -345,6 +345,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if err != nil {
 			return nil, err
 		}
+		if plan.noGoldTarget {
+			s.cfg.Metrics.noGoldTarget.Inc()
+		}
 		if len(plan.rows) == 0 {
 			return sc, nil
 		}
@@ -356,7 +359,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if err != nil {
 			return nil, err
 		}
-		sc.Turns = plan.turnScores(res[0].Scores)
+		var nonFinite int
+		sc.Turns, nonFinite = plan.turnScores(res[0].Scores)
+		s.cfg.Metrics.nonFiniteGains.Add(float64(nonFinite))
 		sc.Truncations = int32(res[0].Truncations)
 		s.cfg.Metrics.truncations.Add(float64(res[0].Truncations))
 	}

@@ -457,20 +457,37 @@ class Model:
             return None
         return self._rms(x[out_pos], self.norm)
 
-    def _log_probs(self, hidden, toks):
-        """log p(toks[i] | hidden[i]) with float32 logits and a float64 log-sum-exp."""
-        logits = F.linear(hidden, self.lm_head).float()
-        lse = torch.logsumexp(logits.double(), -1)
-        return logits.gather(1, toks[:, None])[:, 0].double() - lse
+    def _log_probs(self, hidden, toks, temps=None):
+        """log p(toks[i] | hidden[i]) = log_softmax(logits / temps[i])[toks[i]] with float32
+        logits divided by the temperature in float64 (exact for 1) and a float64
+        log-sum-exp. temps: float64 tensor, one per row, or None for 1."""
+        logits = F.linear(hidden, self.lm_head).float().double()
+        if temps is not None:
+            logits = logits / temps[:, None]
+        lse = torch.logsumexp(logits, -1)
+        return logits.gather(1, toks[:, None])[:, 0] - lse
+
+    @staticmethod
+    def _temperatures(rows):
+        """The temperature of every row: its optional 4th element (None or absent: 1), a
+        finite number > 0."""
+        out = []
+        for i, row in enumerate(rows):
+            t = row[3] if len(row) > 3 and row[3] is not None else 1.0
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+                raise InputError(f"row {i}: temperature {t!r} must be a finite number > 0 (leave it out for 1)")
+            out.append(float(t))
+        return out
 
     # ----- LAPO rows ----------------------------------------------------------------
 
     def _prepare(self, rows):
-        """rows: [(context, target, (a, b))] → [(seq, ctx_len, a, b)], Usage."""
+        """rows: [(context, target, (a, b)[, temperature])] → [(seq, ctx_len, a, b)], Usage."""
         u = Usage()
         V, MC = self.cfg.vocab, self.cfg.max_context
         out = []
-        for i, (ctx, tgt, span) in enumerate(rows):
+        for i, row in enumerate(rows):
+            ctx, tgt, span = row[0], row[1], row[2]
             a, b = span
             if a < 0 or b > len(tgt) or a >= b:
                 raise InputError(f"row {i}: span [{a}, {b}) is not a non-empty range inside the "
@@ -526,7 +543,8 @@ class Model:
     @torch.no_grad()
     def score_rows(self, rows, packing=None, pack_tokens=None):
         """S for every row (docs/method.md §2.1): the mean natural-log probability of target[a:b] given
-        context and target[:k]. rows: [(context ids, target ids, (a, b))]. Returns
+        context and target[:k], under log_softmax(logits / temperature). rows: [(context ids,
+        target ids, (a, b)[, temperature])], temperature > 0, absent or None for 1. Returns
         (scores as floats, Usage). A context longer than max_context - len(target) keeps
         its rightmost tokens (counted in Usage.truncations).
 
@@ -538,28 +556,33 @@ class Model:
         larger calls, for accelerators where call overhead dominates). Both forward the same tokens; a pack's attention costs
         O(pack_tokens) per token, so packs stay a few thousand tokens long."""
         prep, u = self._prepare(rows)
+        temps = self._temperatures(rows)
         if not prep:
             return [], u
         root = self._tree(prep, list(range(len(prep))), 0)
         lp = [[0.0] * (b - a) for (_, _, a, b) in prep]
         mode = packing or self.packing
+        # The tree shares prefixes whatever the rows' temperatures: the key/value cache and
+        # the hidden states do not depend on it; each scored token (an "out", one per row)
+        # gets its own row's temperature in _fill.
         if mode == "tree":
-            self._score_tree(prep, root, lp, u, pack_tokens or self.pack_tokens)
+            self._score_tree(prep, root, lp, u, pack_tokens or self.pack_tokens, temps)
         elif mode == "walk":
-            self._score_walk(prep, root, lp, u)
+            self._score_walk(prep, root, lp, u, temps)
         else:
             raise ValueError(f"packing {mode!r} is not supported (want walk or tree)")
         return [math.fsum(v) / len(v) for v in lp], u
 
-    def _fill(self, lp, outs, hid, where):
+    def _fill(self, lp, outs, hid, where, temps):
         """log-probs of the scored tokens outs [(row, k, position, token)] from hidden states
-        hid, whose row for an out is where[out]."""
+        hid, whose row for an out is where[out], at each row's temperature temps[row]."""
         sel = torch.tensor(where, dtype=torch.long, device=self.device)
         tg = torch.tensor([o[3] for o in outs], dtype=torch.long, device=self.device)
-        for (i, k, _, _), v in zip(outs, self._log_probs(hid[sel], tg).tolist()):
+        tt = torch.tensor([temps[o[0]] for o in outs], dtype=torch.float64, device=self.device)
+        for (i, k, _, _), v in zip(outs, self._log_probs(hid[sel], tg, tt).tolist()):
             lp[i][k] = v
 
-    def _score_walk(self, prep, root, lp, u):
+    def _score_walk(self, prep, root, lp, u, temps):
         cache = Cache(self, max(len(p[0]) for p in prep), self.cfg.layers)
         stack = [root]
         while stack:  # depth-first; a node's cache prefix is exactly its parent's path
@@ -574,12 +597,12 @@ class Model:
                     where = {p: j for j, p in enumerate(poss)}
                     out_pos = torch.tensor([p - node.start for p in poss], dtype=torch.long, device=self.device)
                     hid = self.forward(cache, toks, out_pos=out_pos)
-                    self._fill(lp, node.outs, hid, [where[o[2]] for o in node.outs])
+                    self._fill(lp, node.outs, hid, [where[o[2]] for o in node.outs], temps)
                 else:
                     self.forward(cache, toks)
             stack.extend(reversed(node.children))
 
-    def _score_tree(self, prep, root, lp, u, pack_tokens):
+    def _score_tree(self, prep, root, lp, u, pack_tokens, temps):
         def size(n):
             return (n.end - n.start) + sum(size(ch) for ch in n.children)
         packs, cur, n = [], [], 0
@@ -624,7 +647,7 @@ class Model:
             uniq = sorted(set(out_at))
             where = {p: j for j, p in enumerate(uniq)}
             hid = self.forward_packed(toks, pos, node_of, anc, uniq)
-            self._fill(lp, outs, hid, [where[p] for p in out_at])
+            self._fill(lp, outs, hid, [where[p] for p in out_at], temps)
             u.tokens_forwarded += len(toks)
 
     @torch.no_grad()
@@ -675,13 +698,15 @@ class Model:
         """Scores every row on its own from an empty cache (no prefix sharing): the
         baseline score_rows is tested and measured against."""
         prep, u = self._prepare(rows)
+        temps = self._temperatures(rows)
         out = []
-        for seq, cl, a, b in prep:
+        for (seq, cl, a, b), temp in zip(prep, temps):
             cache = Cache(self, len(seq), self.cfg.layers)
             toks = torch.tensor(seq, dtype=torch.long, device=self.device)
             pos = torch.arange(cl + a - 1, cl + b - 1, device=self.device)
             hid = self.forward(cache, toks, out_pos=pos)
-            out.append(math.fsum(self._log_probs(hid, toks[pos + 1]).tolist()) / (b - a))
+            tt = torch.full((b - a,), temp, dtype=torch.float64, device=self.device)
+            out.append(math.fsum(self._log_probs(hid, toks[pos + 1], tt).tolist()) / (b - a))
             u.tokens_forwarded += len(seq)
         return out, u
 

@@ -102,7 +102,8 @@ def _bad_token(ids, vocab):
 def parse_score_request(req, info, limits=None):
     """Decodes and validates a score request (the rules of gpu/errors.go validateSets).
     limits(rows, tokens) runs after decoding and before validating, as in the Go server.
-    Returns [(id, [(context, target, (a, b))])]."""
+    Returns [(id, [(context, target, (a, b), temperature)])]; an absent or null "temperature"
+    is 1."""
     if not isinstance(req, dict) or not isinstance(req.get("sets"), list):
         raise bad('score request must be an object with a "sets" list')
     if limits:
@@ -149,7 +150,13 @@ def parse_score_request(req, info, limits=None):
             if MC > 0 and len(tgt) > MC:
                 raise bad(f"set {i} row {j}: target of {len(tgt)} tokens alone exceeds the model's max "
                           f"context {MC}", i, sid)
-            parsed.append((ctx, tgt, (a, b)))
+            temp = r.get("temperature")
+            if temp is None:
+                temp = 1.0
+            elif isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp <= 0:
+                raise bad(f"set {i} row {j}: temperature {temp!r} must be a finite number > 0 (leave it out "
+                          "for 1)", i, sid)
+            parsed.append((ctx, tgt, (a, b), float(temp)))
         out.append((sid, parsed))
     return out
 
@@ -414,7 +421,7 @@ class Pod:
         sets = parse_score_request(req, cur.info, self.check_limits)
         rows = [r for _, rs in sets for r in rs]
         self.m_items.inc(len(sets), "score")
-        self.m_tokens.inc(sum(len(c) + len(t) for c, t, _ in rows), "score")
+        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")
         try:
             scores, usage = self.run_model("score", lambda: cur.model.score_rows(rows))
         except InputError as e:
@@ -426,7 +433,7 @@ class Pod:
         mc = cur.info["max_context"]
         for _, rs in sets:
             results.append({"scores": [_score(x) for x in scores[off:off + len(rs)]],
-                            "truncations": sum(1 for c, t, _ in rs if len(c) + len(t) > mc)})
+                            "truncations": sum(1 for r in rs if len(r[0]) + len(r[1]) > mc)})
             off += len(rs)
         return {"results": results, "usage": {"tokens_forwarded": usage.tokens_forwarded,
                                               "tokens_row_by_row": usage.tokens_row_by_row,

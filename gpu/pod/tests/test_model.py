@@ -13,8 +13,9 @@ from tests.util import DEVICE, ON_CPU, TOL, model_from, small_config, write_chec
 ARCHS = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
 
-def ref_log_probs(cfg, ts, seq):
-    """A straightforward float64 forward without cache (HF semantics): [N, V] log-probs."""
+def ref_log_probs(cfg, ts, seq, temperature=1.0):
+    """A straightforward float64 forward without cache (HF semantics): [N, V] log-probs of
+    the logits divided by temperature."""
     W = {n: t.double() for n, t in ts.items()}
     N, H, KV, D = len(seq), cfg.heads, cfg.kv_heads, cfg.head_dim
     eps = cfg.rms_norm_eps
@@ -53,12 +54,12 @@ def ref_log_probs(cfg, ts, seq):
         x = x + lin("mlp.down_proj", torch.nn.functional.silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
     x = rms(x, W["model.norm.weight"])
     head = W["model.embed_tokens.weight"] if cfg.tie_embeddings else W["lm_head.weight"]
-    return torch.log_softmax(x @ head.T, -1)
+    return torch.log_softmax(x @ head.T / temperature, -1)
 
 
-def ref_score(cfg, ts, ctx, tgt, span):
+def ref_score(cfg, ts, ctx, tgt, span, temperature=1.0):
     seq = list(ctx) + list(tgt)
-    lp = ref_log_probs(cfg, ts, seq)
+    lp = ref_log_probs(cfg, ts, seq, temperature)
     a, b = span
     return sum(float(lp[len(ctx) + k - 1, seq[len(ctx) + k]]) for k in range(a, b)) / (b - a)
 
@@ -133,6 +134,29 @@ class ScoreTest(unittest.TestCase):
         m.lm_head = torch.zeros_like(m.lm_head)
         (s,), _ = m.score_rows([([1, 2, 3], [4, 5, 6], (0, 3))])
         self.assertAlmostEqual(s, -math.log(97), delta=1e-9)
+
+    def test_temperature_divides_the_logits(self):
+        # Rows carry the rollout temperature as a 4th element (absent: 1). Rows of different
+        # temperatures share prefixes (and the forward pass) but not their log-probabilities.
+        r = random.Random(8)
+        m, ts = model_from(small_config("Qwen2ForCausalLM"), seed=9)
+        base = search_rows(r, 96, 96)
+        rows = [base[0], base[0] + (1.0,), base[0] + (0.5,), base[0] + (1.7,), base[1] + (0.5,), base[2]]
+        naive, _ = m.score_rows_naive(rows)
+        for packing in ("walk", "tree"):
+            with self.subTest(packing=packing):
+                got, _ = m.score_rows(rows, packing=packing)
+                for i, row in enumerate(rows):
+                    temp = row[3] if len(row) > 3 else 1.0
+                    want = ref_score(m.cfg, ts, row[0], row[1], row[2], temp)
+                    self.assertAlmostEqual(got[i], want, delta=TOL, msg=f"row {i} T={temp}")
+                    if ON_CPU and packing == "walk":
+                        self.assertEqual(got[i], naive[i])
+                self.assertEqual(got[0], got[1])  # absent = 1
+                self.assertEqual(len({got[1], got[2], got[3]}), 3, "T = 1, 0.5, 1.7 on one row")
+        for bad in (0.0, -1.0, float("nan"), float("inf")):
+            with self.subTest(bad=bad), self.assertRaisesRegex(InputError, "temperature"):
+                m.score_rows([base[0], base[0] + (bad,)])
 
     def test_rejects_bad_rows(self):
         m, _ = model_from(small_config(), seed=7)

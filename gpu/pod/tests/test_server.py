@@ -104,6 +104,24 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(u.tokens_forwarded, 3 + 5 + 5 + 4)
         self.assertEqual(self.pod.m_forwarded.value() - before, u.tokens_forwarded)
 
+    def test_score_uses_each_rows_temperature(self):
+        row = ([1, 2, 3, 4, 5], [6, 7, 8], (0, 3))
+        body = self.score_body([[row, row], [row]])
+        body["sets"][0]["rows"][1]["temperature"] = 0.7
+        body["sets"][1]["rows"][0]["temperature"] = None  # null: 1
+        st, out, _ = self.call("POST", "/v1/score", body)
+        self.assertEqual(st, 200, out)
+        m = self.pod.current.model
+        want, _ = m.score_rows([row, row + (0.7,), row])
+        got = out["results"][0]["scores"] + out["results"][1]["scores"]
+        self.assertClose(got, want)
+        self.assertNotEqual(got[0], got[1])
+        for bad in (0, -1.5, "1", True):
+            body["sets"][0]["rows"][1]["temperature"] = bad
+            st, out, _ = self.call("POST", "/v1/score", body)
+            self.assertEqual((st, out["code"], out.get("item")), (400, "bad_request", 0), out)
+            self.assertIn("temperature", out["error"])
+
     def test_attention_matches_the_model(self):
         toks = list(range(60))
         steps = [{"action": [5, 20], "observation": [20, 30]}, {"action": [30, 40], "observation": None},

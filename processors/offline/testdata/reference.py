@@ -9,6 +9,7 @@ objects on stdout, reports late/repeated members on stderr.
 import argparse
 import json
 import math
+import re
 import string
 import sys
 
@@ -18,8 +19,8 @@ import sys
 def normalize(s):
     s = s.lower()
     s = "".join(ch for ch in s if ch not in string.punctuation)
-    words = [w for w in s.split() if w not in ("a", "an", "the")]
-    return " ".join(words)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
 
 
 def f1(pred, gold):
@@ -87,7 +88,7 @@ def lapo(members, args):
     kinds = [k for k in args.eligible_kinds.split(",") if k]
     pairs = []  # (member index, turn index, delta)
     for i, rec in enumerate(members):
-        mask = eligible_mask(rec["turns"], kinds, args.no_answer_all_kinds_eligible)
+        mask = eligible_mask(rec["turns"], kinds, args.no_answer_empty_segments_eligible)
         for t, turn in enumerate(rec["turns"]):
             if mask[t] and turn.get("delta") is not None:
                 d = float(turn["delta"])
@@ -107,7 +108,7 @@ def lapo(members, args):
         mz, sz = mean(zs), pstd(zs)
         for (i, t, d), z in zip(pairs, zs):
             zt = (z - mz) / (sz + args.eps_z)
-            gate = 1 if d * zt > 0 else 0
+            gate = 1 if (d > 0 and zt > 0) or (d < 0 and zt < 0) else 0
             proc = zt if (args.no_gate or gate) else 0.0
             info[(i, t)] = (d, z, zt, gate, proc)
     return info
@@ -264,7 +265,7 @@ def main():
     ap.add_argument("--eps-z", type=float, default=1e-6)
     ap.add_argument("--eps-r", type=float, default=1e-6)
     ap.add_argument("--eligible-kinds", default="search")
-    ap.add_argument("--no-answer-all-kinds-eligible", action="store_true")
+    ap.add_argument("--no-answer-empty-segments-eligible", action="store_true")
     ap.add_argument("--attnsr-output", default="grpo")
     ap.add_argument("--beta", type=float, default=0.25)
     ap.add_argument("--alpha", type=float, default=0.25)
