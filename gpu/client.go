@@ -424,9 +424,10 @@ type item struct {
 }
 
 type itemResult struct {
-	scores []RowScores
-	graphs [][]StepGraph
-	err    error
+	scores  []RowScores
+	graphs  [][]StepGraph
+	version *int64 // attention: the policy version the pod reported
+	err     error
 }
 
 func (it *item) units() int { return max(len(it.sets), len(it.jobs)) }
@@ -586,8 +587,16 @@ func (c *Client) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, err
 
 // Attention computes the step graphs of the jobs on the scorer pods.
 func (c *Client) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error) {
+	out, _, err := c.AttentionVersion(ctx, jobs)
+	return out, err
+}
+
+// AttentionVersion is Attention that also reports the policy version the
+// pods said computed the graphs (the oldest, when the jobs went out in
+// several requests), or -1 when a pod did not say.
+func (c *Client) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error) {
 	if len(jobs) == 0 {
-		return [][]StepGraph{}, nil
+		return [][]StepGraph{}, -1, nil
 	}
 	var items []*item
 	var offsets []int
@@ -607,13 +616,22 @@ func (c *Client) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGr
 	items = append(items, cur)
 	res, err := c.submit(ctx, c.attnQ, items)
 	if err != nil {
-		return nil, shiftItem(err, items, offsets)
+		return nil, -1, shiftItem(err, items, offsets)
 	}
 	out := make([][]StepGraph, 0, len(jobs))
-	for _, r := range res {
+	version, known := int64(-1), true
+	for i, r := range res {
 		out = append(out, r.graphs...)
+		if r.version == nil {
+			known = false
+		} else if i == 0 || *r.version < version {
+			version = *r.version
+		}
 	}
-	return out, nil
+	if !known {
+		version = -1
+	}
+	return out, version, nil
 }
 
 // shiftItem turns a rejection's item index within one chunk into the index
@@ -1021,6 +1039,7 @@ func (c *Client) deliver(op string, items []*item, data []byte) error {
 					return fmt.Errorf("score response set %d holds %d scores for %d rows", k, len(w.Scores), len(s.Rows))
 				}
 				outs[i][j] = scoresFromWire(w)
+				outs[i][j].PolicyVersion = resp.PolicyVersion
 				k++
 			}
 		}
@@ -1062,7 +1081,7 @@ func (c *Client) deliver(op string, items []*item, data []byte) error {
 			}
 		}
 		for i, it := range items {
-			it.finish(itemResult{graphs: outs[i]})
+			it.finish(itemResult{graphs: outs[i], version: resp.PolicyVersion})
 		}
 	}
 	return nil

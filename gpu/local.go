@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/creditflow/creditflow/gpu/model"
@@ -29,11 +30,21 @@ type UsageScorer interface {
 // ScoreRows passes all rows of one call to the model in a single call, so
 // rows that share a prefix (within a set and across sets of one prompt) are
 // forwarded once. Invalid input gives a *RejectedError before any model work.
+//
+// Swap replaces the model (a new checkpoint of the same model) atomically:
+// every call runs start to end on the model it started with, so calls in
+// flight during a swap neither fail nor mix weights, and each answer carries
+// the policy version of the weights that computed it.
 type Local struct {
-	m       *model.Model
-	info    ModelInfo
+	cur     atomic.Pointer[localModel]
 	sem     chan struct{}
 	metrics *localMetrics
+}
+
+// localModel is one loaded model and what Info reports about it.
+type localModel struct {
+	m    *model.Model
+	info ModelInfo
 }
 
 // LocalOption configures a Local.
@@ -141,28 +152,52 @@ func NewLocal(m *model.Model, opts ...LocalOption) *Local {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	mi := m.Info()
-	return &Local{
-		m: m,
-		info: ModelInfo{
-			Protocol:       ProtocolVersion,
-			Name:           mi.Name,
-			Architecture:   mi.Architecture,
-			Layers:         mi.Layers,
-			VocabSize:      mi.VocabSize,
-			MaxContext:     mi.MaxContext,
-			PolicyVersion:  cfg.policyVersion,
-			PlaceholderIDs: append([]int32(nil), mi.PlaceholderIDs...),
-		},
+	l := &Local{
 		sem:     make(chan struct{}, cfg.maxConcurrent),
 		metrics: newLocalMetrics(cfg.reg, cfg.inProcess),
 	}
+	l.cur.Store(&localModel{m: m, info: modelInfo(m, cfg.policyVersion)})
+	return l
+}
+
+func modelInfo(m *model.Model, version int64) ModelInfo {
+	mi := m.Info()
+	return ModelInfo{
+		Protocol:       ProtocolVersion,
+		Name:           mi.Name,
+		Architecture:   mi.Architecture,
+		Layers:         mi.Layers,
+		VocabSize:      mi.VocabSize,
+		MaxContext:     mi.MaxContext,
+		PolicyVersion:  version,
+		PlaceholderIDs: append([]int32(nil), mi.PlaceholderIDs...),
+	}
+}
+
+// Swap makes m, the weights of policy version, the model of every call that
+// starts from now on; calls already running finish on the previous one. m
+// must be a checkpoint of the same model: same architecture, layers,
+// vocabulary, max context and placeholder ids (clients require that of all
+// pods; the reported name stays the first model's). Else Swap returns an
+// error and keeps the current model.
+func (l *Local) Swap(m *model.Model, version int64) error {
+	old := l.cur.Load()
+	next := modelInfo(m, version)
+	next.Name = old.info.Name
+	if !sameModel(old.info, next) {
+		return fmt.Errorf("checkpoint of policy version %d is not the served model: %s, %d layers, vocab %d, max context %d (serving %s, %d layers, vocab %d, max context %d)",
+			version, next.Architecture, next.Layers, next.VocabSize, next.MaxContext,
+			old.info.Architecture, old.info.Layers, old.info.VocabSize, old.info.MaxContext)
+	}
+	l.cur.Store(&localModel{m: m, info: next})
+	return nil
 }
 
 // Info reports the model; it never fails.
 func (l *Local) Info(ctx context.Context) (ModelInfo, error) {
-	info := l.info
-	info.PlaceholderIDs = append([]int32(nil), l.info.PlaceholderIDs...)
+	cur := l.cur.Load()
+	info := cur.info
+	info.PlaceholderIDs = append([]int32(nil), cur.info.PlaceholderIDs...)
 	return info, nil
 }
 
@@ -185,8 +220,11 @@ func (l *Local) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, erro
 
 // ScoreRowsUsage scores all rows of all sets in one model call and reports
 // the tokens it cost.
+//
+// Every RowScores carries the policy version of the weights that computed it.
 func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error) {
-	if err := validateSets(l.info, sets); err != nil {
+	cur := l.cur.Load()
+	if err := validateSets(cur.info, sets); err != nil {
 		return nil, Usage{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -204,7 +242,7 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 		return nil, Usage{}, err
 	}
 	start := time.Now()
-	scores, usage, err := l.m.ScoreRows(all)
+	scores, usage, err := cur.m.ScoreRows(all)
 	l.metrics.observe("score", start)
 	l.release()
 	if err != nil {
@@ -220,9 +258,10 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 	var counted int64
 	off := 0
 	for i, s := range sets {
-		r := RowScores{Scores: append([]float64(nil), scores[off:off+len(s.Rows)]...)}
+		version := cur.info.PolicyVersion
+		r := RowScores{Scores: append([]float64(nil), scores[off:off+len(s.Rows)]...), PolicyVersion: &version}
 		for _, row := range s.Rows {
-			if l.info.MaxContext > 0 && len(row.Context)+len(row.Target) > l.info.MaxContext {
+			if cur.info.MaxContext > 0 && len(row.Context)+len(row.Target) > cur.info.MaxContext {
 				r.Truncations++
 			}
 		}
@@ -237,7 +276,7 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 			if err := l.acquire(ctx); err != nil {
 				return nil, Usage{}, err
 			}
-			_, u, err := l.m.ScoreRows(s.Rows)
+			_, u, err := cur.m.ScoreRows(s.Rows)
 			l.release()
 			if err != nil {
 				return nil, Usage{}, fmt.Errorf("model scoring set %q: %w", s.ID, err)
@@ -253,8 +292,16 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 // Attention computes the step graphs of every job; jobs run concurrently up
 // to the concurrency limit.
 func (l *Local) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error) {
-	if err := validateJobs(l.info, jobs); err != nil {
-		return nil, err
+	out, _, err := l.AttentionVersion(ctx, jobs)
+	return out, err
+}
+
+// AttentionVersion is Attention that also reports the policy version of the
+// weights that computed every graph.
+func (l *Local) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error) {
+	cur := l.cur.Load()
+	if err := validateJobs(cur.info, jobs); err != nil {
+		return nil, 0, err
 	}
 	out := make([][]StepGraph, len(jobs))
 	errs := make([]error, len(jobs))
@@ -262,14 +309,14 @@ func (l *Local) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGra
 	for i, jb := range jobs {
 		if err := l.acquire(ctx); err != nil {
 			wg.Wait()
-			return nil, err
+			return nil, 0, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer l.release()
 			start := time.Now()
-			g, err := l.m.StepGraphs(jb.Tokens, jb.Steps, jb.Layers)
+			g, err := cur.m.StepGraphs(jb.Tokens, jb.Steps, jb.Layers)
 			l.metrics.observe("attention", start)
 			if err == nil && len(g) != len(jb.Layers) {
 				err = fmt.Errorf("model returned %d step graphs for %d layers", len(g), len(jb.Layers))
@@ -280,10 +327,10 @@ func (l *Local) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGra
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("model step graphs for job %d (%q): %w", i, jobs[i].ID, err)
+			return nil, 0, fmt.Errorf("model step graphs for job %d (%q): %w", i, jobs[i].ID, err)
 		}
 	}
-	return out, nil
+	return out, cur.info.PolicyVersion, nil
 }
 
 // shared registers c with reg, or returns the collector already registered

@@ -149,6 +149,9 @@ type WireRowScores struct {
 type ScoreResponse struct {
 	Results []WireRowScores `json:"results"`
 	Usage   WireUsage       `json:"usage"`
+	// PolicyVersion is the policy version of the weights that computed
+	// every result of this answer; absent when the server does not say.
+	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
 // WireStep is one AttnSR step on the wire; Observation is null when absent.
@@ -185,6 +188,8 @@ type WireJobResult struct {
 // AttentionResponse is the body of a 200 answer to POST /v1/attention.
 type AttentionResponse struct {
 	Results []WireJobResult `json:"results"`
+	// PolicyVersion: as in ScoreResponse.
+	PolicyVersion *int64 `json:"policy_version,omitempty"`
 }
 
 // ErrorBody is the body of every non-200 answer.

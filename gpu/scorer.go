@@ -36,6 +36,10 @@ type RowSet struct {
 type RowScores struct {
 	Scores      []float64
 	Truncations int // rows of the set whose context was cut from the left
+	// PolicyVersion is the policy version of the weights that computed the
+	// scores, when the scorer reports it (nil otherwise; then use
+	// ModelInfo.PolicyVersion).
+	PolicyVersion *int64
 }
 
 // AttentionJob asks for the step graphs of one trajectory on the given layers.
@@ -44,6 +48,13 @@ type AttentionJob struct {
 	Tokens []int32
 	Steps  []Step
 	Layers []int
+}
+
+// AttentionVersioner is a Scorer that reports the policy version of the
+// weights that computed a call's step graphs, -1 when unknown (Local and
+// Client do; Server answers with it, the score stage records it).
+type AttentionVersioner interface {
+	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
 }
 
 // Scorer is implemented by the in-process reference scorer (Local), by the

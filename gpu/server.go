@@ -500,9 +500,13 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		if len(res) != len(sets) {
 			return nil, fmt.Errorf("scorer answered %d sets for %d", len(res), len(sets))
 		}
-		return ScoreResponse{Results: scoresToWire(res), Usage: WireUsage{
+		out := ScoreResponse{Results: scoresToWire(res), Usage: WireUsage{
 			TokensForwarded: usage.TokensForwarded, TokensRowByRow: usage.TokensRowByRow, Truncations: usage.Truncations,
-		}}, nil
+		}}
+		if len(res) > 0 {
+			out.PolicyVersion = res[0].PolicyVersion // one call, one model
+		}
+		return out, nil
 	})
 }
 
@@ -516,14 +520,26 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		return len(req.Jobs), len(req.Jobs), tokens
 	}, func(ctx context.Context) (any, error) {
 		jobs := jobsFromWire(req)
-		res, err := s.s.Attention(ctx, jobs)
+		var (
+			res     [][]StepGraph
+			version *int64
+			err     error
+		)
+		if av, ok := s.s.(AttentionVersioner); ok {
+			var v int64
+			if res, v, err = av.AttentionVersion(ctx, jobs); v >= 0 {
+				version = &v
+			}
+		} else {
+			res, err = s.s.Attention(ctx, jobs)
+		}
 		if err != nil {
 			return nil, err
 		}
 		if len(res) != len(jobs) {
 			return nil, fmt.Errorf("scorer answered %d jobs for %d", len(res), len(jobs))
 		}
-		out := AttentionResponse{Results: make([]WireJobResult, len(res))}
+		out := AttentionResponse{Results: make([]WireJobResult, len(res)), PolicyVersion: version}
 		for i, g := range res {
 			out.Results[i] = graphsToWire(g)
 		}

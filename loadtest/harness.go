@@ -121,6 +121,8 @@ func topicsFor(prefix string) stage.Topics {
 	t.Samples = prefix + "." + t.Samples
 	t.DeadLetters = prefix + "." + t.DeadLetters
 	t.State = prefix + "." + t.State
+	t.SamplesStale = prefix + "." + t.SamplesStale
+	t.Policy = prefix + "." + t.Policy
 	return t
 }
 
@@ -590,6 +592,8 @@ func processorArgs(brokers []string, group string, t stage.Topics, method string
 		"--topic-samples", t.Samples,
 		"--topic-dead-letters", t.DeadLetters,
 		"--topic-state", t.State,
+		"--topic-samples-stale", t.SamplesStale,
+		"--topic-policy", t.Policy,
 		"--method", method,
 		"--metrics-addr=",
 		"--log-level", "info",

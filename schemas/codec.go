@@ -28,11 +28,12 @@ const (
 	NameScored     = "io.creditflow.v1.Scored"
 	NameSample     = "io.creditflow.v1.Sample"
 	NameDeadLetter = "io.creditflow.v1.DeadLetter"
+	NamePolicy     = "io.creditflow.v1.PolicyAnnouncement"
 )
 
 // The embedded schema files (Avro JSON). They are the source of truth for the
 // wire format; the Go codecs and the Python examples both read them. Codec.Schema
-// returns them.
+// returns them. Earlier versions live in v1/ (evolution.go).
 var (
 	//go:embed trajectory.avsc
 	trajectorySchema string
@@ -42,6 +43,8 @@ var (
 	sampleSchema string
 	//go:embed dead_letter.avsc
 	deadLetterSchema string
+	//go:embed policy.avsc
+	policySchema string
 )
 
 // Single-object encoding framing.
@@ -100,7 +103,8 @@ type compiled struct {
 	avro   *goavro.Codec
 	shape  *shape
 	fp     [8]byte
-	err    error // non-nil only if the embedded schema failed to build
+	older  []*writer // earlier versions of the schema a decoder still resolves (evolution.go)
+	err    error     // non-nil only if an embedded schema failed to build
 }
 
 func compile(name, schema string) *compiled {
@@ -114,7 +118,9 @@ func compile(name, schema string) *compiled {
 	binary.LittleEndian.PutUint64(c.fp[:], ac.Rabin)
 	if c.shape, err = compileShape(ac.CanonicalSchema()); err != nil {
 		c.err = fmt.Errorf("compile shape of %s: %w", name, err)
+		return c
 	}
+	c.older, c.err = compileHistory(name, schema)
 	return c
 }
 
@@ -123,10 +129,11 @@ var (
 	compiledScored     = sync.OnceValue(func() *compiled { return compile(NameScored, scoredSchema) })
 	compiledSample     = sync.OnceValue(func() *compiled { return compile(NameSample, sampleSchema) })
 	compiledDeadLetter = sync.OnceValue(func() *compiled { return compile(NameDeadLetter, deadLetterSchema) })
+	compiledPolicy     = sync.OnceValue(func() *compiled { return compile(NamePolicy, policySchema) })
 )
 
 func allCompiled() []*compiled {
-	return []*compiled{compiledTrajectory(), compiledScored(), compiledSample(), compiledDeadLetter()}
+	return []*compiled{compiledTrajectory(), compiledScored(), compiledSample(), compiledDeadLetter(), compiledPolicy()}
 }
 
 type avroCodec[T any] struct {
@@ -150,6 +157,7 @@ var (
 	defaultScored       = sync.OnceValue(func() *avroCodec[Scored] { return scoredRecords(nil) })
 	defaultSamples      = sync.OnceValue(func() *avroCodec[Sample] { return samples(nil) })
 	defaultDeadLetters  = sync.OnceValue(func() *avroCodec[DeadLetter] { return deadLetters(nil) })
+	defaultPolicies     = sync.OnceValue(func() *avroCodec[PolicyAnnouncement] { return policies(nil) })
 )
 
 func trajectories(opts []CodecOption) *avroCodec[Trajectory] {
@@ -163,6 +171,18 @@ func samples(opts []CodecOption) *avroCodec[Sample] {
 }
 func deadLetters(opts []CodecOption) *avroCodec[DeadLetter] {
 	return newCodec(compiledDeadLetter(), opts, deadLetterToNative, deadLetterFromNative, deadLetterSize)
+}
+
+func policies(opts []CodecOption) *avroCodec[PolicyAnnouncement] {
+	return newCodec(compiledPolicy(), opts, policyToNative, policyFromNative, policySize)
+}
+
+// Policies returns the codec of topic "policy" (policy announcements).
+func Policies(opts ...CodecOption) Codec[PolicyAnnouncement] {
+	if len(opts) == 0 {
+		return defaultPolicies()
+	}
+	return policies(opts)
 }
 
 // Trajectories returns the codec of topic "trajectories".
@@ -230,11 +250,16 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 	if len(b) > c.maxBytes {
 		return nil, &DecodeError{Reason: ReasonTooLarge, Detail: fmt.Sprintf("%s record of %d bytes exceeds the %d-byte limit", c.name, len(b), c.maxBytes)}
 	}
-	if err := c.checkHeader(b); err != nil {
+	w, err := c.writerOf(b)
+	if err != nil {
 		return nil, err
 	}
+	avro, shp := c.avro, c.shape
+	if w != nil { // an older writer schema: decode with it, then resolve
+		avro, shp = w.avro, w.shape
+	}
 	body := b[headerSize:]
-	end, cerr := c.shape.check(body, 0, c.name)
+	end, cerr := shp.check(body, 0, c.name)
 	if cerr != nil {
 		return nil, undecodable("%v", cerr)
 	}
@@ -246,13 +271,16 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 			out, err = nil, undecodable("%s: decoder fault: %v", c.name, r)
 		}
 	}()
-	native, _, aerr := c.avro.NativeFromBinary(body)
+	native, _, aerr := avro.NativeFromBinary(body)
 	if aerr != nil {
 		return nil, undecodable("%s: %v", c.name, aerr)
 	}
 	m, ok := native.(map[string]any)
 	if !ok {
 		return nil, undecodable("%s: body is not a record", c.name)
+	}
+	if w != nil {
+		w.fill.apply(m)
 	}
 	n := &nat{m: m, path: c.name}
 	v := c.fromNative(n)
@@ -262,21 +290,29 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 	return v, nil
 }
 
-func (c *avroCodec[T]) checkHeader(b []byte) error {
+// writerOf checks the header of b and returns the older writer schema its
+// fingerprint names, or nil when b was written with the current schema.
+func (c *avroCodec[T]) writerOf(b []byte) (*writer, error) {
 	if len(b) < headerSize {
-		return undecodable("%d bytes is shorter than the %d-byte single-object header", len(b), headerSize)
+		return nil, undecodable("%d bytes is shorter than the %d-byte single-object header", len(b), headerSize)
 	}
 	if b[0] != magic0 || b[1] != magic1 {
-		return undecodable("not Avro single-object encoded: first bytes %02x %02x, want c3 01", b[0], b[1])
+		return nil, undecodable("not Avro single-object encoded: first bytes %02x %02x, want c3 01", b[0], b[1])
 	}
-	if !bytes.Equal(b[2:headerSize], c.fp[:]) {
-		detail := fmt.Sprintf("fingerprint %s is not %s (%s)", hex.EncodeToString(b[2:headerSize]), c.name, hex.EncodeToString(c.fp[:]))
-		if other := SchemaOf(b); other != "" {
-			detail += "; it is " + other
+	fp := b[2:headerSize]
+	if bytes.Equal(fp, c.fp[:]) {
+		return nil, nil
+	}
+	for _, w := range c.older {
+		if bytes.Equal(fp, w.fp[:]) {
+			return w, nil
 		}
-		return &DecodeError{Reason: ReasonUnknownSchema, Detail: detail}
 	}
-	return nil
+	detail := fmt.Sprintf("fingerprint %s is not %s (%s)", hex.EncodeToString(fp), c.name, hex.EncodeToString(c.fp[:]))
+	if other := SchemaOf(b); other != "" {
+		detail += "; it is " + other
+	}
+	return nil, &DecodeError{Reason: ReasonUnknownSchema, Detail: detail}
 }
 
 // SchemaOf returns the full Avro name of the creditflow schema that framed
@@ -287,8 +323,16 @@ func SchemaOf(b []byte) string {
 		return ""
 	}
 	for _, c := range allCompiled() {
-		if c.err == nil && bytes.Equal(b[2:headerSize], c.fp[:]) {
+		if c.err != nil {
+			continue
+		}
+		if bytes.Equal(b[2:headerSize], c.fp[:]) {
 			return c.name
+		}
+		for _, w := range c.older {
+			if bytes.Equal(b[2:headerSize], w.fp[:]) {
+				return c.name
+			}
 		}
 	}
 	return ""

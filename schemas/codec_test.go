@@ -131,6 +131,9 @@ func TestHeaderAndFingerprint(t *testing.T) {
 		{NameScored, scoredSchema, ScoredRecords().Fingerprint(), func() ([]byte, error) { return ScoredRecords().Encode(sampleScored()) }},
 		{NameSample, sampleSchema, Samples().Fingerprint(), func() ([]byte, error) { return Samples().Encode(sampleSample()) }},
 		{NameDeadLetter, deadLetterSchema, DeadLetters().Fingerprint(), func() ([]byte, error) { return DeadLetters().Encode(sampleDeadLetter()) }},
+		{NamePolicy, policySchema, Policies().Fingerprint(), func() ([]byte, error) {
+			return Policies().Encode(&PolicyAnnouncement{Version: 7, Checkpoint: "/ckpt/7", AnnouncedAtMs: 1_764_500_000_000})
+		}},
 	}
 	seen := map[[8]byte]string{}
 	for _, c := range codecs {
@@ -364,7 +367,8 @@ func TestKnownAnswer(t *testing.T) {
 		"00" + // gold_target: empty bytes
 		"00" + "00" + // gold_span_start, gold_span_end
 		"00" + // rollout_logprobs: null
-		"02" + "0000003f" // temperature: union branch 1 (float), 0.5
+		"02" + "0000003f" + // temperature: union branch 1 (float), 0.5
+		"00" // source: null
 	fp := Trajectories().Fingerprint()
 	want := "c301" + hex.EncodeToString(fp[:]) + body
 	got, err := Trajectories().Encode(tr)
@@ -385,23 +389,26 @@ func TestKnownAnswer(t *testing.T) {
 	}
 }
 
-const pinnedTrajectoryFingerprint = "3ba0bd24c70af6b5"
+const pinnedTrajectoryFingerprint = "77309f0cca652008"
 
 // TestPinnedFingerprints pins every schema's fingerprint as documented in
-// docs/wire-format.md. A change here is a wire-format change: bump the
-// namespace version and update the docs instead of editing the pin.
+// docs/wire-format.md. A change here is a wire-format change: follow the
+// evolution rules there (register the old schema in schemas/evolution.go,
+// keep golden bytes) before editing the pin.
 func TestPinnedFingerprints(t *testing.T) {
 	pins := map[string]string{
 		NameTrajectory: pinnedTrajectoryFingerprint,
-		NameScored:     "988295c3e1787e9c",
-		NameSample:     "accbea26abfb68c4",
+		NameScored:     "7ccadbc95ab7607d",
+		NameSample:     "f671dfa332673a52",
 		NameDeadLetter: "d52182524e0dbca9",
+		NamePolicy:     "045df95fbcb1b418",
 	}
 	fps := map[string][8]byte{
 		NameTrajectory: Trajectories().Fingerprint(),
 		NameScored:     ScoredRecords().Fingerprint(),
 		NameSample:     Samples().Fingerprint(),
 		NameDeadLetter: DeadLetters().Fingerprint(),
+		NamePolicy:     Policies().Fingerprint(),
 	}
 	for name, pin := range pins {
 		fp := fps[name]

@@ -7,8 +7,11 @@
 //   - Every record on the wire is Avro single-object encoded: the two bytes
 //     0xC3 0x01, the 8-byte little-endian CRC-64-AVRO (Rabin) fingerprint of the
 //     schema's Parsing Canonical Form, then the Avro binary body. A record
-//     therefore names its schema, and a decoder rejects a record written with
-//     any other schema with reason [ReasonUnknownSchema].
+//     therefore names its schema. A decoder reads records written with the
+//     current schema or with any earlier version of it (resolved to the
+//     current one, new fields at their defaults; see evolution.go and
+//     docs/wire-format.md, "Schema evolution") and rejects any other schema
+//     with reason [ReasonUnknownSchema].
 //   - Encoding is deterministic: the same struct value always gives the same
 //     bytes (fields are written in schema order; no map iteration reaches the
 //     output). Replays rely on this.

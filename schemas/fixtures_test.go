@@ -22,6 +22,7 @@ func sampleTrajectory() *Trajectory {
 		GoldSpan:        [2]int32{1, 3},
 		RolloutLogprobs: []float32{-0.5, -1.25, -0.125},
 		Temperature:     ptr(float32(1.0)),
+		Source:          ptr("nq"),
 	}
 }
 
@@ -96,7 +97,9 @@ func sampleSample() *Sample {
 			{Kind: KindSearch, Eligible: true, Delta: ptr(0.1), Z: ptr(0.2), ZNorm: ptr(0.3), Gate: 1, ProcessAdvantage: 0.3, Advantage: 0.9, P: ptr(1.0), StepReward: ptr(0.05), Weight: ptr(1.1)},
 			{Kind: KindAnswer, Advantage: 0.75},
 		},
-		AttnSR: &AttnSRDiag{Confidence: 0.5, Focus: 0.8, Consensus: 0.625, Baseline: 0.4, Budget: 0.075},
+		AttnSR:              &AttnSRDiag{Confidence: 0.5, Focus: 0.8, Consensus: 0.625, Baseline: 0.4, Budget: 0.075},
+		ScorerPolicyVersion: ptr(int64(41)),
+		Source:              ptr("nq"),
 	}
 }
 

@@ -63,7 +63,7 @@ func trajectoryJSON(tr *Trajectory) []byte {
 		"sample_index": tr.SampleIndex, "policy_version": tr.PolicyVersion, "created_at_ms": tr.CreatedAtMs,
 		"prompt": tr.Prompt, "turns": turns, "reward": tr.Reward, "pred_answer": tr.PredAnswer,
 		"gold_answers": tr.GoldAnswers, "gold_target": tr.GoldTarget, "gold_span": tr.GoldSpan,
-		"rollout_logprobs": tr.RolloutLogprobs, "temperature": tr.Temperature,
+		"rollout_logprobs": tr.RolloutLogprobs, "temperature": tr.Temperature, "source": tr.Source,
 	}
 	b, _ := json.Marshal(d)
 	return b
@@ -172,5 +172,28 @@ func TestPythonReaderInterop(t *testing.T) {
 	msg, err := cmd.CombinedOutput()
 	if err == nil || !bytes.Contains(msg, []byte("unknown_schema")) {
 		t.Fatalf("Python reader accepted a trajectory: %v %s", err, msg)
+	}
+}
+
+// TestPythonReadsV1Golden: the Python example reader resolves a sample
+// written with the v1 schema (before scorer_policy_version and source).
+func TestPythonReadsV1Golden(t *testing.T) {
+	py := pythonWithAvro(t)
+	path := filepath.Join(t.TempDir(), "sample-v1.bin")
+	if err := os.WriteFile(path, golden(t, "sample")[0], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := runPython(t, py, nil, "read_sample.py", path)
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("read_sample.py output %q: %v", out, err)
+	}
+	want := sampleSample()
+	if got["trajectory_id"] != want.TrajectoryID || got["outcome_advantage"] != want.OutcomeAdvantage ||
+		got["source"] != nil || got["scorer_policy_version"] != nil {
+		t.Fatalf("Python read the v1 sample as %v", got)
+	}
+	if _, ok := got["source"]; !ok {
+		t.Fatalf("Python did not resolve the v1 sample to the current schema (no source field): %v", got)
 	}
 }

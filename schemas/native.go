@@ -149,6 +149,13 @@ func (n *nat) optF32(k string) *float32 {
 	return nil
 }
 
+func (n *nat) optI64(k string) *int64 {
+	if x, ok := natOpt[int64](n, k, "long"); ok {
+		return &x
+	}
+	return nil
+}
+
 func (n *nat) optStr(k string) *string {
 	if x, ok := natOpt[string](n, k, "string"); ok {
 		return &x
@@ -253,6 +260,13 @@ func optStr(v *string) any {
 	return goavro.Union("string", *v)
 }
 
+func optI64(v *int64) any {
+	if v == nil {
+		return nil
+	}
+	return goavro.Union("long", *v)
+}
+
 func optBytes(v []byte) any {
 	if v == nil {
 		return nil
@@ -300,6 +314,7 @@ func trajectoryToNative(t *Trajectory) map[string]any {
 		"gold_span_end":    t.GoldSpan[1],
 		"rollout_logprobs": optPackedF32(t.RolloutLogprobs),
 		"temperature":      optF32(t.Temperature),
+		"source":           optStr(t.Source),
 	}
 }
 
@@ -333,6 +348,7 @@ func trajectoryFromNative(n *nat) *Trajectory {
 	t.GoldSpan = [2]int32{n.i32("gold_span_start"), n.i32("gold_span_end")}
 	t.RolloutLogprobs = n.optFloat32s("rollout_logprobs")
 	t.Temperature = n.optF32("temperature")
+	t.Source = n.optStr("source")
 	return t
 }
 
@@ -346,6 +362,9 @@ func trajectorySize(t *Trajectory) int {
 	}
 	if t.PredAnswer != nil {
 		n += len(*t.PredAnswer)
+	}
+	if t.Source != nil {
+		n += len(*t.Source)
 	}
 	return n
 }
@@ -448,25 +467,27 @@ func sampleToNative(s *Sample) map[string]any {
 		mask = []uint8{}
 	}
 	return map[string]any{
-		"trajectory_id":     s.TrajectoryID,
-		"prompt_id":         s.PromptID,
-		"group_size":        s.GroupSize,
-		"sample_index":      s.SampleIndex,
-		"policy_version":    s.PolicyVersion,
-		"created_at_ms":     s.CreatedAtMs,
-		"method":            s.Method,
-		"output":            s.Output,
-		"partial":           s.Partial,
-		"reward":            s.Reward,
-		"outcome_advantage": s.OutcomeAdvantage,
-		"tokens":            packInt32(s.Tokens),
-		"loss_mask":         []byte(mask),
-		"advantages":        optPackedF32(s.Advantages),
-		"token_rewards":     optPackedF32(s.TokenRewards),
-		"rollout_logprobs":  optPackedF32(s.RolloutLogprobs),
-		"temperature":       optF32(s.Temperature),
-		"turns":             turns,
-		"attnsr":            attn,
+		"trajectory_id":         s.TrajectoryID,
+		"prompt_id":             s.PromptID,
+		"group_size":            s.GroupSize,
+		"sample_index":          s.SampleIndex,
+		"policy_version":        s.PolicyVersion,
+		"created_at_ms":         s.CreatedAtMs,
+		"method":                s.Method,
+		"output":                s.Output,
+		"partial":               s.Partial,
+		"reward":                s.Reward,
+		"outcome_advantage":     s.OutcomeAdvantage,
+		"tokens":                packInt32(s.Tokens),
+		"loss_mask":             []byte(mask),
+		"advantages":            optPackedF32(s.Advantages),
+		"token_rewards":         optPackedF32(s.TokenRewards),
+		"rollout_logprobs":      optPackedF32(s.RolloutLogprobs),
+		"temperature":           optF32(s.Temperature),
+		"turns":                 turns,
+		"attnsr":                attn,
+		"scorer_policy_version": optI64(s.ScorerPolicyVersion),
+		"source":                optStr(s.Source),
 	}
 }
 
@@ -518,11 +539,17 @@ func sampleFromNative(n *nat) *Sample {
 			n.err = r.err
 		}
 	}
+	s.ScorerPolicyVersion = n.optI64("scorer_policy_version")
+	s.Source = n.optStr("source")
 	return s
 }
 
 func sampleSize(s *Sample) int {
-	return 128 + len(s.TrajectoryID) + len(s.PromptID) + len(s.Method) + len(s.Output) +
+	n := 0
+	if s.Source != nil {
+		n = len(*s.Source)
+	}
+	return n + 148 + len(s.TrajectoryID) + len(s.PromptID) + len(s.Method) + len(s.Output) +
 		9*len(s.Tokens) + 4*len(s.TokenRewards) + 4*len(s.RolloutLogprobs) + 80*len(s.Turns)
 }
 
@@ -559,3 +586,15 @@ func deadLetterFromNative(n *nat) *DeadLetter {
 func deadLetterSize(d *DeadLetter) int {
 	return 64 + len(d.Reason) + len(d.Detail) + len(d.Stage) + len(d.Topic) + len(d.Key) + len(d.Value)
 }
+
+// ---- PolicyAnnouncement ----
+
+func policyToNative(p *PolicyAnnouncement) map[string]any {
+	return map[string]any{"version": p.Version, "checkpoint": p.Checkpoint, "announced_at_ms": p.AnnouncedAtMs}
+}
+
+func policyFromNative(n *nat) *PolicyAnnouncement {
+	return &PolicyAnnouncement{Version: n.i64("version"), Checkpoint: n.str("checkpoint"), AnnouncedAtMs: n.i64("announced_at_ms")}
+}
+
+func policySize(p *PolicyAnnouncement) int { return 32 + len(p.Checkpoint) }

@@ -57,6 +57,7 @@ func randTrajectory(rng *rand.Rand) *Trajectory {
 		Reward: maybe(rng, rng.NormFloat64()), PredAnswer: maybe(rng, randString(rng)),
 		GoldTarget: randIDs(rng, 8), GoldSpan: [2]int32{rng.Int32(), -rng.Int32()},
 		RolloutLogprobs: randF32s(rng, 10), Temperature: maybe(rng, rng.Float32()),
+		Source: maybe(rng, randString(rng)),
 	}
 	for i := rng.IntN(4); i > 0; i-- {
 		t.Turns = append(t.Turns, Turn{Kind: randString(rng), Action: randIDs(rng, 6), Observation: randIDs(rng, 6)})
@@ -95,7 +96,8 @@ func TestRandomRoundTrips(t *testing.T) {
 			Method: randString(rng), Output: randString(rng), Partial: rng.IntN(2) == 0, Reward: rng.NormFloat64(),
 			OutcomeAdvantage: rng.NormFloat64(), Tokens: randIDs(rng, 10),
 			Advantages: randF32s(rng, 10), TokenRewards: randF32s(rng, 10), RolloutLogprobs: randF32s(rng, 10),
-			Temperature: maybe(rng, rng.Float32())}
+			Temperature: maybe(rng, rng.Float32()), ScorerPolicyVersion: maybe(rng, rng.Int64()-rng.Int64()),
+			Source: maybe(rng, randString(rng))}
 		if n := len(sm.Tokens); n > 0 {
 			sm.LossMask = make([]uint8, n)
 			for i := range sm.LossMask {

@@ -34,6 +34,9 @@ type Trajectory struct {
 	// policy token, in order over all turns' Action tokens. Nil when absent.
 	RolloutLogprobs []float32
 	Temperature     *float32
+	// Source is the data source or task name (optional), carried into the
+	// sample so monitors can split rewards by source. Nil when absent.
+	Source *string
 }
 
 // TurnScore is the score stage's result for one turn.
@@ -114,7 +117,24 @@ type Sample struct {
 	Temperature      *float32
 	Turns            []TurnDiag
 	AttnSR           *AttnSRDiag
+	// ScorerPolicyVersion is the scorer's policy version, copied from
+	// Scored; nil in samples written before the field existed.
+	ScorerPolicyVersion *int64
+	Source              *string // copied from the trajectory; nil when absent
 }
+
+// PolicyAnnouncement is a trainer's announcement of a new policy version
+// (compacted topic "policy", key PolicyKey). Readers take the maximum
+// Version seen as the newest announced version.
+type PolicyAnnouncement struct {
+	Version       int64
+	Checkpoint    string // folder path or URI of the weights; "" when not published
+	AnnouncedAtMs int64  // wall clock, Unix milliseconds
+}
+
+// PolicyKey is the constant key of every policy announcement, so a
+// compacted topic keeps the newest one.
+const PolicyKey = "policy"
 
 // DeadLetter is a record the processor could not use (topic "dead-letters").
 type DeadLetter struct {

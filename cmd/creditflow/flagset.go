@@ -22,13 +22,14 @@ const (
 	groupLAPO          = "LAPO"
 	groupAttnSR        = "AttnSR"
 	groupWindows       = "Windows and limits"
+	groupPolicy        = "Policy versions"
 	groupSecurity      = "Security"
 	groupObservability = "Observability"
 	groupUngrouped     = "Ungrouped flags (define them inside flagSet.inGroup)"
 )
 
 var groupOrder = []string{groupGeneral, groupKafka, groupTopics, groupScorer, groupCredit, groupLAPO, groupAttnSR,
-	groupWindows, groupSecurity, groupObservability}
+	groupWindows, groupPolicy, groupSecurity, groupObservability}
 
 // flagSet is a command's flag.FlagSet with a usage text and flags listed by
 // group. Parse errors (an unknown flag, a bad value) print one short line

@@ -50,6 +50,8 @@ func runReplay(args []string) error {
 		fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", "", "the replay's own dead-letter topic (default: <topic-samples>.dead-letters)")
 		fs.StringVar(&cfg.Topics.State, "topic-state", "", "the replay's own state changelog topic (default: <topic-samples>.state)")
 	})
+	policyFlags(fs, &cfg)
+	cfg.Topics.SamplesStale = "" // default: <topic-samples>.stale, never the live run's
 	fs.inGroup(groupCredit, func() {
 		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	})
@@ -95,16 +97,24 @@ func runReplay(args []string) error {
 	if cfg.Topics.DeadLetters == "" {
 		cfg.Topics.DeadLetters = cfg.Topics.Samples + ".dead-letters"
 	}
+	if cfg.Topics.SamplesStale == "" {
+		cfg.Topics.SamplesStale = cfg.Topics.Samples + ".stale"
+	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}
 	if err := checkReplayOutputs(ctx, cfg, *appendOut); err != nil {
 		return err
 	}
-	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security,
-		producers.TopicSpec{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1},
-		producers.TopicSpec{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
-		producers.TopicSpec{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true}); err != nil {
+	specs := []producers.TopicSpec{
+		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1},
+		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
+		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true},
+	}
+	if cfg.MaxPolicyLag >= 0 {
+		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1})
+	}
+	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
 		return err
 	}
 	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security}, producers.WithLogger(cfg.Logger))
@@ -159,7 +169,8 @@ func runReplay(args []string) error {
 
 // checkReplayOutputs refuses outputs that would touch a live pipeline: a
 // replay never writes to the live topics (the default topic names and the
-// scored topic it reads), its three outputs are distinct, and, unless
+// scored topic it reads), its outputs (samples, state, dead letters and,
+// with --max-policy-lag, stale samples) are distinct, and, unless
 // appendOK, each output topic is new or empty. It runs before anything is
 // written and creates no topic.
 func checkReplayOutputs(ctx context.Context, cfg stage.Config, appendOK bool) error {
@@ -168,9 +179,18 @@ func checkReplayOutputs(ctx context.Context, cfg stage.Config, appendOK bool) er
 		live.Trajectories: "the live trajectories topic", live.Scored: "the live scored topic",
 		live.Samples: "the live samples topic", live.DeadLetters: "the live dead-letter topic", live.State: "the live state topic",
 	}
+	if live.SamplesStale != "" {
+		liveNames[live.SamplesStale] = "the live stale-samples topic"
+	}
+	if live.Policy != "" {
+		liveNames[live.Policy] = "the policy topic"
+	}
 	liveNames[cfg.Topics.Scored] = "the scored topic this replay reads"
 	outs := []struct{ flag, topic string }{
 		{"--topic-samples", cfg.Topics.Samples}, {"--topic-state", cfg.Topics.State}, {"--topic-dead-letters", cfg.Topics.DeadLetters},
+	}
+	if cfg.MaxPolicyLag >= 0 {
+		outs = append(outs, struct{ flag, topic string }{"--topic-samples-stale", cfg.Topics.SamplesStale})
 	}
 	seen := map[string]string{}
 	for _, o := range outs {

@@ -115,6 +115,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
 		fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "compacted changelog of the advantage stage's state")
 	})
+	policyFlags(fs, &cfg)
 	fs.inGroup(groupScorer, func() {
 		scorers = fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
 		scorerModel = fs.String("scorer-model", "", "in-process scorer: Hugging Face folder (default: the built-in tiny model)")

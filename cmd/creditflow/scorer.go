@@ -10,6 +10,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -21,26 +22,33 @@ func init() {
 func runScorer(args []string) error {
 	fs := newFlagSet("scorer", `usage: creditflow scorer [--listen ADDR] [--model DIR] [--policy-version N]
                         [--tls-cert F --tls-key F] [--token-file F] [--max-request-bytes N]
+                        [--follow-policy --brokers HOST:PORT,...]
 
 Serves a model over the creditflow.scorer/v1 protocol (docs/scorer-protocol.md):
 GET /v1/info, POST /v1/score, POST /v1/attention, GET /healthz, GET /metrics.
 SIGTERM or SIGINT drains in-flight requests and exits.`)
-	var listen, dir, certFile, keyFile, tokenFile, level *string
-	var policy, maxBytes *int64
+	var listen, dir, certFile, keyFile, tokenFile, level, policyTopic *string
+	var version, maxBytes *int64
 	var maxRows, maxTokens, maxRequests, maxCalls *int
+	var follow *bool
 	fs.inGroup(groupGeneral, func() {
 		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
 		listen = fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
 	})
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "", "model folder (config.json + *.safetensors); empty or \"tiny\" serves the built-in tiny model")
-		policy = fs.Int64("policy-version", 0, "policy version reported by /v1/info")
 		maxBytes = fs.Int64("max-request-bytes", 64<<20, "largest request body accepted (413 above)")
 		maxRows = fs.Int("max-rows", 65536, "most rows (score) or jobs (attention) in one request (413 above)")
 		maxTokens = fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
 		maxRequests = fs.Int("max-concurrent-requests", 64, "requests served at once (503 above)")
 		maxCalls = fs.Int("max-model-calls", 0, "model calls run at once (0: GOMAXPROCS)")
 	})
+	fs.inGroup(groupPolicy, func() {
+		version = fs.Int64("policy-version", 0, "policy version reported by /v1/info")
+		follow = fs.Bool("follow-policy", false, "follow the policy topic on --brokers: load each newly announced checkpoint folder and answer with its version")
+		policyTopic = fs.String("topic-policy", policy.DefaultTopic, "policy topic followed with --follow-policy")
+	})
+	kf := addKafkaFlags(fs)
 	fs.inGroup(groupSecurity, func() {
 		certFile = fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (needs --tls-key)")
 		keyFile = fs.String("tls-key", "", "PEM private key file for --tls-cert")
@@ -85,7 +93,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	local := gpu.NewLocal(m, gpu.WithPolicyVersion(*policy), gpu.WithMaxConcurrent(*maxCalls), gpu.WithLocalRegisterer(reg))
+	local := gpu.NewLocal(m, gpu.WithPolicyVersion(*version), gpu.WithMaxConcurrent(*maxCalls), gpu.WithLocalRegisterer(reg))
 	opts := []gpu.ServerOption{
 		gpu.WithServerLogger(log),
 		gpu.WithServerRegistry(reg),
@@ -100,9 +108,16 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 	}
 	info := m.Info()
 	log.Info().Str("model", info.Name).Str("architecture", info.Architecture).Int("layers", info.Layers).
-		Int("vocab", info.VocabSize).Int64("policy_version", *policy).Msg("scorer model loaded")
+		Int("vocab", info.VocabSize).Int64("policy_version", *version).Msg("scorer model loaded")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if *follow {
+		sec, err := kf.security()
+		if err != nil {
+			return err
+		}
+		followPolicy(ctx, local, splitList(*kf.brokers), sec, *policyTopic, log, policy.WithRegisterer(reg))
+	}
 	return gpu.NewServer(local, opts...).ListenAndServe(ctx, *listen)
 }

@@ -35,19 +35,32 @@ def rabin_fingerprint(data: bytes) -> int:
     return fp
 
 
+def _fingerprint(schema) -> bytes:
+    canonical = schema.canonical_form
+    if isinstance(canonical, str):
+        canonical = canonical.encode("utf-8")
+    return struct.pack("<Q", rabin_fingerprint(canonical))
+
+
 class SchemaCodec:
-    """Encodes and decodes one record type in single-object encoding."""
+    """Encodes and decodes one record type in single-object encoding.
+
+    Decoding also accepts records written with an earlier version of the
+    schema (schemas/v1/<file>): they are resolved to the current schema, and
+    fields the writer did not have take their defaults (docs/wire-format.md,
+    "Schema evolution"). Encoding always writes the current schema.
+    """
 
     def __init__(self, filename: str):
         text = (SCHEMA_DIR / filename).read_text()
         self.schema = avro.schema.parse(text)
-        canonical = self.schema.canonical_form
-        if isinstance(canonical, str):
-            canonical = canonical.encode("utf-8")
-        self.fingerprint = struct.pack("<Q", rabin_fingerprint(canonical))
+        self.fingerprint = _fingerprint(self.schema)
         self.header = MAGIC + self.fingerprint
         self._writer = avro.io.DatumWriter(self.schema)
-        self._reader = avro.io.DatumReader(self.schema)
+        self._readers = {self.fingerprint: avro.io.DatumReader(self.schema)}
+        for old in sorted(SCHEMA_DIR.glob("v*/" + filename)):
+            writer = avro.schema.parse(old.read_text())
+            self._readers.setdefault(_fingerprint(writer), avro.io.DatumReader(writer, self.schema))
 
     def encode(self, datum: dict) -> bytes:
         buf = io.BytesIO()
@@ -58,13 +71,14 @@ class SchemaCodec:
     def decode(self, data: bytes) -> dict:
         if len(data) < 10 or data[:2] != MAGIC:
             raise ValueError("undecodable: not Avro single-object encoded")
-        if data[2:10] != self.fingerprint:
+        reader = self._readers.get(bytes(data[2:10]))
+        if reader is None:
             raise ValueError(
                 "unknown_schema: fingerprint %s is not %s (%s)"
                 % (data[2:10].hex(), self.schema.fullname, self.fingerprint.hex())
             )
         buf = io.BytesIO(data[10:])
-        datum = self._reader.read(avro.io.BinaryDecoder(buf))
+        datum = reader.read(avro.io.BinaryDecoder(buf))
         if buf.tell() != len(data) - 10:
             raise ValueError("undecodable: trailing bytes after the record")
         return datum

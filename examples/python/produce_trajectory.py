@@ -30,7 +30,8 @@ def encode_trajectory(d: dict) -> bytes:
     ([{"kind": str, "action": [int], "observation": [int]}]); optional:
     reward (float or None), pred_answer (str or None), gold_answers ([str]),
     gold_target ([int]), gold_span ([a, b]), rollout_logprobs ([float] or
-    None, one per action token over all turns), temperature (float or None).
+    None, one per action token over all turns), temperature (float or None),
+    source (str or None: data source / task name).
     """
     span = d.get("gold_span") or [0, 0]
     logprobs = d.get("rollout_logprobs")
@@ -58,6 +59,7 @@ def encode_trajectory(d: dict) -> bytes:
         "gold_span_end": int(span[1]),
         "rollout_logprobs": None if logprobs is None else pack_f32(logprobs),
         "temperature": None if d.get("temperature") is None else float(d["temperature"]),
+        "source": d.get("source"),
     }
     return TRAJECTORY.encode(datum)
 

@@ -1,72 +1,94 @@
 #!/usr/bin/env python3
-"""A minimal trainer-side consumer: reads creditflow samples and checks them.
+"""A minimal trainer-side reader: creditflow.SampleStream, checks, and a JSON summary.
 
 Usage:
-  trainer.py --brokers HOST:PORT --expect N [--topic creditflow.samples] [--group trainer] [--timeout 120]
+  trainer.py --brokers HOST:PORT --expect N [--topic creditflow.samples] [--group trainer]
+             [--timeout 120] [--batch 8] [--max-policy-lag L] [--out FILE]
 
-Deduplicates by trajectory_id (after a processor crash a sample can arrive
-twice; copies are byte-identical), checks what a trainer relies on (aligned
-lengths, 0/1 loss mask, finite advantages, zero advantage off the policy
-tokens) and prints one JSON summary line. Exit status 0 when N distinct valid
-samples were read. Needs python3-confluent-kafka and python3-avro.
+Reads whole groups in batches (SampleStream.batches), turns each batch into padded and
+packed numpy arrays (to_numpy), checks what a trainer relies on (aligned lengths, 0/1 loss
+mask, finite advantages, zero advantage off the policy tokens), commits after each "step",
+and prints one JSON summary line: samples, duplicates, stale, invalid, policy_tokens.
+--out writes one JSON line per sample as it arrives (trajectory_id, policy versions,
+advantages or token rewards). Exit status 0 when N distinct valid samples were read.
+Needs the creditflow package and Debian's python3-confluent-kafka and python3-numpy.
 """
 
 import argparse
 import json
-import math
+import os
+import sys
 import time
 
-from confluent_kafka import Consumer
+import numpy as np
 
-from read_sample import decode_sample
+try:
+    import creditflow
+except ImportError:  # running from a repository checkout
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import creditflow
 
 
-def check(s: dict) -> None:
-    n = len(s["tokens"])
-    if n == 0 or len(s["loss_mask"]) != n:
+def check(s):
+    n = s["tokens"].size
+    if n == 0 or s["loss_mask"].size != n:
         raise ValueError("lengths")
-    adv = s.get("advantages") or []
-    if s["output"] != "token_rewards" and len(adv) != n:
-        raise ValueError("%d advantages for %d tokens" % (len(adv), n))
-    for i, a in enumerate(adv):
-        if not math.isfinite(a) or (s["loss_mask"][i] == 0 and a != 0):
-            raise ValueError("advantage %r at %d" % (a, i))
+    if not np.isin(s["loss_mask"], (0, 1)).all():
+        raise ValueError("loss mask is not 0/1")
+    per_token = s["advantages"] if s["output"] != "token_rewards" else s["token_rewards"]
+    if per_token is None or per_token.size != n:
+        raise ValueError("per-token %s missing or misaligned" % s["output"])
+    if not np.isfinite(per_token).all():
+        raise ValueError("non-finite %s" % s["output"])
+    if s["output"] != "token_rewards" and (per_token[s["loss_mask"] == 0] != 0).any():
+        raise ValueError("advantage off the policy tokens")
 
 
-def main() -> int:
+def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--brokers", required=True)
     ap.add_argument("--topic", default="creditflow.samples")
     ap.add_argument("--group", default="trainer")
     ap.add_argument("--expect", type=int, required=True)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--max-policy-lag", type=int, default=None)
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    c = Consumer({"bootstrap.servers": args.brokers, "group.id": args.group,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([args.topic])
-    seen, dups, invalid, policy_tokens = {}, 0, 0, 0
+    out = open(args.out, "w") if args.out else None
+    stream = creditflow.SampleStream(args.brokers, args.group, topic=args.topic, max_policy_lag=args.max_policy_lag,
+                                     idle_timeout=args.timeout, group_timeout=10)
+    seen, invalid, policy_tokens = set(), 0, 0
     deadline = time.time() + args.timeout
-    while len(seen) < args.expect and time.time() < deadline:
-        msg = c.poll(0.5)
-        if msg is None or msg.error():
-            continue
-        s = decode_sample(msg.value())
-        try:
-            check(s)
-        except ValueError as e:
-            invalid += 1
-            print("invalid sample %s: %s" % (s["trajectory_id"], e))
-            continue
-        if s["trajectory_id"] in seen:
-            dups += 1
-        else:
-            seen[s["trajectory_id"]] = s
-            policy_tokens += sum(s["loss_mask"])
-        c.commit(message=msg, asynchronous=False)
-    c.close()
-    print(json.dumps({"samples": len(seen), "duplicates": dups, "invalid": invalid, "policy_tokens": policy_tokens}))
+    for batch in stream.batches(args.batch, max_wait=2):
+        arrays = creditflow.to_numpy(batch)             # padded [B, L]
+        packed = creditflow.to_numpy(batch, packed=True)  # [1, T] + cu_seqlens
+        assert packed["cu_seqlens"][-1] == arrays["attention_mask"].sum()
+        for s in batch:
+            try:
+                check(s)
+            except ValueError as e:
+                invalid += 1
+                print("invalid sample %s: %s" % (s["trajectory_id"], e), file=sys.stderr)
+                continue
+            seen.add(s["trajectory_id"])
+            policy_tokens += int(s["loss_mask"].sum())
+            if out:
+                per_token = s["advantages"] if s["output"] != "token_rewards" else s["token_rewards"]
+                out.write(json.dumps({"trajectory_id": s["trajectory_id"], "prompt_id": s["prompt_id"],
+                                      "policy_version": s["policy_version"],
+                                      "scorer_policy_version": s["scorer_policy_version"],
+                                      "source": s["source"], "output": s["output"],
+                                      "per_token": per_token.tolist(), "loss_mask": s["loss_mask"].tolist()}) + "\n")
+                out.flush()
+        stream.commit()  # after the training step: at-least-once
+        if len(seen) >= args.expect or time.time() > deadline:
+            break
+    stream.close()
+    print(json.dumps({"samples": len(seen), "duplicates": stream.duplicates, "stale": stream.stale,
+                      "invalid": invalid, "policy_tokens": policy_tokens}))
     return 0 if len(seen) >= args.expect and invalid == 0 else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

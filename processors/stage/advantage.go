@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -37,6 +38,9 @@ type AdvantageStage struct {
 
 	mu        sync.Mutex
 	positions map[int]Position
+
+	follower *policy.Follower // policy versions (staleness.go); nil when not followed
+	seen     versionSeen      // newest trajectory policy version emitted (signals.go)
 }
 
 // Position is where a partition of the advantage stage stands.
@@ -72,6 +76,7 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 
 // Run consumes until ctx ends.
 func (a *AdvantageStage) Run(ctx context.Context) error {
+	a.startPolicy(ctx)
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
 		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256, SessionTimeout: a.cfg.SessionTimeout,
@@ -381,6 +386,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 		return
 	}
 	var msgs []producers.Message
+	route := p.a.router()
 	mean := 0.0
 	for i, r := range results {
 		mean += r.Reward
@@ -391,12 +397,13 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 			continue
 		}
 		msgs = append(msgs, producers.Message{
-			Topic: cfg.Topics.Samples, Key: []byte(r.TrajectoryID), Value: b,
+			Topic: route.topic(smp.PolicyVersion, m), Key: []byte(r.TrajectoryID), Value: b,
 			Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.Samples().Name())}},
 		})
 		p.observe(r)
 	}
 	mean /= float64(len(results))
+	p.a.signals(scoredOf(members), results, route.announced)
 	if cfg.Credit.Method == "attnsr" && p.ema.Count > 0 {
 		p.baseline.Set(p.ema.Value)
 	}

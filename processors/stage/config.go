@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -20,6 +21,8 @@ type Topics struct {
 	Samples      string // output (key trajectory_id)
 	DeadLetters  string // bad input with reason and original bytes
 	State        string // compacted changelog of the advantage stage's partition snapshots
+	Policy       string // compacted policy announcements (followed, never written by the stages); "" to not follow
+	SamplesStale string // samples more than MaxPolicyLag versions behind (key trajectory_id)
 }
 
 // DefaultTopics are the topic names used when none are configured.
@@ -30,6 +33,8 @@ func DefaultTopics() Topics {
 		Samples:      "creditflow.samples",
 		DeadLetters:  "creditflow.dead-letters",
 		State:        "creditflow.advantage-state",
+		Policy:       policy.DefaultTopic,
+		SamplesStale: "creditflow.samples.stale",
 	}
 }
 
@@ -46,6 +51,17 @@ type Config struct {
 	Window    state.WindowConfig
 	Limits    schemas.Limits
 
+	// MaxPolicyLag routes samples whose policy_version is more than this
+	// many versions behind the newest announced version to
+	// Topics.SamplesStale (PolicyLagOff, the default: never).
+	MaxPolicyLag int64
+	// SuccessThreshold: a sample with reward >= it counts as a success in
+	// the metrics (default 1.0).
+	SuccessThreshold float64
+	// Policy is a follower of Topics.Policy the caller runs; nil: the
+	// advantage stage follows the topic itself.
+	Policy *policy.Follower
+
 	MaxInFlight    int           // score stage: trajectories being scored per partition (default 64)
 	CommitInterval time.Duration // how often offsets (and snapshots) are committed (default 500ms)
 	SessionTimeout time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
@@ -58,16 +74,18 @@ type Config struct {
 // DefaultConfig is a complete configuration for the embedded default.
 func DefaultConfig() Config {
 	return Config{
-		GroupID:        "creditflow",
-		Topics:         DefaultTopics(),
-		Direction:      Backward,
-		Credit:         credit.DefaultConfig(),
-		Window:         state.DefaultWindow(),
-		Limits:         schemas.DefaultLimits(),
-		MaxInFlight:    64,
-		CommitInterval: 500 * time.Millisecond,
-		IdleAfter:      120 * time.Second,
-		Logger:         zerolog.Nop(),
+		GroupID:          "creditflow",
+		Topics:           DefaultTopics(),
+		Direction:        Backward,
+		Credit:           credit.DefaultConfig(),
+		Window:           state.DefaultWindow(),
+		Limits:           schemas.DefaultLimits(),
+		MaxPolicyLag:     PolicyLagOff,
+		SuccessThreshold: 1.0,
+		MaxInFlight:      64,
+		CommitInterval:   500 * time.Millisecond,
+		IdleAfter:        120 * time.Second,
+		Logger:           zerolog.Nop(),
 	}
 }
 
@@ -80,10 +98,16 @@ func (c *Config) Check() error {
 		return fmt.Errorf("empty consumer group id: set --group")
 	}
 	t := c.Topics
-	for name, v := range map[string]string{"trajectories": t.Trajectories, "scored": t.Scored, "samples": t.Samples, "dead-letters": t.DeadLetters, "state": t.State} {
+	for name, v := range map[string]string{"trajectories": t.Trajectories, "scored": t.Scored, "samples": t.Samples, "dead-letters": t.DeadLetters, "state": t.State, "samples-stale": t.SamplesStale} {
 		if v == "" {
 			return fmt.Errorf("topic %s has no name", name)
 		}
+	}
+	if c.MaxPolicyLag < PolicyLagOff {
+		return fmt.Errorf("--max-policy-lag %d: want a number of versions >= 0, or %d for off", c.MaxPolicyLag, PolicyLagOff)
+	}
+	if c.MaxPolicyLag >= 0 && c.Topics.Policy == "" {
+		return fmt.Errorf("--max-policy-lag needs the policy topic to follow: set --topic-policy")
 	}
 	if c.Direction != Backward && c.Direction != Forward {
 		return fmt.Errorf("direction %q: want backward or forward", c.Direction)
@@ -115,11 +139,16 @@ func (c *Config) Check() error {
 
 // TopicSpecs are the topics the pipeline needs, for producers.EnsureTopics.
 func (c *Config) TopicSpecs(partitions int) []producers.TopicSpec {
-	return []producers.TopicSpec{
+	specs := []producers.TopicSpec{
 		{Name: c.Topics.Trajectories, Partitions: partitions, ReplicationFactor: 1},
 		{Name: c.Topics.Scored, Partitions: partitions, ReplicationFactor: 1},
 		{Name: c.Topics.Samples, Partitions: partitions, ReplicationFactor: 1},
 		{Name: c.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
 		{Name: c.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true},
 	}
+	specs = append(specs, producers.TopicSpec{Name: c.Topics.SamplesStale, Partitions: partitions, ReplicationFactor: 1})
+	if c.Topics.Policy != "" {
+		specs = append(specs, policy.TopicSpec(c.Topics.Policy))
+	}
+	return specs
 }

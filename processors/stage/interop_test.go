@@ -22,13 +22,13 @@ func pythonWith(modules ...string) string {
 	return ""
 }
 
-// TestPythonClientsEndToEnd: a rollout worker written with librdkafka
-// (confluent-kafka) and python3-avro publishes trajectories; both stages
-// process them; a Python trainer reads and checks every sample.
+// TestPythonClientsEndToEnd: a rollout worker written with the creditflow
+// Python package (librdkafka via confluent-kafka) publishes trajectories; both
+// stages process them; a Python trainer reads and checks every sample.
 func TestPythonClientsEndToEnd(t *testing.T) {
-	py := pythonWith("confluent_kafka", "avro")
+	py := pythonWith("confluent_kafka", "numpy")
 	if py == "" {
-		t.Skip("needs a python3 with confluent_kafka and avro (Debian: python3-confluent-kafka python3-avro)")
+		t.Skip("needs a python3 with confluent_kafka and numpy (Debian: python3-confluent-kafka python3-numpy)")
 	}
 	e := newEnv(t, 2, nil)
 	e.runStages(t, gpu.NewLocal(model.Tiny()))

@@ -37,6 +37,7 @@ type Metrics struct {
 	stepRewards    *prometheus.CounterVec
 	snapshots      prometheus.Counter
 	resets         prometheus.Counter
+	signals        *signalMetrics // reward and staleness signals (signals.go)
 }
 
 // NewMetrics registers the stage metrics with reg (nil: a private registry).
@@ -96,6 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.unwritable, m.duplicates, m.groups, m.groupWait, m.latency,
 		m.inflight, m.snapshots, m.resets)
+	m.signals = newSignalMetrics(reg)
 	return m
 }
 

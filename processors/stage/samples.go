@@ -58,7 +58,10 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		Tokens:           make([]int32, 0, len(mask)),
 		LossMask:         mask,
 		Temperature:      t.Temperature,
+		Source:           t.Source,
 	}
+	spv := s.ScorerPolicyVersion
+	out.ScorerPolicyVersion = &spv
 	out.Tokens = append(out.Tokens, t.Prompt...)
 	for _, tu := range t.Turns {
 		out.Tokens = append(out.Tokens, tu.Action...)

@@ -323,12 +323,16 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 	case "attnsr":
 		job := attentionJob(t, s.layers)
 		var graphs [][]gpu.StepGraph
+		version := int64(-1)
 		err := retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
-			graphs, err = s.scorer.Attention(ctx, []gpu.AttentionJob{job})
+			graphs, version, err = attention(ctx, s.scorer, job)
 			return err
 		})
 		if err != nil {
 			return nil, err
+		}
+		if version >= 0 { // the weights that computed these graphs
+			sc.ScorerPolicyVersion = version
 		}
 		for _, g := range graphs[0] {
 			k := len(g.AA)
@@ -363,6 +367,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		sc.Turns, nonFinite = plan.turnScores(res[0].Scores)
 		s.cfg.Metrics.nonFiniteGains.Add(float64(nonFinite))
 		sc.Truncations = int32(res[0].Truncations)
+		if v := res[0].PolicyVersion; v != nil { // the weights that computed these scores
+			sc.ScorerPolicyVersion = *v
+		}
 		s.cfg.Metrics.truncations.Add(float64(res[0].Truncations))
 	}
 	return sc, nil

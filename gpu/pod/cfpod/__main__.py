@@ -41,6 +41,11 @@ def parse_args(argv):
     p.add_argument("--placeholder-ids", default=_env("placeholder_ids"), help='comma-separated ids of "[DELETE]" (default: from tokenizer.json)')
     p.add_argument("--watch-interval", type=float, default=float(_env("watch_interval", "0")),
                    help="seconds between checks of the model folder's policy_version file; 0 disables")
+    p.add_argument("--policy-brokers", default=_env("policy_brokers"),
+                   help="Kafka bootstrap brokers: follow policy announcements and hot-load each announced checkpoint "
+                        "(needs confluent-kafka)")
+    p.add_argument("--policy-topic", default=_env("policy_topic", "creditflow.policy"),
+                   help="the compacted topic of policy announcements")
     p.add_argument("--max-request-bytes", type=int, default=int(_env("max_request_bytes", str(64 << 20))))
     p.add_argument("--max-rows", type=int, default=int(_env("max_rows", "65536")))
     p.add_argument("--max-tokens", type=int, default=int(_env("max_tokens", str(4 << 20))))
@@ -95,6 +100,15 @@ def main(argv=None):
     stop = threading.Event()
     if a.watch_interval > 0:
         pod.watch(a.watch_interval, stop)
+    follower = None
+    if a.policy_brokers:
+        try:
+            from .follow import PolicyFollower
+            follower = PolicyFollower(pod, a.policy_brokers, a.policy_topic).start()
+        except ImportError as e:
+            log.error("cannot follow policy announcements: confluent-kafka is not installed", error=str(e))
+            return 2
+        log.info("following policy announcements", brokers=a.policy_brokers, topic=a.policy_topic)
 
     def on_term(signum, frame):
         if pod.draining.is_set():
@@ -120,6 +134,8 @@ def main(argv=None):
              protocol="creditflow.scorer/v1", device=a.device, dtype=str(dtype).replace("torch.", ""))
     srv.serve_forever(poll_interval=0.2)
     srv.server_close()
+    if follower is not None:
+        follower.close()
     log.info("scorer pod stopped")
     return 0
 

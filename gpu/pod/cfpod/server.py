@@ -12,9 +12,11 @@ Guarantees (the same as the Go server's):
   one request at a time (one device stream), in arrival order of the lock;
 - the bearer token is compared in constant time and never logged; /healthz and /metrics
   stay open;
-- a hot load (POST /v1/admin/load, SIGHUP, or a changed policy_version file) builds the new
-  model next to the old one and swaps it in between requests: a request is answered
-  entirely by the model it started with. A failed load keeps the old model serving.
+- a hot load (POST /v1/admin/load, SIGHUP, a changed policy_version file, or a policy
+  announcement on Kafka, see follow.py) builds the new model next to the old one and swaps
+  it in between requests: a request is answered entirely by the model it started with, and
+  its answer's "policy_version" names that model's version. A failed load keeps the old
+  model serving.
 """
 
 import array
@@ -437,7 +439,8 @@ class Pod:
             off += len(rs)
         return {"results": results, "usage": {"tokens_forwarded": usage.tokens_forwarded,
                                               "tokens_row_by_row": usage.tokens_row_by_row,
-                                              "truncations": usage.truncations}}
+                                              "truncations": usage.truncations},
+                "policy_version": cur.policy_version}
 
     def attention(self, req):
         cur = self.current
@@ -451,7 +454,7 @@ class Pod:
             except InputError as e:
                 raise bad(f"job {i}: {e}", i, jid) from None
             results.append({"graphs": [{"layer": l, "aa": aa, "ao": ao} for l, aa, ao in gs]})
-        return {"results": results}
+        return {"results": results, "policy_version": cur.policy_version}
 
     def check_limits(self, rows, tokens):
         if rows > self.max_rows:

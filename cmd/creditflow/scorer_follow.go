@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/policy"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// followPolicy makes local follow the policy topic: each newer announced
+// version whose checkpoint is a folder is loaded in the background and
+// swapped in atomically (requests in flight finish on the weights they
+// started with; later ones answer with the new version). Loads run one at
+// a time; when several versions are announced during a load, only the
+// newest is loaded next. An announcement without a checkpoint, or whose
+// checkpoint does not load, keeps the current weights and version (logged).
+// It returns the follower, already running until ctx ends.
+func followPolicy(ctx context.Context, local *gpu.Local, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
+	wake := make(chan struct{}, 1)
+	var f *policy.Follower
+	opts = append(opts, policy.WithLogger(log), policy.WithOnNewest(func(schemas.PolicyAnnouncement) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}))
+	f = policy.NewFollower(brokers, sec, topic, opts...)
+	go func() { _ = f.Run(ctx) }()
+	go func() {
+		loaded := int64(-1)
+		if info, err := local.Info(ctx); err == nil {
+			loaded = info.PolicyVersion
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			}
+			a, ok := f.Latest()
+			if !ok || a.Version <= loaded {
+				continue
+			}
+			if a.Checkpoint == "" {
+				log.Warn().Int64("version", a.Version).Msg("announced policy version has no checkpoint; keeping the current weights")
+				continue
+			}
+			m, err := model.Load(a.Checkpoint)
+			if err == nil {
+				err = local.Swap(m, a.Version)
+			}
+			if err != nil {
+				log.Error().Err(err).Int64("version", a.Version).Str("checkpoint", a.Checkpoint).
+					Msg("announced checkpoint not loaded; keeping the current weights")
+				continue
+			}
+			loaded = a.Version
+			log.Info().Int64("version", a.Version).Str("checkpoint", a.Checkpoint).Msg("policy checkpoint loaded; new requests use it")
+		}
+	}()
+	return f
+}

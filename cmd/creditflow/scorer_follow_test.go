@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/policy"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// TestScorerFollowsAnnouncements serves the CPU scorer with --follow-policy
+// semantics while clients keep scoring: an announcement with a checkpoint
+// folder mid-traffic fails no request, and later answers carry the new
+// version; an announcement whose checkpoint does not load keeps the
+// current weights and version.
+func TestScorerFollowsAnnouncements(t *testing.T) {
+	b, err := broker.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, policy.TopicSpec("")); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+
+	local := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gpu.NewServer(local).Serve(ctx, ln) }()
+	client, err := gpu.NewClient([]string{"http://" + ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	follower := followPolicy(ctx, local, b.Addrs(), kafkasec.Config{}, "", zerolog.Nop(), policy.WithPollInterval(20*time.Millisecond))
+	dir := t.TempDir()
+	if err := model.WriteTiny(dir); err != nil {
+		t.Fatal(err)
+	}
+
+	set := gpu.RowSet{ID: "t", Rows: []gpu.Row{{Context: model.TinyTokens("who wrote hamlet?"),
+		Target: model.TinyTokens("<answer>shakespeare</answer>"), Span: [2]int{8, 19}}}}
+	var (
+		mu       sync.Mutex
+		versions [4][]int64
+		failures []error
+		answered atomic.Int64
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+	)
+	for w := range versions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				res, err := client.ScoreRows(ctx, []gpu.RowSet{set})
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err)
+				} else if res[0].PolicyVersion == nil {
+					failures = append(failures, errNoVersion)
+				} else {
+					versions[w] = append(versions[w], *res[0].PolicyVersion)
+				}
+				mu.Unlock()
+				answered.Add(1)
+			}
+		}()
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				stop.Store(true)
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitUntil("traffic", func() bool { return answered.Load() >= 20 })
+	if err := policy.Announce(ctx, prod, "", schemas.PolicyAnnouncement{Version: 2, Checkpoint: dir}); err != nil {
+		t.Fatal(err)
+	}
+	latest := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		v := int64(-1)
+		for _, vs := range versions {
+			if len(vs) > 0 {
+				v = max(v, vs[len(vs)-1])
+			}
+		}
+		return v
+	}
+	waitUntil("an answer from version 2", func() bool { return latest() == 2 })
+	// A checkpoint that does not load keeps version 2.
+	if err := policy.Announce(ctx, prod, "", schemas.PolicyAnnouncement{Version: 3, Checkpoint: dir + "/missing"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("the follower to read version 3", func() bool { v, _ := follower.Newest(); return v == 3 })
+	n := answered.Load()
+	waitUntil("more traffic", func() bool { return answered.Load() >= n+20 })
+	stop.Store(true)
+	wg.Wait()
+
+	if len(failures) != 0 {
+		t.Fatalf("%d requests failed during the swap, first: %v", len(failures), failures[0])
+	}
+	for w, vs := range versions {
+		for i := 1; i < len(vs); i++ {
+			if vs[i] < vs[i-1] {
+				t.Fatalf("client %d saw version %d after %d", w, vs[i], vs[i-1])
+			}
+		}
+		if len(vs) == 0 || vs[len(vs)-1] != 2 {
+			t.Fatalf("client %d saw versions %v, want 2 at the end", w, vs)
+		}
+	}
+	if versions[0][0] != 1 && versions[1][0] != 1 && versions[2][0] != 1 && versions[3][0] != 1 {
+		t.Fatal("no answer from version 1 before the announcement")
+	}
+	if got, _ := local.Info(ctx); got.PolicyVersion != 2 {
+		t.Fatalf("scorer reports version %d after a failed load of 3, want 2", got.PolicyVersion)
+	}
+	job := gpu.AttentionJob{ID: "a", Tokens: model.TinyTokens("look; you see a mug. take mug. done"),
+		Steps: []gpu.Step{{Action: [2]int{0, 5}, Observation: [2]int{5, 20}}, {Action: [2]int{20, 29}}, {Action: [2]int{29, 35}}}, Layers: []int{0, 1}}
+	if _, v, err := client.AttentionVersion(ctx, []gpu.AttentionJob{job}); err != nil || v != 2 {
+		t.Fatalf("attention answered by version %d (%v), want 2", v, err)
+	}
+}
+
+var errNoVersion = errorString("answer without a policy version")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

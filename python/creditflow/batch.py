@@ -1,0 +1,89 @@
+"""Turning a list of samples into trainer tensors (docs/trainers.md).
+
+Padded form (right padding), shape [B, L]:
+  input_ids (int64), attention_mask (int64, 1 on real tokens), loss_mask (float32, 1 on
+  policy tokens), advantages (float32; zeros when the batch carries token rewards),
+  token_rewards (float32; zeros when the batch carries advantages), rollout_logprobs
+  (float32; 0 where absent), plus per-sample vectors: lengths, policy_version,
+  scorer_policy_version (-1 when unknown), reward, outcome_advantage, and the list
+  trajectory_ids.
+
+Packed form (packed=True): every per-token array is [1, T] with T = sum of lengths, plus
+position_ids [1, T] (restarting at 0 in each sample) and cu_seqlens [B + 1] (int32, the
+cumulative lengths flash-attention's varlen kernels take), and max_seqlen.
+"""
+
+import numpy as np
+
+__all__ = ["to_numpy", "to_torch"]
+
+_TOKEN_FIELDS = ("input_ids", "attention_mask", "loss_mask", "advantages", "token_rewards", "rollout_logprobs")
+
+
+def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1) -> dict:
+    """Numpy arrays for a list of samples (dicts as decode_sample returns them)."""
+    if not batch:
+        raise ValueError("empty batch")
+    lengths = np.array([s["tokens"].size for s in batch], dtype=np.int64)
+    out = {
+        "lengths": lengths,
+        "trajectory_ids": [s["trajectory_id"] for s in batch],
+        "prompt_ids": [s["prompt_id"] for s in batch],
+        "policy_version": np.array([s["policy_version"] for s in batch], dtype=np.int64),
+        "scorer_policy_version": np.array([-1 if s.get("scorer_policy_version") is None else s["scorer_policy_version"]
+                                           for s in batch], dtype=np.int64),
+        "reward": np.array([s["reward"] for s in batch], dtype=np.float32),
+        "outcome_advantage": np.array([s["outcome_advantage"] for s in batch], dtype=np.float32),
+    }
+    if packed:
+        T = int(lengths.sum())
+        cu = np.zeros(len(batch) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=cu[1:])
+        arrs = {f: np.zeros((1, T), dtype=np.int64 if f in ("input_ids", "attention_mask") else np.float32)
+                for f in _TOKEN_FIELDS}
+        pos = np.zeros((1, T), dtype=np.int64)
+        for i, s in enumerate(batch):
+            a, b = cu[i], cu[i + 1]
+            _fill(arrs, 0, slice(a, b), s)
+            pos[0, a:b] = np.arange(b - a)
+        out.update(arrs)
+        out["position_ids"] = pos
+        out["cu_seqlens"] = cu
+        out["max_seqlen"] = int(lengths.max())
+        return out
+    L = int(lengths.max())
+    if pad_to_multiple > 1:
+        L = -(-L // pad_to_multiple) * pad_to_multiple
+    B = len(batch)
+    arrs = {f: np.zeros((B, L), dtype=np.int64 if f in ("input_ids", "attention_mask") else np.float32)
+            for f in _TOKEN_FIELDS}
+    if pad_id:
+        arrs["input_ids"].fill(pad_id)
+    for i, s in enumerate(batch):
+        _fill(arrs, i, slice(0, s["tokens"].size), s)
+    out.update(arrs)
+    return out
+
+
+def _fill(arrs, row, sl, s):
+    arrs["input_ids"][row, sl] = s["tokens"]
+    arrs["attention_mask"][row, sl] = 1
+    arrs["loss_mask"][row, sl] = s["loss_mask"]
+    for f in ("advantages", "token_rewards", "rollout_logprobs"):
+        if s.get(f) is not None:
+            arrs[f][row, sl] = s[f]
+
+
+def to_torch(batch, packed=False, pad_id=0, pad_to_multiple=1, device=None) -> dict:
+    """As to_numpy, with torch tensors (needs torch; `device` moves them)."""
+    import torch
+
+    out = to_numpy(batch, packed=packed, pad_id=pad_id, pad_to_multiple=pad_to_multiple)
+    res = {}
+    for k, v in out.items():
+        if isinstance(v, np.ndarray):
+            t = torch.from_numpy(v)
+            res[k] = t.to(device) if device is not None else t
+        else:
+            res[k] = v
+    return res

@@ -1,0 +1,92 @@
+"""Decode speed of creditflow's own Avro decoder against python3-avro, same run, same records.
+
+  PYTHONPATH=python /usr/bin/python3 python/tests/bench_decode.py
+
+For each size: a Sample of N tokens (8 turns of diagnostics), decoded to numpy arrays by
+creditflow.decode_sample and by python3-avro's DatumReader followed by np.frombuffer on each
+packed field (the cheapest a python3-avro user can do). Prints microseconds per record
+(best of 5 rounds) and the ratio avro/own.
+"""
+
+import io
+import sys
+import time
+
+import numpy as np
+
+import creditflow
+from creditflow import wire
+
+from tests.util import avro as _avro, sample_datum
+
+
+def best(fn, n):
+    t = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t.append((time.perf_counter() - t0) / n)
+    return min(t)
+
+
+def main():
+    if _avro is None:
+        print("python3-avro not installed")
+        return 1
+    import avro.io
+    import avro.schema
+    reader = avro.io.DatumReader(avro.schema.parse(wire.schema_text("Sample")))
+
+    def with_avro(v):
+        d = reader.read(avro.io.BinaryDecoder(io.BytesIO(v[10:])))
+        for f, dt in (("tokens", "<i4"), ("loss_mask", "u1"), ("advantages", "<f4"), ("rollout_logprobs", "<f4")):
+            d[f] = np.frombuffer(d[f], dtype=dt)
+        return d
+
+    print("%8s %10s %12s %12s %8s" % ("tokens", "bytes", "own_us", "avro_us", "ratio"))
+    for n in (1024, 4096, 8192, 16384, 32768):
+        d = sample_datum(n, seed=n)
+        d["turns"] = d["turns"] * 4
+        v = wire.codec("Sample").encode(d)
+        a, b = creditflow.decode_sample(v), with_avro(v)
+        assert (a["tokens"] == b["tokens"]).all() and a["turns"] == b["turns"]
+        reps = max(20, 200000 // n)
+        own = best(lambda: creditflow.decode_sample(v), reps)
+        ref = best(lambda: with_avro(v), reps)
+        print("%8d %10d %12.1f %12.1f %8.1f" % (n, len(v), own * 1e6, ref * 1e6, ref / own))
+
+    # Encoding a trajectory of N tokens (8 turns) from numpy arrays: creditflow.encode_trajectory
+    # against python3-avro's DatumWriter on the same packed datum.
+    import random
+    writer = avro.io.DatumWriter(avro.schema.parse(wire.schema_text("Trajectory")))
+    print("\n%8s %10s %12s %12s %8s" % ("tokens", "bytes", "enc_own_us", "enc_avro_us", "ratio"))
+    for n in (1024, 8192, 32768):
+        rng = np.random.default_rng(n)
+        per = n // 17
+        turns = [("search" if k < 7 else "answer", rng.integers(0, 151936, per), rng.integers(0, 151936, per))
+                 for k in range(8)]
+        t = creditflow.build_trajectory(trajectory_id="t", prompt_id="p", group_size=8, sample_index=0,
+                                        prompt_ids=rng.integers(0, 151936, n - 16 * per), turns=turns,
+                                        policy_version=1, reward=1.0,
+                                        rollout_logprobs=-rng.random(8 * per), created_at_ms=1)
+        v = creditflow.encode_trajectory(t, "current")
+        datum = wire.codec("Trajectory").current.decode_body(v, 10)[0]
+        datum = {k: (bytes(x) if isinstance(x, memoryview) else x) for k, x in datum.items()}
+        datum["turns"] = [{k: (bytes(x) if isinstance(x, memoryview) else x) for k, x in tu.items()} for tu in datum["turns"]]
+
+        def with_avro():
+            buf = io.BytesIO()
+            buf.write(wire.MAGIC + wire.codec("Trajectory").current.fingerprint)
+            writer.write(datum, avro.io.BinaryEncoder(buf))
+            return buf.getvalue()
+        assert with_avro() == v
+        reps = max(20, 100000 // n)
+        own = best(lambda: creditflow.encode_trajectory(t, "current"), reps)
+        ref = best(with_avro, reps)
+        print("%8d %10d %12.1f %12.1f %8.1f" % (n, len(v), own * 1e6, ref * 1e6, ref / own))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

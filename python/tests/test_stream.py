@@ -1,0 +1,147 @@
+"""SampleStream's bookkeeping (dedupe, whole groups, stale skips, what commit() commits)
+against a scripted consumer; the real broker runs in the Go end-to-end tests."""
+
+import time
+import unittest
+from unittest import mock
+
+try:
+    import confluent_kafka  # noqa: F401
+    from creditflow import kafka
+except ImportError:
+    kafka = None
+
+from creditflow import wire
+
+from .util import sample_datum
+
+
+class Msg:
+    def __init__(self, partition, offset, value, topic="creditflow.samples"):
+        self._t, self._p, self._o, self._v = topic, partition, offset, value
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v
+
+    def error(self):
+        return None
+
+
+class ScriptedConsumer:
+    def __init__(self, conf):
+        self.conf, self.queue, self.commits = conf, [], []
+
+    def subscribe(self, topics, on_revoke=None):
+        self.topics = topics
+
+    def poll(self, timeout):
+        if self.queue:
+            return self.queue.pop(0)
+        time.sleep(min(timeout, 0.005))
+        return None
+
+    def commit(self, offsets=None, asynchronous=True):
+        self.commits.append(sorted((tp.partition, tp.offset) for tp in offsets))
+
+    def close(self):
+        pass
+
+
+def sample(tid, pid, group_size=2, version=5):
+    d = sample_datum(8, seed=1)
+    d.update(trajectory_id=tid, prompt_id=pid, group_size=group_size, policy_version=version)
+    return wire.codec("Sample").encode(d)
+
+
+class FakePolicy:
+    def __init__(self, version):
+        self.version = version
+
+    def close(self):
+        pass
+
+
+@unittest.skipIf(kafka is None, "confluent-kafka not installed")
+class Stream(unittest.TestCase):
+    def stream(self, msgs, **kw):
+        with mock.patch.object(kafka, "Consumer", ScriptedConsumer):
+            s = kafka.SampleStream("127.0.0.1:1", "g", idle_timeout=0.2, **kw)
+        s._consumer.queue.extend(msgs)
+        return s
+
+    def test_iteration_drops_copies(self):
+        s = self.stream([Msg(0, 0, sample("a", "p")), Msg(1, 0, sample("b", "p")), Msg(0, 1, sample("a", "p"))])
+        self.assertEqual([x["trajectory_id"] for x in s], ["a", "b"])
+        self.assertEqual((s.duplicates, s.yielded), (1, 2))
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(0, 2), (1, 1)])
+
+    def test_dedupe_window_is_bounded(self):
+        s = self.stream([Msg(0, i, sample(t, "p")) for i, t in enumerate(["a", "b", "c", "a"])], dedupe_window=2)
+        self.assertEqual([x["trajectory_id"] for x in s], ["a", "b", "c", "a"])  # "a" left the window
+
+    def test_whole_groups_and_commit_stops_at_buffered_samples(self):
+        s = self.stream([Msg(0, 0, sample("A0", "A")), Msg(1, 0, sample("B0", "B")),
+                         Msg(0, 1, sample("B1", "B")), Msg(1, 1, sample("A1", "A"))])
+        it = s.batches(2)
+        first = next(it)
+        self.assertEqual([x["trajectory_id"] for x in first], ["B0", "B1"])
+        s.commit()
+        # A0 (partition 0, offset 0) is still buffered: partition 0 is committed only up to it.
+        self.assertEqual(s._consumer.commits[-1], [(0, 0), (1, 1)])
+        second = next(it)
+        self.assertEqual(sorted(x["trajectory_id"] for x in second), ["A0", "A1"])
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(0, 2), (1, 2)])
+        self.assertEqual(list(it), [])
+
+    def test_partial_group_is_released_after_group_timeout(self):
+        s = self.stream([Msg(0, 0, sample("A0", "A", group_size=3))], group_timeout=0.05)
+        s.idle_timeout = 5
+        it = s.batches(1)
+        self.assertEqual([x["trajectory_id"] for x in next(it)], ["A0"])
+
+    def test_stale_samples_are_skipped_counted_and_complete_their_group(self):
+        s = self.stream([Msg(0, 0, sample("A0", "A", version=1)), Msg(0, 1, sample("A1", "A", version=4)),
+                         Msg(0, 2, sample("B0", "B", group_size=1, version=5))])
+        s.max_policy_lag, s._policy = 1, FakePolicy(5)
+        got = [x["trajectory_id"] for b in s.batches(1) for x in b]
+        self.assertEqual(got, ["A1", "B0"])
+        self.assertEqual(s.stale, 1)
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(0, 3)])
+
+    def test_max_wait_releases_a_small_batch(self):
+        s = self.stream([Msg(0, 0, sample("A0", "A", group_size=1))])
+        s.idle_timeout = 1
+        it = s.batches(10, max_wait=0.05)
+        self.assertEqual([x["trajectory_id"] for x in next(it)], ["A0"])
+        # Released by max_wait, not by the end of iteration: the stream goes on.
+        s._consumer.queue.append(Msg(0, 1, sample("B0", "B", group_size=1)))
+        self.assertEqual([x["trajectory_id"] for x in next(it)], ["B0"])
+
+@unittest.skipIf(kafka is None, "confluent-kafka not installed")
+class Watcher(unittest.TestCase):
+    def test_maximum_version_tombstones_and_bad_values(self):
+        import creditflow
+        changes = []
+        with mock.patch.object(kafka, "Consumer", ScriptedConsumer):
+            w = kafka.PolicyWatcher("127.0.0.1:1", on_change=changes.append)
+        for i, v in enumerate([creditflow.encode_policy(5, "/c/5"), None, creditflow.encode_policy(3, "/c/3"),
+                               b"\xc3\x01garbage!", creditflow.encode_policy(7)]):
+            w._handle(Msg(0, i, v, topic="creditflow.policy"))
+        self.assertEqual((w.version, w.checkpoint, w.bad), (7, "", 1))
+        self.assertEqual([a["version"] for a in changes], [5, 7])
+
+
+if __name__ == "__main__":
+    unittest.main()

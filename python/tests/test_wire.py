@@ -1,0 +1,163 @@
+import unittest
+
+import numpy as np
+
+import creditflow
+from creditflow import wire
+from creditflow._avro import canonical_form
+
+from .util import avro, avro_decode, avro_encode, sample_datum
+
+
+class Fingerprints(unittest.TestCase):
+    def test_legacy_fingerprints_are_the_published_ones(self):
+        # docs/wire-format.md, pinned by the Go tests (TestPinnedFingerprints).
+        want = {"Trajectory": "3ba0bd24c70af6b5", "Scored": "988295c3e1787e9c",
+                "Sample": "accbea26abfb68c4", "DeadLetter": "d52182524e0dbca9"}
+        for name, fp in want.items():
+            self.assertEqual(wire.codec(name).writers[wire.LEGACY].fingerprint.hex(), fp, name)
+
+    @unittest.skipIf(avro is None, "python3-avro not installed")
+    def test_canonical_form_matches_python3_avro(self):
+        for name in ("Trajectory", "Scored", "Sample", "DeadLetter", "PolicyAnnouncement"):
+            for gen in (None, wire.LEGACY):
+                if gen and name == "PolicyAnnouncement":
+                    continue
+                ref = avro.schema.parse(wire.schema_text(name, gen)).canonical_form
+                self.assertEqual(canonical_form(wire.schema_text(name, gen)), ref, (name, gen))
+
+    def test_generations_differ_only_by_appended_fields(self):
+        for name in ("Trajectory", "Sample"):
+            c = wire.codec(name)
+            self.assertNotEqual(c.current.fingerprint, c.writers[wire.LEGACY].fingerprint)
+
+
+@unittest.skipIf(avro is None, "python3-avro not installed")
+class AgainstPython3Avro(unittest.TestCase):
+    def test_sample_bytes_identical_both_generations(self):
+        for current in (True, False):
+            for ppo in (False, True):
+                d = sample_datum(200, seed=3, current=current, ppo=ppo)
+                gen = None if current else wire.LEGACY
+                ref = avro_encode("Sample", d, gen)
+                mine = wire.codec("Sample").encode(d, gen)
+                self.assertEqual(mine, ref)
+
+    def test_trajectory_bytes_identical(self):
+        t = creditflow.build_trajectory(
+            trajectory_id="t", prompt_id="p", group_size=2, sample_index=1, prompt_ids=[1, 2, 3],
+            turns=[("search", [4, 5], [6, 7]), ("answer", [8])], policy_version=3, reward=0.5,
+            gold_answers=["x"], tokenize=creditflow.byte_tokenizer, rollout_logprobs=[-0.5, -1, -2],
+            temperature=0.7, created_at_ms=5)
+        for writer, gen in ((wire.LEGACY, wire.LEGACY), (wire.CURRENT, None)):
+            mine = creditflow.encode_trajectory(t, writer)
+            datum = avro_decode("Trajectory", mine, gen)
+            self.assertEqual(avro_encode("Trajectory", datum, gen), mine)
+            self.assertEqual(datum["gold_span_start"], t["gold_span"][0])
+
+    def test_old_sample_decodes_with_defaults(self):
+        old = avro_encode("Sample", sample_datum(50, seed=9, current=False), wire.LEGACY)
+        s = creditflow.decode_sample(old)
+        self.assertIsNone(s["scorer_policy_version"])
+        self.assertIsNone(s["source"])
+        self.assertEqual(s["tokens"].size, 50)
+        new = creditflow.decode_sample(avro_encode("Sample", sample_datum(50, seed=9)))
+        self.assertEqual(new["scorer_policy_version"], 6)
+        self.assertEqual(new["source"], "nq")
+        np.testing.assert_array_equal(s["tokens"], new["tokens"])
+        np.testing.assert_array_equal(s["advantages"], new["advantages"])
+
+    def test_decoded_values_match_python3_avro(self):
+        v = avro_encode("Sample", sample_datum(300, seed=4, ppo=True))
+        ref = avro_decode("Sample", v)
+        s = creditflow.decode_sample(v)
+        self.assertEqual(s["tokens"].tobytes(), ref["tokens"])
+        self.assertEqual(s["token_rewards"].tobytes(), ref["token_rewards"])
+        self.assertIsNone(s["advantages"])
+        self.assertEqual(s["turns"], ref["turns"])
+        self.assertEqual(s["attnsr"], ref["attnsr"])
+
+
+class Decoding(unittest.TestCase):
+    def value(self, **kw):
+        return wire.codec("Sample").encode(sample_datum(40, seed=2, **kw))
+
+    def test_zero_copy(self):
+        v = self.value()
+        s = creditflow.decode_sample(v)
+        whole = np.frombuffer(v, dtype=np.uint8)
+        for f in ("tokens", "loss_mask", "advantages", "rollout_logprobs"):
+            self.assertTrue(np.shares_memory(s[f], whole), f)
+            self.assertFalse(s[f].flags.writeable)
+        self.assertEqual(s["tokens"].dtype, np.dtype("<i4"))
+        self.assertEqual(s["loss_mask"].dtype, np.uint8)
+
+    def test_errors_carry_processor_reasons(self):
+        v = self.value()
+        cases = {
+            "undecodable": [v[:5], b"\x00\x01" + v[2:], v[:-3], v + b"\x00"],
+            "unknown_schema": [v[:2] + b"\x00" * 8 + v[10:],
+                               wire.codec("Trajectory").header + v[10:]],
+        }
+        for reason, values in cases.items():
+            for x in values:
+                with self.assertRaises(creditflow.WireError) as cm:
+                    creditflow.decode_sample(x)
+                self.assertEqual(cm.exception.reason, reason, x[:12].hex())
+
+    def test_huge_length_is_refused_before_allocating(self):
+        v = bytearray(self.value())
+        # trajectory_id's length varint sits right after the header: claim 2^40 bytes.
+        v[10:11] = b"\x80\x80\x80\x80\x80\x40"
+        with self.assertRaises(creditflow.WireError):
+            creditflow.decode_sample(bytes(v))
+
+    def test_misaligned_packed_field(self):
+        d = sample_datum(10, seed=1)
+        d["advantages"] = d["advantages"][:-1]
+        with self.assertRaises(creditflow.WireError) as cm:
+            creditflow.decode_sample(wire.codec("Sample").encode(d))
+        self.assertEqual(cm.exception.reason, "undecodable")
+
+    def test_policy_roundtrip(self):
+        v = creditflow.encode_policy(12, "/ckpt/12", 99)
+        self.assertEqual(creditflow.decode_policy(v), {"version": 12, "checkpoint": "/ckpt/12", "announced_at_ms": 99})
+        self.assertEqual(wire.schema_of(v), "io.creditflow.v1.PolicyAnnouncement")
+        with self.assertRaises(creditflow.WireError):
+            creditflow.decode_sample(v)
+
+
+class Encoding(unittest.TestCase):
+    def traj(self, **kw):
+        args = dict(trajectory_id="t", prompt_id="p", group_size=1, sample_index=0, prompt_ids=[1],
+                    turns=[("answer", [2])], policy_version=0, reward=1.0, created_at_ms=1)
+        args.update(kw)
+        return creditflow.build_trajectory(**args)
+
+    def test_auto_writer_picks_the_oldest_generation_that_holds_the_record(self):
+        old = creditflow.encode_trajectory(self.traj())
+        self.assertEqual(old[2:10], wire.codec("Trajectory").writers[wire.LEGACY].fingerprint)
+        new = creditflow.encode_trajectory(self.traj(source="nq"))
+        self.assertEqual(new[2:10], wire.codec("Trajectory").current.fingerprint)
+        self.assertEqual(creditflow.decode_trajectory(new)["source"], "nq")
+        self.assertIsNone(creditflow.decode_trajectory(old)["source"])
+        with self.assertRaises(ValueError):
+            creditflow.encode_trajectory(self.traj(source="nq"), wire.LEGACY)
+
+    def test_deterministic(self):
+        a = creditflow.encode_trajectory(self.traj(source="x"))
+        b = creditflow.encode_trajectory(self.traj(source="x"))
+        self.assertEqual(a, b)
+
+    def test_roundtrip_numpy_inputs(self):
+        t = self.traj(prompt_ids=np.array([5, 6, 7]), turns=[("search", np.array([1, 2]), np.array([3])),
+                                                            ("answer", [9])],
+                      rollout_logprobs=np.array([-1, -2, -3], dtype=np.float64))
+        d = creditflow.decode_trajectory(creditflow.encode_trajectory(t))
+        np.testing.assert_array_equal(d["prompt"], [5, 6, 7])
+        np.testing.assert_array_equal(d["turns"][0]["observation"], [3])
+        np.testing.assert_array_equal(d["rollout_logprobs"], [-1, -2, -3])
+
+
+if __name__ == "__main__":
+    unittest.main()
