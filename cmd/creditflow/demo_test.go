@@ -61,7 +61,7 @@ func TestDemoOnSharedBrokersKeepsOffLiveTopics(t *testing.T) {
 	}
 	defer b.Close()
 	out, err := captureStdout(t, func() error {
-		return runDemo([]string{"--brokers", strings.Join(b.Addrs(), ","), "--groups", "1", "--bad", "1", "--json"})
+		return runDemo([]string{"--brokers", strings.Join(b.Addrs(), ","), "--groups", "1", "--bad", "1", "--json", "--timeout", "2m"})
 	})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)

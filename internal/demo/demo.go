@@ -156,7 +156,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	trainerGroup, deadGroup := "creditflow-demo-trainer", "creditflow-demo-dead-letters"
 	if o.Prefix != "" {
 		cfg.Topics = stage.Topics{Trajectories: o.Prefix + ".trajectories", Scored: o.Prefix + ".scored",
-			Samples: o.Prefix + ".samples", DeadLetters: o.Prefix + ".dead-letters", State: o.Prefix + ".advantage-state"}
+			Samples: o.Prefix + ".samples", DeadLetters: o.Prefix + ".dead-letters", State: o.Prefix + ".advantage-state",
+			SamplesStale: o.Prefix + ".samples.stale", Policy: o.Prefix + ".policy"}
 		cfg.GroupID, trainerGroup, deadGroup = o.Prefix, o.Prefix+"-trainer", o.Prefix+"-dead-letters"
 	}
 	cfg.Brokers = brokers
