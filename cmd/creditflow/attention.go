@@ -23,7 +23,7 @@ stops the command with an error naming the line number (exit status 1); all
 lines before it have been answered. The format is in docs/offline.md.`)
 	var dir *string
 	fs.inGroup(groupScorer, func() {
-		dir = fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
+		dir = fs.String("model", "tiny", modelFlagHelp)
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err

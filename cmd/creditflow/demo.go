@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 )
@@ -56,11 +57,13 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fs.StringVar(&o.Direction, "direction", o.Direction, "backward or forward (ablation)")
 	})
 	credit := creditFlags(fs, &o.Credit)
+	mon := &optionalAddr{def: defaultMonitorAddr}
 	fs.inGroup(groupObservability, func() {
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
 		logLevel = fs.String("log-level", "error", "zerolog level for the pipeline's JSON logs on stderr (warn also logs each dead letter)")
+		fs.Var(mon, "monitor", "also serve the live monitor page (default "+defaultMonitorAddr+"; --monitor ADDR for another), and keep serving after the summary until Ctrl-C")
 	})
-	if err := fs.parse(args, false); err != nil {
+	if err := fs.parseWith(args, func(a []string) error { return mon.parse(fs.FlagSet, a) }); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {
@@ -113,6 +116,21 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	}
 	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, %s, %d CPU scorer(s) with the built-in tiny model\n",
 		o.Method, o.Groups, o.GroupSize, where, o.Scorers)
+	var monitorURL string
+	if mon.set {
+		if len(o.Brokers) == 0 { // the broker must outlive the run for the page to keep serving
+			b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			o.Brokers = b.Addrs()
+		}
+		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, mon.addr, o.Logger); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+	}
 	if o.Bad > 0 {
 		fmt.Fprintf(os.Stderr, "injecting %d malformed records on purpose (--bad): each must end as a dead letter\n", o.Bad)
 	}
@@ -127,6 +145,10 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 			return err
 		}
 		fmt.Println(string(b))
+	}
+	if mon.set && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
+		<-ctx.Done()
 	}
 	return runErr
 }
@@ -152,10 +174,20 @@ func printSummary(s demo.Summary) {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
 		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)
 		fmt.Fprintf(w, "step rewards      %.1f%% positive, %.1f%% negative\n", 100*s.PositiveStep, 100*s.NegativeStep)
+		if s.AttnSRKeyHitRate != nil {
+			fmt.Fprintf(w, "key step hit      %.1f%% of %d trajectories have their largest p_k on the key step (chance %.1f%%)\n",
+				100**s.AttnSRKeyHitRate, s.AttnSRKeyMeasured, 100**s.AttnSRKeyChance)
+		}
 	} else {
 		fmt.Fprintf(w, "eligible turns    %d: Δ %.1f%% positive, %.1f%% negative\n", s.EligibleTurns, 100*s.PositiveDelta, 100*s.NegativeDelta)
 		fmt.Fprintf(w, "gate pass rate    %.1f%%\n", 100*s.GatePassRate)
 		fmt.Fprintf(w, "mean |A_proc|     %.4f\n", s.MeanAbsProcAdv)
+		if s.LAPOHitRate != nil {
+			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ on the informative turn (chance %.1f%%)\n",
+				100**s.LAPOHitRate, s.LAPOHitMeasured, 100**s.LAPOHitChance)
+			fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
+				100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+		}
 	}
 	fmt.Fprintf(w, "throughput        %.1f trajectories/s, %.0f sample tokens/s over %.1fs\n", s.TrajPerSecond, s.TokensPerSec, s.Seconds)
 	fmt.Fprintf(w, "latency           p50 %.0f ms, p99 %.0f ms (last member produced → sample consumed)\n", s.LatencyP50Ms, s.LatencyP99Ms)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"flag"
+	"fmt"
 	"strings"
 	"time"
 
@@ -61,4 +63,45 @@ func windowFlags(fs *flagSet, w *state.WindowConfig) func() {
 		fs.IntVar(&w.MinGroupSize, "min-group-size", w.MinGroupSize, "members needed to finalize a timed-out group as partial")
 	})
 	return func() { w.TimeoutMs = timeout.Milliseconds() }
+}
+
+// optionalAddr is a flag whose value is optional: "--name" alone takes def,
+// "--name=ADDR" or "--name ADDR" takes ADDR.
+type optionalAddr struct {
+	def, addr string
+	set       bool
+}
+
+func (o *optionalAddr) String() string   { return o.addr }
+func (o *optionalAddr) IsBoolFlag() bool { return true } // "--name" alone is allowed
+func (o *optionalAddr) Set(v string) error {
+	o.set = true
+	switch v {
+	case "true", "":
+		o.addr = o.def
+	case "false":
+		o.set, o.addr = false, ""
+	default:
+		o.addr = v
+	}
+	return nil
+}
+
+// parse parses args with fs, taking a positional argument that directly
+// follows the flag as its value ("--name ADDR"); the command takes no other
+// positional arguments.
+func (o *optionalAddr) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for fs.NArg() > 0 {
+		if !o.set || o.addr != o.def || !strings.Contains(fs.Arg(0), ":") {
+			return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+		}
+		o.addr = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -122,14 +122,18 @@ func printFlag(w io.Writer, fl *flag.Flag) {
 // file and environment too). -h prints the help and returns flag.ErrHelp;
 // any other error is a usageError with one line pointing to -h.
 func (f *flagSet) parse(args []string, settings bool) error {
+	if settings {
+		return f.parseWith(args, func(a []string) error { return loadSettings(f.FlagSet, a) })
+	}
+	return f.parseWith(args, f.FlagSet.Parse)
+}
+
+// parseWith is parse with a parsing function of the command's own (e.g.
+// one that takes an optional flag value).
+func (f *flagSet) parseWith(args []string, parse func([]string) error) error {
 	out := f.Output()
 	f.SetOutput(io.Discard) // the flag package would print the whole list on an error
-	var err error
-	if settings {
-		err = loadSettings(f.FlagSet, args)
-	} else {
-		err = f.FlagSet.Parse(args)
-	}
+	err := parse(args)
 	f.SetOutput(out)
 	if errors.Is(err, flag.ErrHelp) {
 		f.printHelp()

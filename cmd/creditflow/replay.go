@@ -57,6 +57,7 @@ func runReplay(args []string) error {
 	})
 	credit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
+	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
 		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
 	})
@@ -106,18 +107,19 @@ func runReplay(args []string) error {
 	if err := checkReplayOutputs(ctx, cfg, *appendOut); err != nil {
 		return err
 	}
+	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
 	specs := []producers.TopicSpec{
-		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1},
-		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
-		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true},
+		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg},
+		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1, Configs: topicCfg},
+		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true, Configs: topicCfg},
 	}
 	if cfg.MaxPolicyLag >= 0 {
-		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1})
+		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg})
 	}
 	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
 		return err
 	}
-	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security}, producers.WithLogger(cfg.Logger))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(cfg.Logger))
 	if err != nil {
 		return err
 	}
@@ -228,10 +230,19 @@ func exportJSONL(ctx context.Context, cfg stage.Config, ends map[int]int64) erro
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	for p := 0; p < len(ends); p++ {
-		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(r consumers.Record) error {
-			if r.Offset >= ends[p] {
+		asm := consumers.NewAssembler(consumers.ReassemblyConfig{}) // records written as chunks
+		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
+			if raw.Offset >= ends[p] {
 				return nil
 			}
+			rec, broken := asm.Add(raw)
+			for _, b := range broken {
+				fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
+			}
+			if rec == nil {
+				return nil
+			}
+			r := *rec
 			s, err := schemas.ScoredRecords().Decode(r.Value)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, r.Offset, err)

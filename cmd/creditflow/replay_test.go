@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -46,21 +44,6 @@ func topicEnds(t *testing.T, brokers []string, topics ...string) map[string]map[
 		out[tp] = e
 	}
 	return out
-}
-
-func captureStdout(t *testing.T, fn func() error) (string, error) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	runErr := fn()
-	os.Stdout = stdout
-	w.Close()
-	raw, _ := io.ReadAll(r)
-	return string(raw), runErr
 }
 
 func equalEnds(a, b map[string]map[int]int64) bool {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/model"
+
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -118,7 +118,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	policyFlags(fs, &cfg)
 	fs.inGroup(groupScorer, func() {
 		scorers = fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
-		scorerModel = fs.String("scorer-model", "", "in-process scorer: Hugging Face folder (default: the built-in tiny model)")
+		scorerModel = fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
 		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
@@ -140,6 +140,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		fs.IntVar(&cfg.Limits.MaxTokens, "max-tokens", cfg.Limits.MaxTokens, "dead-letter trajectories with more tokens")
 		fs.IntVar(&cfg.Limits.MaxRecordBytes, "max-record-bytes", cfg.Limits.MaxRecordBytes, "dead-letter records larger than this")
 	})
+	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
 		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (empty: off)")
 		logLevel = fs.String("log-level", "info", "log level (JSON logs on stderr)")
@@ -200,8 +201,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			return fmt.Errorf("--create-topics at %s: %w", strings.Join(cfg.Brokers, ","), err)
 		}
 	}
-	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security},
-		producers.WithLogger(log), producers.WithRegisterer(reg))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}
@@ -212,11 +212,9 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	if runScore {
 		var scorer gpu.Scorer
 		if *scorers == "" {
-			m := model.Tiny()
-			if *scorerModel != "" {
-				if m, err = model.Load(*scorerModel); err != nil {
-					return err
-				}
+			m, err := loadModelFlag(*scorerModel)
+			if err != nil {
+				return fmt.Errorf("--scorer-model: %w", err)
 			}
 			scorer = gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
 		} else {

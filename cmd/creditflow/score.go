@@ -10,11 +10,15 @@ func init() {
 	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (docs/offline.md)", runScore)
 }
 
+// modelFlagHelp describes the --model flags.
+const modelFlagHelp = "model folder (config.json + *.safetensors), or a built-in model: \"tiny\" (trained on the synthetic worlds) or \"tiny-random\" (random weights)"
+
 // loadModelFlag opens the model named by --model: "tiny" (or empty) is the
-// built-in tiny model, anything else a Hugging Face folder.
+// built-in trained model, "tiny-random" the random-weight one, anything else
+// a Hugging Face folder.
 func loadModelFlag(dir string) (*model.Model, error) {
-	if dir == "" || dir == "tiny" {
-		return model.Tiny(), nil
+	if m, ok := model.Builtin(dir); ok {
+		return m, nil
 	}
 	return model.Load(dir)
 }
@@ -34,7 +38,7 @@ line stops the command with an error naming the line number (exit status 1);
 all lines before it have been answered. The format is in docs/offline.md.`)
 	var dir *string
 	fs.inGroup(groupScorer, func() {
-		dir = fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
+		dir = fs.String("model", "tiny", modelFlagHelp)
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err

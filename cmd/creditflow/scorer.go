@@ -9,7 +9,6 @@ import (
 	"syscall"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,7 +35,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 		listen = fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
 	})
 	fs.inGroup(groupScorer, func() {
-		dir = fs.String("model", "", "model folder (config.json + *.safetensors); empty or \"tiny\" serves the built-in tiny model")
+		dir = fs.String("model", "tiny", modelFlagHelp)
 		maxBytes = fs.Int64("max-request-bytes", 64<<20, "largest request body accepted (413 above)")
 		maxRows = fs.Int("max-rows", 65536, "most rows (score) or jobs (attention) in one request (413 above)")
 		maxTokens = fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
@@ -84,10 +83,8 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 		}
 	}
 
-	var m *model.Model
-	if *dir == "" || *dir == "tiny" {
-		m = model.Tiny()
-	} else if m, err = model.Load(*dir); err != nil {
+	m, err := loadModelFlag(*dir)
+	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}
 

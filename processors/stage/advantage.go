@@ -80,6 +80,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
 		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256, SessionTimeout: a.cfg.SessionTimeout,
+		MaxBytes: a.cfg.fetchBytes(), Reassembly: a.cfg.reassembly("advantage", a.prod, a.log),
 	}, consumers.WithLogger(a.log), consumers.WithRegisterer(a.cfg.Metrics.reg))
 	if err != nil {
 		return err

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/monitor"
+	"github.com/creditflow/creditflow/processors/stage"
+)
+
+func init() {
+	register("monitor", "live reward monitor over samples topics: a web page, JSON and /metrics (never commits offsets)", runMonitor)
+}
+
+const defaultMonitorAddr = "127.0.0.1:8090"
+
+func runMonitor(args []string) error {
+	cfg := monitor.DefaultConfig()
+	topics := stage.DefaultTopics()
+	fs := newFlagSet("monitor", "usage: creditflow monitor [--brokers host:port,...] [--topics creditflow.samples,...] [--once --json]\n\n"+
+		"Reads samples topics (the live one, replays) and the dead-letter topic without a consumer group —\n"+
+		"it never commits, so no processing group's offsets move — and serves live charts of rewards,\n"+
+		"success, zero-variance groups, pass@G, lengths, process signals, staleness and dead letters on\n"+
+		"--addr, GET /api/v1/summary (JSON) and /metrics. With --once it reads every topic up to its end\n"+
+		"as of start-up, prints the summary and exits. See docs/monitor.md.")
+	var topicList, dead, pol, from, addr, logLevel *string
+	var once, asJSON *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		once = fs.Bool("once", false, "read every topic up to its end offsets as of start-up, print the summary, exit")
+		asJSON = fs.Bool("json", false, "with --once: print the summary as one JSON object on the last line of stdout")
+		fs.Float64Var(&cfg.SuccessThreshold, "success-threshold", cfg.SuccessThreshold, "a sample with reward >= this is a success (1.0: an exact match for F1 rewards)")
+		fs.DurationVar(&cfg.GroupIdle, "group-idle", cfg.GroupIdle, "a partial group closes after this long without a new member")
+		fs.IntVar(&cfg.DedupeWindow, "dedupe-window", cfg.DedupeWindow, "trajectory ids remembered per topic to count duplicates once")
+		fs.IntVar(&cfg.MaxVersions, "max-versions", cfg.MaxVersions, "policy-version rows kept per topic (the newest)")
+		fs.IntVar(&cfg.MaxSources, "max-sources", cfg.MaxSources, "data-source rows kept per topic (later sources share \"other\")")
+		fs.IntVar(&cfg.MaxOpenGroups, "max-open-groups", cfg.MaxOpenGroups, "groups per topic waiting for members before the oldest closes as incomplete")
+		fs.Float64Var(&cfg.RewardMin, "reward-min", cfg.RewardMin, "lower end of the reward histogram")
+		fs.Float64Var(&cfg.RewardMax, "reward-max", cfg.RewardMax, "upper end of the reward histogram")
+	})
+	kf := addKafkaFlags(fs)
+	fs.inGroup(groupTopics, func() {
+		topicList = fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
+		dead = fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
+		from = fs.String("from", "earliest", "where each partition starts: earliest, latest or an RFC 3339 time")
+	})
+	fs.inGroup(groupPolicy, func() {
+		pol = fs.String("topic-policy", topics.Policy, "policy topic: policy lag is measured from the newest announced version when it is larger than the newest seen (empty: leave out)")
+	})
+	fs.inGroup(groupObservability, func() {
+		addr = fs.String("addr", defaultMonitorAddr, "listen address of the page, /api/v1/summary and /metrics")
+		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
+	})
+	if err := fs.parse(args, true); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel)
+	if err != nil {
+		return err
+	}
+	sec, err := kf.security()
+	if err != nil {
+		return err
+	}
+	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, Policy: *pol, From: *from}
+	m, err := monitor.New(src, cfg, monitor.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *once {
+		sum, err := m.Once(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			b, err := json.Marshal(sum)
+			if err != nil {
+				return err
+			}
+			fmt.Println(string(b))
+		} else {
+			printMonitorSummary(sum)
+		}
+		return nil
+	}
+	url, err := startMonitorServer(ctx, m, *addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "creditflow monitor: %s (topics %v, dead letters %q, from %s); stop with Ctrl-C\n", url, src.Topics, src.DeadLetters, src.From)
+	return m.Follow(ctx)
+}
+
+// startMonitorServer listens on addr and serves m until ctx ends; it
+// returns the page's URL.
+func startMonitorServer(ctx context.Context, m *monitor.Monitor, addr string) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("monitor: listen on %s: %w (choose another address with --addr)", addr, err)
+	}
+	go func() { _ = m.Serve(ctx, ln) }()
+	return "http://" + ln.Addr().String() + "/", nil
+}
+
+// demoMonitor starts a monitor of the demo's samples and dead-letter topics
+// on brokers, serving on addr, and returns its URL.
+func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, addr string, log zerolog.Logger) (string, error) {
+	t := stage.DefaultTopics()
+	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, Policy: t.Policy, From: "earliest"},
+		monitor.DefaultConfig(), monitor.WithLogger(log))
+	if err != nil {
+		return "", err
+	}
+	url, err := startMonitorServer(ctx, m, addr)
+	if err != nil {
+		return "", err
+	}
+	go func() { _ = m.Follow(ctx) }()
+	return url, nil
+}
+
+func printMonitorSummary(s monitor.Summary) {
+	w := os.Stdout
+	for _, name := range s.TopicOrder {
+		t := s.Topics[name]
+		fmt.Fprintf(w, "topic             %s\n", name)
+		fmt.Fprintf(w, "  samples         %d (duplicates %d, undecodable %d)\n", t.Samples, t.Duplicates, t.Undecodable)
+		fmt.Fprintf(w, "  reward mean     %.4f, success rate %.1f%% (reward >= %v)\n", t.RewardMean, 100*t.SuccessRate, s.SuccessThreshold)
+		fmt.Fprintf(w, "  groups          %d: zero variance %d, pass@G %.1f%%, partial %d, incomplete %d\n",
+			t.Groups, t.ZeroVarianceGroups, 100*t.PassAtG, t.PartialGroups, t.IncompleteGroups)
+		for _, v := range t.ByPolicyVersion {
+			fmt.Fprintf(w, "  version %-7d samples %d, reward mean %.4f, success %.1f%%, groups %d, zero variance %d\n",
+				v.PolicyVersion, v.Samples, v.RewardMean, 100*v.SuccessRate, v.Groups, v.ZeroVarianceGroups)
+		}
+	}
+	reasons := make([]string, 0, len(s.DeadLetters))
+	for r := range s.DeadLetters {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	fmt.Fprintf(w, "dead letters      %d", s.DeadLettersTotal)
+	for _, r := range reasons {
+		fmt.Fprintf(w, "  %s %d", r, s.DeadLetters[r])
+	}
+	fmt.Fprintln(w)
+}
