@@ -12,9 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/processors/stage"
 )
 
 func init() {
@@ -45,7 +47,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		brokers = fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
 		startup = fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer, then exit non-zero")
 		fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
-		fs.StringVar(&o.Prefix, "topic-prefix", "", "name the demo's topics <prefix>.trajectories, … and its consumer groups <prefix>… (default with --brokers: creditflow-demo-<unix time>, never the live creditflow.* topics)")
+		fs.StringVar(&o.Prefix, "topic-prefix", "", "name the demo's topics <prefix>.trajectories, … and its consumer groups <prefix>… (default with --brokers: the standard creditflow.* names on a cluster that has none of them yet, so creditflow monitor and run find them; otherwise creditflow-demo-<unix time>, never a live run's topics)")
 	})
 	fs.inGroup(groupScorer, func() {
 		fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
@@ -75,9 +77,6 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	}
 	o.Credit.Method = o.Method
 	o.Brokers = splitList(*brokers)
-	if len(o.Brokers) > 0 && o.Prefix == "" {
-		o.Prefix = fmt.Sprintf("creditflow-demo-%d", time.Now().Unix())
-	}
 	tty := isTerminal(os.Stderr)
 	last := time.Time{}
 	o.Progress = func(p demo.Progress) {
@@ -106,6 +105,16 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {
 			return err
 		}
+		if o.Prefix == "" {
+			live, err := liveTopics(ctx, o.Brokers)
+			if err != nil {
+				return err
+			}
+			if len(live) > 0 { // a cluster in use: stay off its topics and groups
+				o.Prefix = fmt.Sprintf("creditflow-demo-%d", time.Now().Unix())
+				fmt.Fprintf(os.Stderr, "the brokers already have %s: the demo uses its own topics and groups %s.*\n", strings.Join(live, ", "), o.Prefix)
+			}
+		}
 	}
 	where := "embedded broker"
 	if len(o.Brokers) > 0 {
@@ -126,7 +135,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 			defer b.Close()
 			o.Brokers = b.Addrs()
 		}
-		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, mon.addr, o.Logger); err != nil {
+		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, demo.Topics(o.Prefix), mon.addr, o.Logger); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
@@ -197,4 +206,21 @@ func printSummary(s demo.Summary) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// liveTopics returns which of the standard creditflow topics exist on the
+// brokers (asked without auto-creating any).
+func liveTopics(ctx context.Context, brokers []string) ([]string, error) {
+	t := stage.DefaultTopics()
+	var live []string
+	for _, name := range []string{t.Trajectories, t.Scored, t.Samples, t.DeadLetters, t.State} {
+		ends, err := consumers.TopicEnds(ctx, brokers, kafkasec.Config{}, name)
+		if err != nil {
+			return nil, err
+		}
+		if ends != nil {
+			live = append(live, name)
+		}
+	}
+	return live, nil
 }

@@ -115,8 +115,7 @@ func startMonitorServer(ctx context.Context, m *monitor.Monitor, addr string) (s
 
 // demoMonitor starts a monitor of the demo's samples and dead-letter topics
 // on brokers, serving on addr, and returns its URL.
-func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, addr string, log zerolog.Logger) (string, error) {
-	t := stage.DefaultTopics()
+func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, t stage.Topics, addr string, log zerolog.Logger) (string, error) {
 	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, Policy: t.Policy, From: "earliest"},
 		monitor.DefaultConfig(), monitor.WithLogger(log))
 	if err != nil {

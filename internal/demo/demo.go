@@ -173,10 +173,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 
 	cfg := stage.DefaultConfig()
 	trainerGroup, deadGroup := "creditflow-demo-trainer", "creditflow-demo-dead-letters"
+	cfg.Topics = Topics(o.Prefix)
 	if o.Prefix != "" {
-		cfg.Topics = stage.Topics{Trajectories: o.Prefix + ".trajectories", Scored: o.Prefix + ".scored",
-			Samples: o.Prefix + ".samples", DeadLetters: o.Prefix + ".dead-letters", State: o.Prefix + ".advantage-state",
-			SamplesStale: o.Prefix + ".samples.stale", Policy: o.Prefix + ".policy"}
 		cfg.GroupID, trainerGroup, deadGroup = o.Prefix, o.Prefix+"-trainer", o.Prefix+"-dead-letters"
 	}
 	cfg.Brokers = brokers
@@ -598,4 +596,15 @@ func FormatCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Topics returns the demo's topic names for a prefix (Options.Prefix): the
+// standard creditflow.* names when prefix is empty.
+func Topics(prefix string) stage.Topics {
+	if prefix == "" {
+		return stage.DefaultTopics()
+	}
+	return stage.Topics{Trajectories: prefix + ".trajectories", Scored: prefix + ".scored",
+		Samples: prefix + ".samples", DeadLetters: prefix + ".dead-letters", State: prefix + ".advantage-state",
+		SamplesStale: prefix + ".samples.stale", Policy: prefix + ".policy"}
 }
