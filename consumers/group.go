@@ -95,6 +95,11 @@ type Config struct {
 	MaxWait time.Duration
 	// MaxBytes caps one fetch response per partition (default 1 MiB).
 	MaxBytes int
+	// Reassembly, when set, puts records written as chunks
+	// (producers.Split) back together before the handler sees them and
+	// holds commits before the first chunk of any unfinished record; see
+	// Reassemble.
+	Reassembly *ReassemblyConfig
 }
 
 // Claim is one partition assigned to this member for one generation.
@@ -204,6 +209,13 @@ func NewGroup(cfg Config, opts ...Option) (*Group, error) {
 	m, err := newMetrics(o.reg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Reassembly != nil {
+		rc := *cfg.Reassembly
+		if rc.metrics, err = newChunkMetrics(o.reg); err != nil {
+			return nil, err
+		}
+		cfg.Reassembly = &rc
 	}
 	return &Group{cfg: cfg, dialer: d, log: o.logger.With().Str("group", cfg.GroupID).Logger(), m: m}, nil
 }
@@ -384,6 +396,9 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 	}
 	ch := make(chan Record, g.cfg.Buffer)
 	claim := Claim{Topic: topic, Partition: a.ID, Generation: gen.ID, StartOffset: start, Records: ch}
+	if g.cfg.Reassembly != nil {
+		claim, commit, _ = Reassemble(ctx, claim, commit, *g.cfg.Reassembly)
+	}
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	fetchDone := make(chan struct{})
 	go func() {

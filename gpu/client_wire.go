@@ -26,7 +26,11 @@ func (c *Client) encode(op string, items []*item) ([]byte, int, error) {
 		for _, it := range items {
 			sets = append(sets, it.sets...)
 		}
-		v = setsToWire(sets)
+		b, err := appendScoreRequest(make([]byte, 0, 64+6*tokens), sets)
+		if err != nil {
+			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
+		}
+		return b, tokens, nil
 	default:
 		var jobs []AttentionJob
 		for _, it := range items {

@@ -14,8 +14,15 @@ import (
 
 // TestMain lets the test binary act as a scorer process (scorerCommand
 // starts os.Executable with scorer-serve when creditflow has no scorer
-// command).
+// command) and as the bench's instant scorer.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == benchScorerCmd {
+		code, err := benchScorerServe(os.Args[2:])
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+		}
+		os.Exit(code)
+	}
 	if len(os.Args) > 1 && os.Args[1] == scorerServeCmd {
 		code, err := scorerServe(os.Args[2:])
 		if err != nil {

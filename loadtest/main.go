@@ -3,6 +3,7 @@
 //	go run ./loadtest chaos      [--kills 5] [--groups 40] [--method lapo|attnsr] [--graceful] [--scorer-process] [--kill-scorers] [--broker-outages N] [--json]
 //	go run ./loadtest rebalance  [--replicas 3] [--groups 60] [--json]
 //	go run ./loadtest load       [--groups 60] [--method lapo|attnsr] [--json]
+//	go run ./loadtest bench      [--records 2000] [--sizes search-qa,8k,32k,128k,attnsr-k30] [--method lapo|attnsr] [--scaling] [--brokers ...] [--json]
 //
 // What chaos and rebalance show: the same deterministic input is run once
 // through an uninterrupted `creditflow run` (the reference) and once under
@@ -19,6 +20,11 @@
 //
 // load runs the embedded demo pipeline and prints throughput, latency and
 // the scorer's prefix sharing; it has no pass/fail.
+//
+// bench measures what the stages themselves cost: a Kafka passthrough, the
+// score stage against an instant scorer fixture and the advantage stage, on
+// the same records and broker, per trajectory size; the latency the
+// advantage stage adds; bytes held per open group member (docs/performance.md).
 //
 // With --json the last line of stdout is one JSON object. chaos and
 // rebalance exit with status 1 when a sample was lost, mismatched or
@@ -46,6 +52,7 @@ commands:
   chaos       kill and restart the processor (and scorers, broker connections) under load; compare with a reference
   rebalance   replicas in one consumer group leave and join under load; compare with a reference
   load        throughput and latency of the embedded pipeline
+  bench       what the stages cost against a Kafka passthrough, per trajectory size; memory per open group
 
 Run 'go run ./loadtest <command> -h' for the flags of a command.`)
 }
@@ -62,8 +69,12 @@ func main() {
 		code, err = chaosCmd(os.Args[2:])
 	case "rebalance":
 		code, err = rebalanceCmd(os.Args[2:])
+	case "bench":
+		code, err = benchCmd(os.Args[2:])
 	case "load":
 		code, err = loadCmd(os.Args[2:])
+	case benchScorerCmd:
+		code, err = benchScorerServe(os.Args[2:])
 	case scorerServeCmd:
 		code, err = scorerServe(os.Args[2:])
 	case "-h", "--help", "help":

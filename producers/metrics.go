@@ -10,6 +10,7 @@ type metrics struct {
 	records  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	duration prometheus.Histogram
+	chunked  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,6 +28,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from a Produce call to the acknowledgement of all its records.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		chunked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_producer_chunked_records_total",
+			Help: "Records too large for one message, written as chunks, by topic.",
+		}, []string{"topic"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -39,6 +44,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.chunked, err = promreg.Register(reg, m.chunked); err != nil {
 		return nil, err
 	}
 	return m, nil

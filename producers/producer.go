@@ -20,6 +20,11 @@
 //     too large, authentication or authorisation failure) fail at once.
 //   - Many goroutines may call Produce at once; their messages are batched
 //     together (BatchTimeout, BatchBytes) per partition.
+//   - A record larger than BatchBytes is written as chunk messages (Split):
+//     same key, same partition, in order within the call. When any chunk of
+//     a record fails, the retry writes all of that record's chunks again, so
+//     a reader always finds a complete in-order run of chunks after any
+//     partial one. Records that fit are written unchanged, as one message.
 package producers
 
 import (
@@ -64,15 +69,27 @@ type Config struct {
 	// broker's default 1 MiB message.max.bytes). A single record larger
 	// than this is rejected by Produce.
 	BatchBytes int64
-	// BatchSize caps the records in one batch (default 10_000).
+	// BatchSize caps the records in one batch (default 256). kafka-go
+	// allocates room for BatchSize records with every batch it starts, so a
+	// large value costs an allocation of ~150 bytes x BatchSize (and its
+	// zeroing) per batch, however few records the batch gets: at 10,000
+	// that was most of the advantage stage's CPU. BatchBytes bounds a batch
+	// long before 256 records of the pipeline's sizes.
 	BatchSize int
 	// RetryFor bounds how long transient failures are retried within one
 	// Produce call (default 60s).
 	RetryFor time.Duration
 	// WriteTimeout bounds one produce request (default 10s).
 	WriteTimeout time.Duration
-	// Compression is "", "none", "gzip", "snappy", "lz4" or "zstd".
+	// Compression is "", "none", "gzip", "snappy", "lz4" or "zstd" (see
+	// docs/kafka.md for measured ratios and costs on creditflow's records).
 	Compression string
+	// ChunkBytes is the value bytes per chunk when a record is too large for
+	// one message (over BatchBytes): such a record is written as chunks with
+	// the same key (see Split and docs/wire-format.md). Default
+	// DefaultChunkBytes, cut to fit BatchBytes; negative turns chunking off,
+	// and Produce then rejects such a record.
+	ChunkBytes int
 	// AutoCreateTopics lets a produce to a missing topic create it with
 	// the broker's defaults (when the broker allows it). Off by default:
 	// create topics with EnsureTopics.
@@ -119,7 +136,7 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 		cfg.BatchBytes = 900_000
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 10_000
+		cfg.BatchSize = 256
 	}
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = 60 * time.Second
@@ -175,24 +192,32 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	km := make([]kafka.Message, len(msgs))
+	km := make([]kafka.Message, 0, len(msgs))
+	var owner []int // owner[j]: the index in msgs of km[j]; set once a record is chunked
 	for i, m := range msgs {
 		if m.Topic == "" {
 			return fmt.Errorf("producers: message %d has no topic", i)
 		}
-		size := int64(len(m.Key) + len(m.Value) + 64)
-		for _, h := range m.Headers {
-			size += int64(len(h.Key) + len(h.Value) + 8)
-		}
-		if size > p.cfg.BatchBytes {
-			return fmt.Errorf("producers: message %d to %s is %d bytes, over the batch limit of %d bytes: split the record or raise BatchBytes (and the broker's message.max.bytes)", i, m.Topic, size, p.cfg.BatchBytes)
-		}
-		km[i] = kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Value}
-		if len(m.Headers) > 0 {
-			km[i].Headers = make([]kafka.Header, len(m.Headers))
-			for j, h := range m.Headers {
-				km[i].Headers[j] = kafka.Header{Key: h.Key, Value: h.Value}
+		parts := []Message{m}
+		if size := messageSize(m); size > p.cfg.BatchBytes {
+			c := p.chunkBytes(m)
+			if c == 0 {
+				return fmt.Errorf("producers: message %d to %s is %d bytes, over the batch limit of %d bytes: turn chunking on (ChunkBytes >= 0) or raise BatchBytes (and the topic's max.message.bytes)", i, m.Topic, size, p.cfg.BatchBytes)
 			}
+			parts = Split(m, c)
+			p.m.chunked.WithLabelValues(m.Topic).Inc()
+			if owner == nil {
+				owner = make([]int, len(km), len(msgs)+len(parts))
+				for j := range owner {
+					owner[j] = j
+				}
+			}
+		}
+		for _, part := range parts {
+			if owner != nil {
+				owner = append(owner, i)
+			}
+			km = append(km, toKafka(part))
 		}
 	}
 	start := time.Now()
@@ -208,7 +233,12 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 		}
 		failed := pending[:0:0]
 		var werrs kafka.WriteErrors
-		if errors.As(err, &werrs) && len(werrs) == len(pending) {
+		perMessage := errors.As(err, &werrs) && len(werrs) == len(pending)
+		if perMessage && owner != nil {
+			// A chunked record is retried whole: every chunk again, in order.
+			werrs = kafka.WriteErrors(wholeRecords(werrs, owner))
+		}
+		if perMessage {
 			var ok []kafka.Message
 			var first error
 			for i, e := range werrs {
@@ -257,8 +287,22 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
+		if owner != nil {
+			owner = failedOwners(werrs, owner, len(failed), perMessage)
+		}
 		pending = failed
 	}
+}
+
+func toKafka(m Message) kafka.Message {
+	km := kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Value}
+	if len(m.Headers) > 0 {
+		km.Headers = make([]kafka.Header, len(m.Headers))
+		for j, h := range m.Headers {
+			km.Headers[j] = kafka.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return km
 }
 
 func (p *Producer) count(msgs []kafka.Message, err error) {

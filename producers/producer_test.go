@@ -168,8 +168,21 @@ func TestLargeRecordsBatchedUnderLimit(t *testing.T) {
 			t.Fatalf("record %d: wrong value (len %d, first byte %d)", i, len(r.Value), r.Value[0])
 		}
 	}
-	// A single record over the limit fails with a clear error, fast.
-	err = p.Produce(context.Background(), producers.Message{Topic: "big", Value: make([]byte, 2_000_000)})
+	// A single record over the limit is written as chunks (3 of 768 KiB)...
+	if err := p.Produce(context.Background(), producers.Message{Topic: "big", Key: []byte("same"), Value: make([]byte, 2_000_000)}); err != nil {
+		t.Fatalf("2 MB record: %v", err)
+	}
+	recs = readAll(t, brokers, "big", 0)
+	if len(recs) != 43 || len(recs[40].Value) != producers.DefaultChunkBytes || string(recs[40].Headers[0].Value) != "0/3" {
+		t.Fatalf("2 MB record: %d messages on the topic, want 40 + 3 chunks", len(recs))
+	}
+	// ...and with chunking off it fails with a clear error, fast.
+	off, err := producers.New(producers.Config{Brokers: brokers, ChunkBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	err = off.Produce(context.Background(), producers.Message{Topic: "big", Value: make([]byte, 2_000_000)})
 	if err == nil {
 		t.Fatal("a 2 MB record was accepted")
 	}
@@ -281,4 +294,54 @@ func BenchmarkProduceLatency(b *testing.B) {
 	b.ReportMetric(float64(ours.Microseconds()), "us/produce")
 	b.ReportMetric(float64(base.Microseconds()), "us/kafka-go-default")
 	b.ReportMetric(float64(base)/float64(ours), "speedup")
+}
+
+// TestTopicMaxMessageBytes checks that the embedded broker honours a
+// topic's max.message.bytes (set through EnsureTopics, as --create-topics
+// does), and that a producer whose batches fit it writes larger records as
+// chunks that the topic accepts.
+func TestTopicMaxMessageBytes(t *testing.T) {
+	brokers := start(t)
+	ctx := context.Background()
+	if err := producers.EnsureTopics(ctx, brokers, kafkasec.Config{}, producers.TopicSpec{
+		Name: "small", Partitions: 1, Configs: map[string]string{"max.message.bytes": "200000"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Under the broker's 1 MiB default but over the topic's limit: refused.
+	big, err := producers.New(producers.Config{Brokers: brokers, ChunkBytes: -1, RetryFor: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	err = big.Produce(ctx, producers.Message{Topic: "small", Value: make([]byte, 300_000)})
+	if err == nil || producers.Retriable(err) {
+		t.Fatalf("a 300 KB record on a topic with max.message.bytes 200000: err %v, want a permanent refusal", err)
+	}
+	// Batches of 150 KB: the record goes as chunks of at most 150 KB.
+	fit, err := producers.New(producers.Config{Brokers: brokers, BatchBytes: 150_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fit.Close()
+	v := make([]byte, 500_000)
+	for i := range v {
+		v[i] = byte(i * 7)
+	}
+	if err := fit.Produce(ctx, producers.Message{Topic: "small", Key: []byte("k"), Value: v}); err != nil {
+		t.Fatal(err)
+	}
+	recs := readAll(t, brokers, "small", 0)
+	if len(recs) < 4 {
+		t.Fatalf("%d chunks, want at least 4", len(recs))
+	}
+	var joined []byte
+	for _, r := range recs {
+		if len(r.Value) > 150_000 {
+			t.Fatalf("chunk of %d bytes over the batch limit", len(r.Value))
+		}
+		joined = append(joined, r.Value...)
+	}
+	if !bytes.Equal(joined, v) {
+		t.Fatal("chunks do not add up to the record")
+	}
 }

@@ -142,6 +142,8 @@ type avroCodec[T any] struct {
 	toNative   func(*T) map[string]any
 	fromNative func(*nat) *T
 	sizeHint   func(*T) int
+	appendBody func([]byte, *T) []byte // a direct encoder that agrees with goavro (nil: the generic path)
+	decodeBody func([]byte) (*T, bool) // a direct decoder of checked bodies; false: use the generic path
 }
 
 func newCodec[T any](c *compiled, opts []CodecOption, to func(*T) map[string]any, from func(*nat) *T, hint func(*T) int) *avroCodec[T] {
@@ -161,14 +163,35 @@ var (
 )
 
 func trajectories(opts []CodecOption) *avroCodec[Trajectory] {
-	return newCodec(compiledTrajectory(), opts, trajectoryToNative, trajectoryFromNative, trajectorySize)
+	c := newCodec(compiledTrajectory(), opts, trajectoryToNative, trajectoryFromNative, trajectorySize)
+	if binaryDecodeOK() {
+		c.decodeBody = decodeTrajectoryBinary
+	}
+	if scoredBinaryOK() {
+		c.appendBody = appendTrajectory
+	}
+	return c
 }
 func scoredRecords(opts []CodecOption) *avroCodec[Scored] {
-	return newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
+	c := newCodec(compiledScored(), opts, scoredToNative, scoredFromNative, scoredSize)
+	if binaryDecodeOK() {
+		c.decodeBody = decodeScoredBinary
+	}
+	if scoredBinaryOK() {
+		c.appendBody = appendScored
+	}
+	return c
 }
 func samples(opts []CodecOption) *avroCodec[Sample] {
-	return newCodec(compiledSample(), opts, sampleToNative, sampleFromNative, sampleSize)
+	c := newCodec(compiledSample(), opts, sampleToNative, sampleFromNative, sampleSize)
+	if sampleBinaryOK() {
+		c.appendBody = appendSample
+	}
+	return c
 }
+
+var sampleBinaryOK = sync.OnceValue(func() bool { return sampleBinaryAgrees(compiledSample()) })
+
 func deadLetters(opts []CodecOption) *avroCodec[DeadLetter] {
 	return newCodec(compiledDeadLetter(), opts, deadLetterToNative, deadLetterFromNative, deadLetterSize)
 }
@@ -236,11 +259,24 @@ func (c *avroCodec[T]) Encode(v *T) (out []byte, err error) {
 	buf := make([]byte, 0, headerSize+c.sizeHint(v))
 	buf = append(buf, magic0, magic1)
 	buf = append(buf, c.fp[:]...)
+	if c.appendBody != nil {
+		return c.appendBody(buf, v), nil
+	}
 	buf, err = c.avro.BinaryFromNative(buf, c.toNative(v))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", c.name, err)
 	}
 	return buf, nil
+}
+
+// tryDecodeBody runs the direct decoder; a fault in it means the generic path.
+func (c *avroCodec[T]) tryDecodeBody(body []byte) (v *T, ok bool) {
+	defer func() {
+		if recover() != nil {
+			v, ok = nil, false
+		}
+	}()
+	return c.decodeBody(body)
 }
 
 func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
@@ -265,6 +301,11 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 	}
 	if end != len(body) {
 		return nil, undecodable("%s: %d trailing bytes after the record", c.name, len(body)-end)
+	}
+	if w == nil && c.decodeBody != nil { // the direct decoder reads the current schema only
+		if v, ok := c.tryDecodeBody(body); ok {
+			return v, nil
+		}
 	}
 	defer func() {
 		if r := recover(); r != nil {

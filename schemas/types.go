@@ -164,5 +164,7 @@ const (
 	ReasonGroupSizeMismatch = "group_size_mismatch"
 	ReasonGroupIncomplete   = "group_incomplete"
 	ReasonLate              = "late"
-	ReasonScorerRejected    = "scorer_rejected" // the scorer refused the record's rows as invalid
+	ReasonScorerRejected    = "scorer_rejected"  // the scorer refused the record's rows as invalid
+	ReasonChunkIncomplete   = "chunk_incomplete" // a record written as chunks lost chunks (consumers.ReasonChunkIncomplete)
+	ReasonChunkCorrupt      = "chunk_corrupt"    // chunk headers or reassembled bytes do not check out (consumers.ReasonChunkCorrupt)
 )

@@ -31,13 +31,13 @@ type Limits struct {
 const (
 	DefaultVocabSize      = 151936 // Qwen2/Qwen2.5 vocab_size; set Limits.VocabSize for other tokenizers
 	DefaultMaxTurns       = 64
-	DefaultMaxTokens      = 32768
+	DefaultMaxTokens      = 131072 // 128k-token agent trajectories (docs/kafka.md, "Long trajectories")
 	DefaultMaxRecordBytes = 4 << 20
 	maxIDBytes            = 1024
 )
 
 // DefaultLimits returns the default limits: vocabulary 151,936, 64 turns,
-// 32,768 tokens, 4 MiB records, eligible kind "search".
+// 131,072 tokens, 4 MiB records, eligible kind "search".
 func DefaultLimits() Limits {
 	return Limits{
 		VocabSize:      DefaultVocabSize,

@@ -14,7 +14,7 @@ func init() {
 
 func runAttention(args []string) error {
 	fs := flag.NewFlagSet("attention", flag.ContinueOnError)
-	dir := fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
+	dir := fs.String("model", "tiny", modelFlagHelp)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: creditflow attention [--model DIR]
 

@@ -126,10 +126,20 @@ func printSummary(s demo.Summary) {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
 		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)
 		fmt.Fprintf(w, "step rewards      %.1f%% positive, %.1f%% negative\n", 100*s.PositiveStep, 100*s.NegativeStep)
+		if s.AttnSRKeyHitRate != nil {
+			fmt.Fprintf(w, "key step hit      %.1f%% of %d trajectories have their largest p_k on the key step (chance %.1f%%)\n",
+				100**s.AttnSRKeyHitRate, s.AttnSRKeyMeasured, 100**s.AttnSRKeyChance)
+		}
 	} else {
 		fmt.Fprintf(w, "eligible turns    %d: Δ %.1f%% positive, %.1f%% negative\n", s.EligibleTurns, 100*s.PositiveDelta, 100*s.NegativeDelta)
 		fmt.Fprintf(w, "gate pass rate    %.1f%%\n", 100*s.GatePassRate)
 		fmt.Fprintf(w, "mean |A_proc|     %.4f\n", s.MeanAbsProcAdv)
+		if s.LAPOHitRate != nil {
+			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ on the informative turn (chance %.1f%%)\n",
+				100**s.LAPOHitRate, s.LAPOHitMeasured, 100**s.LAPOHitChance)
+			fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
+				100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+		}
 	}
 	fmt.Fprintf(w, "throughput        %.1f trajectories/s, %.0f sample tokens/s over %.1fs\n", s.TrajPerSecond, s.TokensPerSec, s.Seconds)
 	fmt.Fprintf(w, "latency           p50 %.0f ms, p99 %.0f ms (last member produced → sample consumed)\n", s.LatencyP50Ms, s.LatencyP99Ms)

@@ -44,6 +44,7 @@ func runReplay(args []string) error {
 	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	credit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
+	kafkaSizeFlags(fs, &cfg)
 	jsonl := fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
 	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
 	if err := loadSettings(fs, args); err != nil {
@@ -80,14 +81,15 @@ func runReplay(args []string) error {
 	if err := cfg.Check(); err != nil {
 		return err
 	}
-	specs := []producers.TopicSpec{{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1}}
+	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
+	specs := []producers.TopicSpec{{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg}}
 	if cfg.MaxPolicyLag >= 0 {
-		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1})
+		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg})
 	}
 	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
 		return err
 	}
-	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security}, producers.WithLogger(cfg.Logger))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(cfg.Logger))
 	if err != nil {
 		return err
 	}
@@ -141,10 +143,19 @@ func exportJSONL(ctx context.Context, cfg stage.Config, ends map[int]int64) erro
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	for p := 0; p < len(ends); p++ {
-		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(r consumers.Record) error {
-			if r.Offset >= ends[p] {
+		asm := consumers.NewAssembler(consumers.ReassemblyConfig{}) // records written as chunks
+		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
+			if raw.Offset >= ends[p] {
 				return nil
 			}
+			rec, broken := asm.Add(raw)
+			for _, b := range broken {
+				fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
+			}
+			if rec == nil {
+				return nil
+			}
+			r := *rec
 			s, err := schemas.ScoredRecords().Decode(r.Value)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, r.Offset, err)

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/model"
+
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -93,7 +93,7 @@ func runRun(args []string) error {
 	credit := creditFlags(fs, &cfg.Credit)
 	layers := fs.String("layers", "", "AttnSR: comma-separated layer indices (default: SPEC §3.1 mapping for the model's depth)")
 	scorers := fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
-	scorerModel := fs.String("scorer-model", "", "in-process scorer: Hugging Face folder (default: the built-in tiny model)")
+	scorerModel := fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
 	scorerToken := fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 	scorerCA := fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
 	window := windowFlags(fs, &cfg.Window)
@@ -104,6 +104,7 @@ func runRun(args []string) error {
 	fs.IntVar(&cfg.Limits.MaxTurns, "max-turns", cfg.Limits.MaxTurns, "dead-letter trajectories with more turns")
 	fs.IntVar(&cfg.Limits.MaxTokens, "max-tokens", cfg.Limits.MaxTokens, "dead-letter trajectories with more tokens")
 	fs.IntVar(&cfg.Limits.MaxRecordBytes, "max-record-bytes", cfg.Limits.MaxRecordBytes, "dead-letter records larger than this")
+	kafkaSizeFlags(fs, &cfg)
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics here (empty: off)")
 	logLevel := fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, exit after at most this long")
@@ -162,8 +163,7 @@ func runRun(args []string) error {
 			return err
 		}
 	}
-	prod, err := producers.New(producers.Config{Brokers: cfg.Brokers, Security: cfg.Security},
-		producers.WithLogger(log), producers.WithRegisterer(reg))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(reg))
 	if err != nil {
 		return err
 	}
@@ -174,11 +174,9 @@ func runRun(args []string) error {
 	if runScore {
 		var scorer gpu.Scorer
 		if *scorers == "" {
-			m := model.Tiny()
-			if *scorerModel != "" {
-				if m, err = model.Load(*scorerModel); err != nil {
-					return err
-				}
+			m, err := loadModelFlag(*scorerModel)
+			if err != nil {
+				return fmt.Errorf("--scorer-model: %w", err)
 			}
 			scorer = gpu.NewLocal(m, gpu.WithLocalRegisterer(reg))
 		} else {

@@ -12,18 +12,22 @@ func init() {
 	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (SPEC §5.2)", runScore)
 }
 
+// modelFlagHelp describes the --model flags.
+const modelFlagHelp = "model folder (config.json + *.safetensors), or a built-in model: \"tiny\" (trained on the synthetic worlds) or \"tiny-random\" (random weights)"
+
 // loadModelFlag opens the model named by --model: "tiny" (or empty) is the
-// built-in tiny model, anything else a Hugging Face folder.
+// built-in trained model, "tiny-random" the random-weight one, anything else
+// a Hugging Face folder.
 func loadModelFlag(dir string) (*model.Model, error) {
-	if dir == "" || dir == "tiny" {
-		return model.Tiny(), nil
+	if m, ok := model.Builtin(dir); ok {
+		return m, nil
 	}
 	return model.Load(dir)
 }
 
 func runScore(args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
-	dir := fs.String("model", "tiny", "model folder (config.json + *.safetensors), or \"tiny\" for the built-in tiny model")
+	dir := fs.String("model", "tiny", modelFlagHelp)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: creditflow score [--model DIR]
 

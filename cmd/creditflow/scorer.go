@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,7 +22,7 @@ func init() {
 func runScorer(args []string) error {
 	fs := flag.NewFlagSet("scorer", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
-	dir := fs.String("model", "", "model folder (config.json + *.safetensors); empty or \"tiny\" serves the built-in tiny model")
+	dir := fs.String("model", "tiny", modelFlagHelp)
 	version := fs.Int64("policy-version", 0, "policy version reported by /v1/info")
 	certFile := fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (needs --tls-key)")
 	keyFile := fs.String("tls-key", "", "PEM private key file for --tls-cert")
@@ -76,10 +75,8 @@ Flags:`)
 		}
 	}
 
-	var m *model.Model
-	if *dir == "" || *dir == "tiny" {
-		m = model.Tiny()
-	} else if m, err = model.Load(*dir); err != nil {
+	m, err := loadModelFlag(*dir)
+	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}
 

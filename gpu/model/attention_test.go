@@ -61,7 +61,7 @@ func checkGraphShape(t *testing.T, g StepGraph, k int) {
 }
 
 func TestStepGraphsBlockwiseEqualsDense(t *testing.T) {
-	m := Tiny()
+	m := TinyRandom()
 	r := rand.New(rand.NewPCG(3, 3))
 	cases := []struct {
 		name               string
@@ -163,7 +163,7 @@ func TestStepGraphsMatchReference(t *testing.T) {
 }
 
 func TestStepGraphsRejectsBadInput(t *testing.T) {
-	m := Tiny()
+	m := TinyRandom()
 	toks := make([]int32, 20)
 	ok := []Step{{Action: [2]int{2, 5}, Observation: [2]int{5, 8}}, {Action: [2]int{8, 12}}}
 	for name, c := range map[string]struct {
@@ -204,7 +204,7 @@ func TestDefaultLayers(t *testing.T) {
 }
 
 func TestScoreJSONL(t *testing.T) {
-	m := Tiny()
+	m := TinyRandom()
 	r := rand.New(rand.NewPCG(1, 9))
 	rows := searchRows(r, 256, TinyDelete)
 	var in bytes.Buffer
@@ -249,7 +249,7 @@ func TestScoreJSONL(t *testing.T) {
 }
 
 func TestAttentionJSONL(t *testing.T) {
-	m := Tiny()
+	m := TinyRandom()
 	in := `{"tokens":[1,2,3,4,5,6,7,8,9,10,11,12],"steps":[{"action":[2,4],"observation":[4,6]},{"action":[6,8],"observation":null},{"action":[8,12]}],"layers":[1]}
 {"tokens":[1,2,3,4,5,6],"steps":[{"action":[0,2]},{"action":[2,6]}]}
 `
@@ -286,7 +286,7 @@ func TestAttentionJSONL(t *testing.T) {
 // `creditflow score` takes an optional "temperature" per line (absent or
 // null: 1); a temperature that is not > 0 stops the run naming the line.
 func TestScoreJSONLTemperature(t *testing.T) {
-	m := Tiny()
+	m := TinyRandom()
 	r := rand.New(rand.NewPCG(2, 9))
 	rows := searchRows(r, 256, TinyDelete)[:3]
 	rows[0].Temperature, rows[1].Temperature = 0.5, 1.5

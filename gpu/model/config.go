@@ -60,6 +60,11 @@ func readConfig(dir string) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading model config: %w (a model folder needs config.json and *.safetensors)", err)
 	}
+	return parseConfig(path, b)
+}
+
+// parseConfig parses and validates the bytes of a config.json read from path.
+func parseConfig(path string, b []byte) (*config, error) {
 	var h hfConfig
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("%s: not valid JSON: %v", path, err)

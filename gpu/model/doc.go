@@ -40,13 +40,16 @@
 // LM head only there. StepGraphs runs the layers up to the deepest requested
 // one and stops.
 //
-// # The tiny model
+// # The built-in models
 //
-// Tiny() is a 2-layer Llama (hidden 64, 2 query heads sharing 1 KV head, head_dim
-// 16, SwiGLU 128, max_position_embeddings 32768) over a byte-level vocabulary
-// of 260 ids (bytes, TinyBOS, TinyEOS, TinyPad, TinyDelete = "[DELETE]"),
-// with weights from a fixed-seed splitmix64 generator: identical on every
-// machine. WriteTiny writes it as a Hugging Face folder that Load reads back
-// to the same numbers, for other implementations (such as the GPU scorer) to
+// Tiny() is a 3-layer Llama (hidden 64, 2 heads of head_dim 32, SwiGLU 192)
+// over a byte-level vocabulary of 260 ids (bytes, TinyBOS, TinyEOS, TinyPad,
+// TinyDelete = "[DELETE]"), trained on the synthetic worlds of
+// internal/synth by gpu/model/train/train.py; its Hugging Face folder
+// gpu/model/tiny is embedded in the binary (docs/model.md). TinyRandom() is a
+// 2-layer Llama over the same vocabulary with weights from a fixed-seed
+// splitmix64 generator: identical on every machine. WriteTiny and
+// WriteTinyRandom write them as Hugging Face folders that Load reads back to
+// the same numbers, for other implementations (such as the GPU scorer) to
 // test against.
 package model

@@ -316,16 +316,28 @@ func TestTinyDeterministic(t *testing.T) {
 			t.Fatalf("splitmix64: %#x, want %#x", got, want)
 		}
 	}
-	a, b := Tiny(), Tiny()
+	a, b := TinyRandom(), TinyRandom()
 	for i := range a.embed {
 		if a.embed[i] != b.embed[i] {
-			t.Fatal("two Tiny() calls differ")
+			t.Fatal("two TinyRandom() calls differ")
 		}
 	}
 	info := a.Info()
-	if info.Name != "creditflow-tiny" || info.Layers != 2 || info.VocabSize != TinyVocab || info.MaxContext != 32768 ||
+	if info.Name != TinyRandomName || info.Layers != 2 || info.VocabSize != TinyVocab || info.MaxContext != 32768 ||
 		len(info.PlaceholderIDs) != 1 || info.PlaceholderIDs[0] != TinyDelete {
 		t.Fatalf("info %+v", info)
+	}
+	if info := Tiny().Info(); info.Name != TinyName || info.Layers != 3 || info.VocabSize != TinyVocab ||
+		len(info.PlaceholderIDs) != 1 || info.PlaceholderIDs[0] != TinyDelete {
+		t.Fatalf("trained tiny info %+v", info)
+	}
+	for name, want := range map[string]string{"": TinyName, "tiny": TinyName, "tiny-random": TinyRandomName, TinyRandomName: TinyRandomName} {
+		if m, ok := Builtin(name); !ok || m.Info().Name != want {
+			t.Fatalf("Builtin(%q): %v", name, ok)
+		}
+	}
+	if _, ok := Builtin("./tiny"); ok {
+		t.Fatal("Builtin accepts a folder name")
 	}
 	// Outputs depend on the input.
 	s, _, err := a.ScoreRows([]Row{
@@ -341,8 +353,17 @@ func TestTinyDeterministic(t *testing.T) {
 }
 
 func TestWriteTinyLoadsSameNumbers(t *testing.T) {
+	for name, f := range map[string]struct {
+		write func(string) error
+		m     func() *Model
+	}{"tiny": {WriteTiny, Tiny}, "tiny-random": {WriteTinyRandom, TinyRandom}} {
+		t.Run(name, func(t *testing.T) { testWriteLoads(t, f.write, f.m) })
+	}
+}
+
+func testWriteLoads(t *testing.T, write func(string) error, builtin func() *Model) {
 	dir := t.TempDir()
-	if err := WriteTiny(dir); err != nil {
+	if err := write(dir); err != nil {
 		t.Fatal(err)
 	}
 	m, err := Load(dir)
@@ -361,7 +382,7 @@ func TestWriteTinyLoadsSameNumbers(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(5, 5))
 	rows := searchRows(r, 256, TinyDelete)
-	a, _, _ := Tiny().ScoreRows(rows)
+	a, _, _ := builtin().ScoreRows(rows)
 	b, _, err := m.ScoreRows(rows)
 	if err != nil {
 		t.Fatal(err)

@@ -30,8 +30,9 @@ type stEntry struct {
 	name  string
 	dtype string
 	shape []int
-	begin int64 // absolute file offset of the first byte
-	end   int64 // absolute file offset one past the last byte
+	begin int64       // absolute file offset of the first byte
+	end   int64       // absolute file offset one past the last byte
+	src   io.ReaderAt // the bytes in memory (an embedded file), nil: read file
 }
 
 // stFile is the parsed header of one safetensors file.
@@ -54,7 +55,14 @@ func parseSafetensors(path string) (*stFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
-	size := st.Size()
+	return parseSafetensorsFrom(path, f, st.Size(), nil)
+}
+
+// parseSafetensorsFrom parses a safetensors file read through r (size bytes);
+// src, when not nil, is where its tensors are read later (in memory),
+// otherwise the file at path.
+func parseSafetensorsFrom(path string, r io.ReaderAt, size int64, src io.ReaderAt) (*stFile, error) {
+	f := io.NewSectionReader(r, 0, size)
 	var lenBuf [8]byte
 	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
 		return nil, fmt.Errorf("safetensors %s: file too short for the 8-byte header length (%d bytes): truncated or not a safetensors file", path, size)
@@ -111,7 +119,7 @@ func parseSafetensors(path string) (*stFile, error) {
 		if n*int64(esz) != en-b {
 			return nil, fmt.Errorf("safetensors %s: tensor %q: shape %v of %s needs %d bytes but data_offsets give %d", path, name, e.Shape, e.Dtype, n*int64(esz), en-b)
 		}
-		ent := &stEntry{file: path, name: name, dtype: e.Dtype, shape: e.Shape, begin: dataStart + b, end: dataStart + en}
+		ent := &stEntry{file: path, name: name, dtype: e.Dtype, shape: e.Shape, begin: dataStart + b, end: dataStart + en, src: src}
 		out.entries[name] = ent
 		list = append(list, ent)
 	}
@@ -165,11 +173,15 @@ func (ts *tensorSet) load(name string, shape ...int) ([]float32, error) {
 	if !sameShape(e.shape, shape) {
 		return nil, fmt.Errorf("safetensors %s: tensor %q has shape %v, the config needs %v", e.file, name, e.shape, shape)
 	}
-	f, err := os.Open(e.file)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors %s: tensor %q: %w", e.file, name, err)
+	var f io.ReaderAt = e.src
+	if f == nil {
+		file, err := os.Open(e.file)
+		if err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", e.file, name, err)
+		}
+		defer file.Close()
+		f = file
 	}
-	defer f.Close()
 	buf := make([]byte, e.end-e.begin)
 	if _, err := f.ReadAt(buf, e.begin); err != nil {
 		return nil, fmt.Errorf("safetensors %s: tensor %q: reading data: %v (truncated file?)", e.file, name, err)

@@ -73,7 +73,8 @@ func TestTorchCrossCheck(t *testing.T) {
 		cases = append(cases, c)
 		jobs = append(jobs, score, pyJob{Dir: dir, Mode: "attention", Lines: []map[string]any{{"tokens": c.toks, "steps": js, "layers": []int{0, 1}}}})
 	}
-	add("tiny", WriteTiny, 256)
+	add("tiny", WriteTiny, 256) // the trained built-in model
+	add("tiny-random", WriteTinyRandom, 256)
 	for i, a := range archs {
 		cfg, ts, _ := testModel(t, a, uint64(500+i))
 		dtype := []string{"F32", "BF16", "F16"}[i%3]

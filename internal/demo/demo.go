@@ -47,6 +47,8 @@ type Options struct {
 	Progress   func(Progress)        // called about twice a second
 	// Brokers, when set, uses an existing cluster instead of starting the embedded broker.
 	Brokers []string
+	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
+	Model *model.Model
 }
 
 // Defaults is the demo's default size.
@@ -91,6 +93,20 @@ type Summary struct {
 	PositiveStep   float64 `json:"positive_step_reward_share,omitempty"`
 	NegativeStep   float64 `json:"negative_step_reward_share,omitempty"`
 	ScorerRequests int64   `json:"scorer_requests"`
+	// Where credit lands (docs/method.md, "Where credit lands"). LAPO: among
+	// trajectories with an informative turn and at least two eligible turns,
+	// the share whose largest Δ is on the informative turn, from the samples
+	// consumed; the forward-direction and random-weight-model rates score the
+	// same trajectories in-process after the run. Chance: a uniform pick.
+	LAPOHitRate     *float64 `json:"lapo_hit_rate,omitempty"`
+	LAPOHitForward  *float64 `json:"lapo_hit_rate_forward,omitempty"`
+	LAPOHitRandom   *float64 `json:"lapo_hit_rate_random_model,omitempty"`
+	LAPOHitChance   *float64 `json:"lapo_hit_chance,omitempty"`
+	LAPOHitMeasured int      `json:"lapo_hit_trajectories,omitempty"`
+	// AttnSR: the share whose largest intermediate p_k is on the key step.
+	AttnSRKeyHitRate  *float64 `json:"attnsr_key_step_hit_rate,omitempty"`
+	AttnSRKeyChance   *float64 `json:"attnsr_key_step_chance,omitempty"`
+	AttnSRKeyMeasured int      `json:"attnsr_key_step_trajectories,omitempty"`
 }
 
 // Run runs the pipeline until every expected sample is consumed (or the
@@ -116,7 +132,10 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 
 	// Scorer servers on loopback, speaking the real protocol.
-	m := model.Tiny()
+	m := o.Model
+	if m == nil {
+		m = model.Tiny()
+	}
 	var endpoints []string
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -146,7 +165,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := producers.EnsureTopics(ctx, brokers, cfg.Security, cfg.TopicSpecs(o.Partitions)...); err != nil {
 		return Summary{}, err
 	}
-	prod, err := producers.New(producers.Config{Brokers: brokers}, producers.WithLogger(log), producers.WithRegisterer(o.Registerer))
+	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(o.Registerer))
 	if err != nil {
 		return Summary{}, err
 	}
@@ -171,7 +190,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		group, topic string
 		fn           func(consumers.Record)
 	}{{"creditflow-demo-trainer", cfg.Topics.Samples, tr.sample}, {"creditflow-demo-dead-letters", cfg.Topics.DeadLetters, tr.deadLetter}} {
-		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic}},
+		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic},
+			Reassembly: &consumers.ReassemblyConfig{}}, // samples and dead letters larger than one message
 			consumers.WithLogger(log), consumers.WithRegisterer(o.Registerer))
 		if err != nil {
 			return Summary{}, err
@@ -205,7 +225,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 				}
 			}
 			var msgs []producers.Message
-			for _, t := range gen.Group(g) {
+			for i := 0; i < gen.GroupSize; i++ {
+				t, truth := gen.Generate(g, i)
+				tr.addTruth(t, truth)
 				b, err := schemas.Trajectories().Encode(&t)
 				if err != nil {
 					log.Error().Err(err).Msg("encode trajectory")
@@ -266,6 +288,14 @@ wait:
 	sum := tr.summary(elapsed)
 	sum.ScorerRequests = client.Stats().Requests
 	cancel()
+	if runErr == nil {
+		tr.mu.Lock()
+		h := tr.hits
+		tr.mu.Unlock()
+		if err := h.finish(context.Background(), &sum, o, m); err != nil {
+			runErr = fmt.Errorf("demo: measuring where credit lands: %w", err)
+		}
+	}
 	if runErr == nil && (sum.Lost != 0 || sum.Invalid != 0) {
 		runErr = fmt.Errorf("demo: %d samples lost, %d invalid", sum.Lost, sum.Invalid)
 	}
@@ -324,10 +354,17 @@ type trainer struct {
 	stepPos    int
 	stepNeg    int
 	steps      int
+	hits       *hits
 }
 
 func newTrainer(o Options) *trainer {
-	return &trainer{o: o, seen: map[string]bool{}, groups: map[string]int{}, dead: map[string]int{}, producedAt: map[string]time.Time{}}
+	return &trainer{o: o, seen: map[string]bool{}, groups: map[string]int{}, dead: map[string]int{}, producedAt: map[string]time.Time{}, hits: newHits()}
+}
+
+func (t *trainer) addTruth(tr schemas.Trajectory, truth synth.Truth) {
+	t.mu.Lock()
+	t.hits.add(tr, truth)
+	t.mu.Unlock()
 }
 
 func (t *trainer) produced(prompt string, at time.Time) {
@@ -444,6 +481,7 @@ func (t *trainer) sample(r consumers.Record) {
 		return
 	}
 	t.seen[s.TrajectoryID] = true
+	t.hits.observe(s)
 	t.tokens += int64(len(s.Tokens))
 	t.groups[s.PromptID]++
 	if t.groups[s.PromptID] == int(s.GroupSize) || (s.Partial && t.groups[s.PromptID] == 1) {

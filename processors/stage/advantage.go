@@ -78,6 +78,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
 		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256, SessionTimeout: a.cfg.SessionTimeout,
+		MaxBytes: a.cfg.fetchBytes(), Reassembly: a.cfg.reassembly("advantage", a.prod, a.log),
 	}, consumers.WithLogger(a.log))
 	if err != nil {
 		return err
@@ -89,13 +90,6 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 type nopGauge struct{}
 
 func (nopGauge) Set(float64) {}
-
-// entry is a member held in an open group.
-type entry struct {
-	rec    consumers.Record
-	scored *schemas.Scored
-	read   time.Time
-}
 
 // ack reports that the outputs of a close event, or of one record, were written.
 type ack struct {
@@ -115,14 +109,16 @@ type partition struct {
 	ema      credit.EMA
 	baseline interface{ Set(float64) }
 
-	acks     chan ack
-	sem      chan struct{}
-	emitCtx  context.Context
-	lastRead time.Time // processing time of the last record
-	lastWM   int64     // watermark at the last record
-	next     int64     // next offset expected
-	snapKey  string
-	lastSnap []byte
+	acks         chan ack
+	sem          chan struct{}
+	emitCtx      context.Context
+	lastRead     time.Time // processing time of the last record
+	lastWM       int64     // watermark at the last record
+	next         int64     // next offset expected
+	snapKey      string
+	decoded      []decodedRef // members holding a decoded record, oldest first
+	decodedBytes int
+	lastSnap     []byte
 }
 
 func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
@@ -267,9 +263,11 @@ func (p *partition) handle(rec consumers.Record) {
 
 	verdict, grp := p.groups.Add(t.PromptID, int(t.GroupSize), state.Member[entry]{
 		TrajectoryID: t.TrajectoryID, Offset: rec.Offset, EventMs: t.CreatedAtMs,
-		Value: entry{rec: rec, scored: sc, read: now},
+		Value: entry{rec: rec, sampleIndex: t.SampleIndex, read: now, scored: sc},
 	})
 	switch verdict {
+	case state.Added:
+		p.keepDecoded(decodedRef{g: grp, i: len(grp.Members) - 1, offset: rec.Offset, n: len(rec.Value)})
 	case state.Duplicate:
 		m.duplicates.Inc()
 		p.ledger.Done(rec.Offset)
@@ -360,18 +358,30 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	// order: credit.ComputeGroup sums over the members in trajectory_id order.
 	members := append([]state.Member[entry](nil), g.Members...)
 	sort.SliceStable(members, func(i, j int) bool {
-		a, b := members[i].Value.scored.Trajectory, members[j].Value.scored.Trajectory
-		if a.SampleIndex != b.SampleIndex {
-			return a.SampleIndex < b.SampleIndex
+		a, b := members[i], members[j]
+		if a.Value.sampleIndex != b.Value.sampleIndex {
+			return a.Value.sampleIndex < b.Value.sampleIndex
 		}
 		return a.TrajectoryID < b.TrajectoryID
 	})
+	// Members out of the decoded window are decoded again (handle decoded
+	// and validated every record).
+	scs := make([]*schemas.Scored, len(members))
 	cms := make([]credit.Member, len(members))
+	var err error
 	for i, mb := range members {
-		cms[i] = member(mb.Value.scored)
+		if scs[i] = mb.Value.scored; scs[i] == nil {
+			if scs[i], err = schemas.ScoredRecords().Decode(mb.Value.rec.Value); err != nil {
+				break
+			}
+		}
+		cms[i] = member(scs[i])
 	}
 	before := p.ema
-	results, err := credit.ComputeGroup(cms, partial, cfg.Credit, &p.ema)
+	var results []credit.Result
+	if err == nil {
+		results, err = credit.ComputeGroup(cms, partial, cfg.Credit, &p.ema)
+	}
 	if err != nil {
 		p.ema = before
 		recs := make([]consumers.Record, len(members))
@@ -388,7 +398,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	mean := 0.0
 	for i, r := range results {
 		mean += r.Reward
-		smp := sample(members[i].Value.scored, cms[i], r, cfg.Credit)
+		smp := sample(scs[i], cms[i], r, cfg.Credit)
 		b, err := schemas.Samples().Encode(&smp)
 		if err != nil {
 			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample")
@@ -401,7 +411,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 		p.observe(r)
 	}
 	mean /= float64(len(results))
-	p.a.signals(scoredOf(members), results, route.announced)
+	p.a.signals(scs, results, route.announced)
 	if cfg.Credit.Method == "attnsr" && p.ema.Count > 0 {
 		p.baseline.Set(p.ema.Value)
 	}

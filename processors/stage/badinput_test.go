@@ -181,57 +181,82 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 	}
 }
 
-// TestOversizedOutputIsDeadLettered: a trajectory whose scored record (its
-// AttnSR step graphs) would exceed the broker's maximum message size ends
-// in the dead-letter topic as too_large, and the partition keeps going.
-func TestOversizedOutputIsDeadLettered(t *testing.T) {
-	e := newEnv(t, 1, func(cfg *stage.Config) {
-		cfg.Credit.Method = "attnsr"
-		cfg.Limits.MaxTurns = 400
-	})
-	ctx, b, cfg, prod := e.ctx, e.b, e.cfg, e.prod
-	big := small("big", "big-0", 1, 0, 0)
-	reward := 1.0
-	big.Reward = &reward
-	for len(big.Turns) < 300 { // 300 steps: 300×300 float64 ×2 per layer, over 1 MB
-		big.Turns = append([]schemas.Turn{{Kind: schemas.KindTool, Action: synth.Tokens("go"), Observation: synth.Tokens("ok")}}, big.Turns...)
-	}
-	after := small("after", "after-0", 1, 0, 0)
-	after.Reward = &reward
-	var msgs []producers.Message
-	for _, tr := range []schemas.Trajectory{big, after} {
-		v, err := schemas.Trajectories().Encode(&tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(tr.TrajectoryID), Value: v})
-	}
-	if err := prod.Produce(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = sc.Run(ctx) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		dead, scored := readTopic(t, b.Addrs(), cfg.Topics.DeadLetters), readTopic(t, b.Addrs(), cfg.Topics.Scored)
-		if len(dead[0]) > 0 && len(scored[0]) > 0 {
-			dl, err := schemas.DeadLetters().Decode(dead[0][0].Value)
+// TestOversizedOutput: a trajectory whose scored record (its AttnSR step
+// graphs, over 1 MB) exceeds the broker's maximum message size is
+// written as chunks and read back whole. When the topic refuses even the
+// chunks (its max.message.bytes below the producer's batches: a
+// misconfiguration), the input ends in the dead-letter topic as too_large
+// with its original bytes, and the partition keeps going.
+func TestOversizedOutput(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		t.Run(map[bool]string{false: "chunked", true: "refused"}[refused], func(t *testing.T) {
+			e := newEnv(t, 1, func(cfg *stage.Config) {
+				cfg.Credit.Method = "attnsr"
+				cfg.Limits.MaxTurns = 400
+				if refused {
+					cfg.MaxMessageBytes = 200_000 // the topics' limit; the env's producer batches up to 900,000 bytes
+				}
+			})
+			ctx, b, cfg, prod := e.ctx, e.b, e.cfg, e.prod
+			big := small("big", "big-0", 1, 0, 0)
+			reward := 1.0
+			big.Reward = &reward
+			for len(big.Turns) < 300 { // 300 steps: 300×300 float64 ×2 per layer, over 1 MB
+				big.Turns = append([]schemas.Turn{{Kind: schemas.KindTool, Action: synth.Tokens("go"), Observation: synth.Tokens("ok")}}, big.Turns...)
+			}
+			after := small("after", "after-0", 1, 0, 0)
+			after.Reward = &reward
+			var msgs []producers.Message
+			for _, tr := range []schemas.Trajectory{big, after} {
+				v, err := schemas.Trajectories().Encode(&tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(tr.TrajectoryID), Value: v})
+			}
+			if err := prod.Produce(ctx, msgs...); err != nil {
+				t.Fatal(err)
+			}
+			sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), prod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if dl.Reason != schemas.ReasonTooLarge || string(dl.Value) != string(msgs[0].Value) {
-				t.Fatalf("dead letter %s (%s), original bytes kept: %v", dl.Reason, dl.Detail, string(dl.Value) == string(msgs[0].Value))
+			go func() { _ = sc.Run(ctx) }()
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) {
+				dead, scored := readTopic(t, b.Addrs(), cfg.Topics.DeadLetters), readTopic(t, b.Addrs(), cfg.Topics.Scored)
+				if !refused && len(scored[0]) >= 2 {
+					if len(dead[0]) != 0 {
+						t.Fatalf("%d dead letters", len(dead[0]))
+					}
+					for i, id := range []string{"big-0", "after-0"} {
+						s, err := schemas.ScoredRecords().Decode(scored[0][i].Value)
+						if err != nil || s.Trajectory.TrajectoryID != id {
+							t.Fatalf("scored record %d: %v, want %s", i, err, id)
+						}
+					}
+					if raw := rawTopic(t, b.Addrs(), cfg.Topics.Scored); len(raw) < 3 || len(scored[0][0].Value) <= 1<<20 { // at least 2 chunks + "after"
+						t.Fatalf("%d messages for a %d-byte scored record: want it chunked", len(raw), len(scored[0][0].Value))
+					}
+					return
+				}
+				if refused && len(dead[0]) > 0 && len(scored[0]) > 0 {
+					dl, err := schemas.DeadLetters().Decode(dead[0][0].Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if dl.Reason != schemas.ReasonTooLarge || string(dl.Value) != string(msgs[0].Value) {
+						t.Fatalf("dead letter %s (%s), original bytes kept: %v", dl.Reason, dl.Detail, string(dl.Value) == string(msgs[0].Value))
+					}
+					s, _ := schemas.ScoredRecords().Decode(scored[0][0].Value)
+					if s.Trajectory.TrajectoryID != "after-0" || len(scored[0]) != 1 {
+						t.Fatalf("scored %d records, first %s", len(scored[0]), s.Trajectory.TrajectoryID)
+					}
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			s, _ := schemas.ScoredRecords().Decode(scored[0][0].Value)
-			if s.Trajectory.TrajectoryID != "after-0" || len(scored[0]) != 1 {
-				t.Fatalf("scored %d records, first %s", len(scored[0]), s.Trajectory.TrajectoryID)
-			}
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+			t.Fatal("no output for the oversized record")
+		})
 	}
-	t.Fatal("no dead letter for the oversized output")
 }

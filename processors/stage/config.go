@@ -67,6 +67,10 @@ type Config struct {
 	SessionTimeout time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
 	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
 
+	// Kafka record sizes and compression (docs/kafka.md).
+	Compression     string // producer compression: lz4 (default), zstd, snappy, gzip or none
+	MaxMessageBytes int    // the topics' max.message.bytes (default 1048588, Kafka's); larger records are written as chunks
+
 	Logger  zerolog.Logger
 	Metrics *Metrics
 }
@@ -83,6 +87,8 @@ func DefaultConfig() Config {
 		MaxPolicyLag:     PolicyLagOff,
 		SuccessThreshold: 1.0,
 		MaxInFlight:      64,
+		Compression:      DefaultCompression,
+		MaxMessageBytes:  DefaultMaxMessageBytes,
 		CommitInterval:   500 * time.Millisecond,
 		IdleAfter:        120 * time.Second,
 		Logger:           zerolog.Nop(),
@@ -134,7 +140,7 @@ func (c *Config) Check() error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
-	return nil
+	return c.checkKafkaSizes()
 }
 
 // TopicSpecs are the topics the pipeline needs, for producers.EnsureTopics.
@@ -149,6 +155,14 @@ func (c *Config) TopicSpecs(partitions int) []producers.TopicSpec {
 	specs = append(specs, producers.TopicSpec{Name: c.Topics.SamplesStale, Partitions: partitions, ReplicationFactor: 1})
 	if c.Topics.Policy != "" {
 		specs = append(specs, policy.TopicSpec(c.Topics.Policy))
+	}
+	for i := range specs {
+		if specs[i].Configs == nil {
+			specs[i].Configs = map[string]string{}
+		}
+		for k, v := range c.topicConfigs() {
+			specs[i].Configs[k] = v
+		}
 	}
 	return specs
 }

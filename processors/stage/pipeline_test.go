@@ -24,7 +24,8 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 )
 
-// readTopic returns every record of topic, per partition in offset order.
+// readTopic returns every record of topic, per partition in offset order,
+// with records written as chunks put back together (as a trainer reads).
 func readTopic(t *testing.T, brokers []string, topic string) map[int][]consumers.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -35,8 +36,15 @@ func readTopic(t *testing.T, brokers []string, topic string) map[int][]consumers
 	}
 	out := map[int][]consumers.Record{}
 	for _, p := range parts {
-		if _, err := consumers.ReadPartitionRange(ctx, brokers, kafkasec.Config{}, topic, p, 0, func(r consumers.Record) error {
-			out[p] = append(out[p], r)
+		a := consumers.NewAssembler(consumers.ReassemblyConfig{})
+		if _, err := consumers.ReadPartitionRange(ctx, brokers, kafkasec.Config{}, topic, p, 0, func(raw consumers.Record) error {
+			r, broken := a.Add(raw)
+			if len(broken) > 0 {
+				t.Errorf("%s/%d: broken chunked record at offset %d: %s", topic, p, broken[0].Offset, broken[0].Detail)
+			}
+			if r != nil {
+				out[p] = append(out[p], *r)
+			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)

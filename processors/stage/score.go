@@ -68,6 +68,7 @@ func (s *ScoreStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID + ".score", Topics: []string{s.cfg.Topics.Trajectories},
 		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.MaxInFlight, SessionTimeout: s.cfg.SessionTimeout,
+		MaxBytes: s.cfg.fetchBytes(), Reassembly: s.cfg.reassembly("score", s.prod, s.log),
 	}, consumers.WithLogger(s.log))
 	if err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
-	"github.com/creditflow/creditflow/state"
 )
 
 // signalMetrics are the reward and staleness signals of the advantage stage
@@ -125,12 +124,4 @@ func (a *AdvantageStage) signals(members []*schemas.Scored, results []credit.Res
 	if successes > 0 {
 		m.withSuccess.Inc()
 	}
-}
-
-func scoredOf(members []state.Member[entry]) []*schemas.Scored {
-	out := make([]*schemas.Scored, len(members))
-	for i, mb := range members {
-		out[i] = mb.Value.scored
-	}
-	return out
 }

@@ -19,6 +19,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from .chunks import Reassembler
 from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, decode_sample, encode_policy, encode_trajectory
 from .trajectory import InvalidTrajectory, Limits, validate_trajectory
 
@@ -313,7 +314,9 @@ class SampleStream:
       behind the newest announced version (the policy topic) is skipped and counted in
       ``stale``;
     - iteration ends after `idle_timeout` seconds without a sample (None: never);
-    - commit() commits what has been yielded so far.
+    - commit() commits what has been yielded so far;
+    - samples larger than one Kafka message (written as chunks) are put back together;
+      broken chunk sequences are counted in ``broken_chunks``.
 
     Extra keyword arguments are librdkafka consumer settings (underscores for dots).
     """
@@ -330,6 +333,9 @@ class SampleStream:
         self._window = collections.OrderedDict()
         self._window_size = dedupe_window
         self.duplicates = self.stale = self.undecodable = self.yielded = 0
+        # records larger than one message arrive as chunks (docs/wire-format.md)
+        self._chunks = Reassembler()
+        self.broken_chunks = 0
         # offsets: per (topic, partition) the next offset consumed and the offsets still buffered
         self._next = {}
         self._pending = collections.defaultdict(set)
@@ -348,6 +354,7 @@ class SampleStream:
         for tp in partitions:
             self._next.pop((tp.topic, tp.partition), None)
             self._pending.pop((tp.topic, tp.partition), None)
+            self._chunks.forget(tp.partition)
 
     def _consumed(self, msg):
         self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
@@ -362,8 +369,12 @@ class SampleStream:
                 return None
             raise KafkaException(msg.error())
         self._consumed(msg)
+        rec, broken = self._chunks.add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or [])
+        self.broken_chunks += len(broken)
+        if rec is None:
+            return None
         try:
-            s = decode_sample(msg.value())
+            s = decode_sample(rec["value"])
         except WireError:
             self.undecodable += 1
             return None
@@ -380,7 +391,8 @@ class SampleStream:
             if newest is not None and newest - s["policy_version"] > self.max_policy_lag:
                 self.stale += 1
                 s["_skipped"] = True
-        return s, (msg.topic(), msg.partition(), msg.offset())
+        # a chunked sample is pending from its first chunk on
+        return s, (msg.topic(), msg.partition(), rec["first"])
 
     def poll(self, timeout=1.0):
         """The next fresh, non-duplicate sample, or None when none arrived within `timeout`."""
@@ -472,7 +484,8 @@ class SampleStream:
         offsets = []
         for (t, p), nxt in self._next.items():
             pend = self._pending.get((t, p))
-            offsets.append(TopicPartition(t, p, min(pend) if pend else nxt))
+            nxt = self._chunks.commit_offset(p, nxt)  # never past the first chunk of a sample being put together
+            offsets.append(TopicPartition(t, p, min([nxt] + list(pend or ()))))
         if offsets:
             self._consumer.commit(offsets=offsets, asynchronous=False)
 

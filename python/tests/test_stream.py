@@ -32,6 +32,12 @@ class Msg:
     def value(self):
         return self._v
 
+    def key(self):
+        return None
+
+    def headers(self):
+        return None
+
     def error(self):
         return None
 

@@ -1,0 +1,88 @@
+package gpu
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+)
+
+// The hand-written score request is byte for byte what encoding/json writes.
+func TestAppendScoreRequestMatchesEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	toks := func(n int) []int32 {
+		if n < 0 {
+			return nil
+		}
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = r.Int32() - r.Int32() // negatives too
+		}
+		return out
+	}
+	cases := [][]RowSet{nil, {}, {{ID: "", Rows: nil}}, {{ID: `q<1>&"x"\é`, Rows: []Row{{}}}}}
+	for k := 0; k < 50; k++ {
+		var sets []RowSet
+		for s := 0; s < r.IntN(4); s++ {
+			set := RowSet{ID: "t-" + string(rune('a'+r.IntN(26)))}
+			for j := 0; j < r.IntN(5); j++ {
+				// Lengths around the encoder's chunk size and its remainders mod 3.
+				n := []int{-1, 0, 1, 2, 3, 767, 768, 769, 1536, 2000 + r.IntN(5)}[r.IntN(10)]
+				row := Row{Context: toks(n), Target: toks(r.IntN(40) - 1), Span: [2]int{r.IntN(9), r.IntN(99)}}
+				row.Temperature = []float64{0, 0, 1, 0.7, 1e-7, 1e21, 1.0 / 3}[r.IntN(7)]
+				set.Rows = append(set.Rows, row)
+			}
+			sets = append(sets, set)
+		}
+		cases = append(cases, sets)
+	}
+	for i, sets := range cases {
+		want, err := json.Marshal(setsToWire(sets))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendScoreRequest(nil, sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("case %d: got\n%.300s\nwant\n%.300s", i, got, want)
+		}
+	}
+}
+
+// benchSets is a search-QA shaped request: 8 trajectories of 4 rows that
+// repeat a ~1,300-token prefix.
+func benchSets() []RowSet {
+	ctx := make([]int32, 1300)
+	for i := range ctx {
+		ctx[i] = int32(i % 251)
+	}
+	var sets []RowSet
+	for s := 0; s < 8; s++ {
+		set := RowSet{ID: "q000001-1"}
+		for j := 0; j < 4; j++ {
+			set.Rows = append(set.Rows, Row{Context: ctx[:1000+100*j], Target: ctx[:60], Span: [2]int{40, 52}})
+		}
+		sets = append(sets, set)
+	}
+	return sets
+}
+
+func BenchmarkScoreRequestEncodingJSON(b *testing.B) {
+	sets := benchSets()
+	for b.Loop() {
+		if _, err := json.Marshal(setsToWire(sets)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScoreRequestAppend(b *testing.B) {
+	sets := benchSets()
+	for b.Loop() {
+		if _, err := appendScoreRequest(make([]byte, 0, 64+6*40000), sets); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

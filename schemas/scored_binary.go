@@ -1,0 +1,244 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"reflect"
+	"sync"
+)
+
+// binReader reads the Avro binary bodies of trajectories and scored records
+// (trajectory.avsc, scored.avsc) straight into the Go types, without goavro's
+// generic maps, which were the largest part of decoding them. It runs only
+// after the shape check accepted the bytes; whatever it does not expect
+// (bad packed lengths included) makes ok false and Decode takes the generic
+// path, which gives the error. decodeAgrees checks it against goavro.
+type binReader struct {
+	b  []byte
+	ok bool
+}
+
+func (r *binReader) long() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.ok, r.b = false, nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *binReader) int() int32 {
+	v := r.long()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		r.ok = false
+	}
+	return int32(v)
+}
+
+func (r *binReader) raw() []byte {
+	n := r.long()
+	if n < 0 || n > int64(len(r.b)) {
+		r.ok, r.b = false, nil
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *binReader) str() string { return string(r.raw()) }
+
+func (r *binReader) double() float64 {
+	if len(r.b) < 8 {
+		r.ok, r.b = false, nil
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *binReader) float() float32 {
+	if len(r.b) < 4 {
+		r.ok, r.b = false, nil
+		return 0
+	}
+	v := math.Float32frombits(binary.LittleEndian.Uint32(r.b))
+	r.b = r.b[4:]
+	return v
+}
+
+// branch reads the index of a ["null", X] union: false for null.
+func (r *binReader) branch() bool {
+	switch r.long() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	r.ok = false
+	return false
+}
+
+func (r *binReader) optDouble() *float64 {
+	if !r.branch() {
+		return nil
+	}
+	v := r.double()
+	return &v
+}
+
+// array calls item for every element of an array, across its blocks.
+func (r *binReader) array(item func()) {
+	for r.ok {
+		n := r.long()
+		if n == 0 {
+			return
+		}
+		if n < 0 {
+			n = -n
+			r.long() // the block's byte size
+		}
+		if n > int64(len(r.b)) { // every item takes at least one byte here
+			r.ok = false
+			return
+		}
+		for ; n > 0 && r.ok; n-- {
+			item()
+		}
+	}
+}
+
+// packed reads packed little-endian elements of size bytes; empty gives nil
+// unless keepEmpty.
+func packedInt32s(r *binReader) []int32 {
+	b := r.raw()
+	if len(b)%4 != 0 {
+		r.ok = false
+	}
+	if len(b) == 0 || !r.ok {
+		return nil
+	}
+	return unpack[int32](b)
+}
+
+func (r *binReader) trajectory(t *Trajectory) {
+	t.TrajectoryID = r.str()
+	t.PromptID = r.str()
+	t.GroupSize = r.int()
+	t.SampleIndex = r.int()
+	t.PolicyVersion = r.long()
+	t.CreatedAtMs = r.long()
+	t.Prompt = packedInt32s(r)
+	r.array(func() {
+		t.Turns = append(t.Turns, Turn{Kind: r.str(), Action: packedInt32s(r), Observation: packedInt32s(r)})
+	})
+	t.Reward = r.optDouble()
+	if r.branch() {
+		s := r.str()
+		t.PredAnswer = &s
+	}
+	r.array(func() { t.GoldAnswers = append(t.GoldAnswers, r.str()) })
+	t.GoldTarget = packedInt32s(r)
+	t.GoldSpan = [2]int32{r.int(), r.int()}
+	if r.branch() {
+		b := r.raw()
+		if len(b)%4 != 0 {
+			r.ok = false
+		} else {
+			t.RolloutLogprobs = unpack[float32](b)
+		}
+	}
+	if r.branch() {
+		v := r.float()
+		t.Temperature = &v
+	}
+	if r.branch() {
+		v := r.str()
+		t.Source = &v
+	}
+}
+
+func decodeTrajectoryBinary(body []byte) (*Trajectory, bool) {
+	r := &binReader{b: body, ok: true}
+	t := &Trajectory{}
+	r.trajectory(t)
+	return t, r.ok && len(r.b) == 0
+}
+
+func decodeScoredBinary(body []byte) (*Scored, bool) {
+	r := &binReader{b: body, ok: true}
+	s := &Scored{}
+	r.trajectory(&s.Trajectory)
+	s.Method = r.str()
+	s.Direction = r.str()
+	r.array(func() {
+		s.Turns = append(s.Turns, TurnScore{Delta: r.optDouble(), With: r.optDouble(), Without: r.optDouble()})
+	})
+	r.array(func() {
+		g := LayerGraph{Layer: r.int(), K: r.int()}
+		for _, dst := range []*[]float64{&g.AA, &g.AO} {
+			b := r.raw()
+			if len(b)%8 != 0 {
+				r.ok = false
+			} else if len(b) > 0 {
+				*dst = unpack[float64](b)
+			}
+		}
+		s.Attention = append(s.Attention, g)
+	})
+	s.ScorerModel = r.str()
+	s.ScorerPolicyVersion = r.long()
+	s.Truncations = r.int()
+	s.ScoredAtMs = r.long()
+	return s, r.ok && len(r.b) == 0
+}
+
+// binaryDecodeOK reports whether the direct decoders read a probe trajectory
+// and scored record that set every field as the generic path does (so a
+// schema change they do not know turns them off).
+var binaryDecodeOK = sync.OnceValue(func() bool {
+	t, sc, ok := binaryProbes()
+	if !ok {
+		return false
+	}
+	tb, err1 := compiledTrajectory().avro.BinaryFromNative(nil, trajectoryToNative(&t))
+	sb, err2 := compiledScored().avro.BinaryFromNative(nil, scoredToNative(&sc))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	gt, ok1 := decodeTrajectoryBinary(tb)
+	gs, ok2 := decodeScoredBinary(sb)
+	return ok1 && ok2 && reflect.DeepEqual(*gt, t) && reflect.DeepEqual(*gs, sc)
+})
+
+// scoredBinaryOK reports whether appendTrajectory and appendScored write
+// what goavro writes for the probe records.
+var scoredBinaryOK = sync.OnceValue(func() bool {
+	t, sc, ok := binaryProbes()
+	if !ok {
+		return false
+	}
+	tb, err1 := compiledTrajectory().avro.BinaryFromNative(nil, trajectoryToNative(&t))
+	sb, err2 := compiledScored().avro.BinaryFromNative(nil, scoredToNative(&sc))
+	return err1 == nil && err2 == nil && bytes.Equal(appendTrajectory(nil, &t), tb) && bytes.Equal(appendScored(nil, &sc), sb)
+})
+
+// binaryProbes are a trajectory and a scored record that set every field.
+func binaryProbes() (Trajectory, Scored, bool) {
+	ct, cs := compiledTrajectory(), compiledScored()
+	if ct.err != nil || cs.err != nil {
+		return Trajectory{}, Scored{}, false
+	}
+	r, f, ans := 1.0, float32(0.7), "lisbon"
+	t := Trajectory{TrajectoryID: "t", PromptID: "p", GroupSize: 5, SampleIndex: 2, PolicyVersion: -1, CreatedAtMs: 1 << 41,
+		Prompt: []int32{1, 2}, Turns: []Turn{{Kind: KindSearch, Action: []int32{3}, Observation: []int32{4, 5}}, {Kind: KindAnswer, Action: []int32{6}}},
+		Reward: &r, PredAnswer: &ans, GoldAnswers: []string{"a", "b"}, GoldTarget: []int32{7, 8}, GoldSpan: [2]int32{0, 1},
+		RolloutLogprobs: []float32{-0.5, -1}, Temperature: &f, Source: &ans}
+	sc := Scored{Trajectory: t, Method: "lapo", Direction: "backward", Turns: []TurnScore{{Delta: &r, With: &r}},
+		Attention: []LayerGraph{{Layer: 3, K: 1, AA: []float64{0.5}, AO: []float64{0.25}}}, ScorerModel: "m",
+		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9}
+	return t, sc, true
+}

@@ -1,0 +1,247 @@
+package schemas
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func randTrajectoryBin(r *rand.Rand) Trajectory {
+	toks := func() []int32 {
+		out := make([]int32, r.IntN(40))
+		for i := range out {
+			out[i] = r.Int32() - r.Int32()
+		}
+		if len(out) == 0 && r.IntN(2) == 0 {
+			return nil
+		}
+		return out
+	}
+	t := Trajectory{TrajectoryID: "t-" + string(rune('a'+r.IntN(26))), PromptID: "p\x00é", GroupSize: r.Int32N(9) - 1,
+		SampleIndex: r.Int32(), PolicyVersion: r.Int64() - r.Int64(), CreatedAtMs: r.Int64(), Prompt: toks(),
+		GoldTarget: toks(), GoldSpan: [2]int32{r.Int32N(5), r.Int32N(50)}}
+	for k := r.IntN(4); k > 0; k-- {
+		t.Turns = append(t.Turns, Turn{Kind: KindTool, Action: toks(), Observation: toks()})
+	}
+	if r.IntN(2) == 0 {
+		v := []float64{r.NormFloat64(), math.NaN(), math.Inf(-1)}[r.IntN(3)]
+		t.Reward = &v
+	}
+	if r.IntN(2) == 0 {
+		s := "ans"
+		t.PredAnswer = &s
+	}
+	for k := r.IntN(3); k > 0; k-- {
+		t.GoldAnswers = append(t.GoldAnswers, "g\xff")
+	}
+	if r.IntN(3) > 0 {
+		t.RolloutLogprobs = make([]float32, r.IntN(20))
+		for i := range t.RolloutLogprobs {
+			t.RolloutLogprobs[i] = float32(r.NormFloat64())
+		}
+	}
+	if r.IntN(2) == 0 {
+		v := float32(r.Float64())
+		t.Temperature = &v
+	}
+	if r.IntN(2) == 0 {
+		v := "nq"
+		t.Source = &v
+	}
+	return t
+}
+
+func randScoredBin(r *rand.Rand) Scored {
+	s := Scored{Trajectory: randTrajectoryBin(r), Method: "attnsr", Direction: "", ScorerModel: "m",
+		ScorerPolicyVersion: r.Int64(), Truncations: r.Int32N(3), ScoredAtMs: r.Int64()}
+	opt := func() *float64 {
+		if r.IntN(2) == 0 {
+			return nil
+		}
+		v := r.NormFloat64()
+		return &v
+	}
+	for k := r.IntN(4); k > 0; k-- {
+		s.Turns = append(s.Turns, TurnScore{Delta: opt(), With: opt(), Without: opt()})
+	}
+	for k := r.IntN(3); k > 0; k-- {
+		n := r.IntN(4)
+		g := LayerGraph{Layer: r.Int32N(28), K: int32(n)}
+		if n > 0 {
+			g.AA, g.AO = make([]float64, n*n), make([]float64, n*n)
+			for i := range g.AA {
+				g.AA[i], g.AO[i] = r.Float64(), r.Float64()
+			}
+		}
+		s.Attention = append(s.Attention, g)
+	}
+	return s
+}
+
+// differential decodes b with the direct and the generic decoder: whenever
+// the direct one accepts, the generic one accepts the same record (compared
+// by encoding both); when it declines, Decode gives the generic answer.
+func differential[T any](t *testing.T, fast, generic *avroCodec[T], b []byte) bool {
+	t.Helper()
+	want, werr := generic.Decode(b)
+	got, gerr := fast.Decode(b)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("direct decoder error %v, generic %v", gerr, werr)
+	}
+	if werr != nil {
+		if werr.Error() != gerr.Error() {
+			t.Fatalf("errors differ: %v vs %v", gerr, werr)
+		}
+		return false
+	}
+	wb, err1 := generic.Encode(want)
+	gb, err2 := generic.Encode(got)
+	if err1 != nil || err2 != nil || !bytes.Equal(wb, gb) {
+		t.Fatalf("direct and generic decoders disagree (%v, %v)", err1, err2)
+	}
+	return true
+}
+
+func TestBinaryDecodersMatchGoavro(t *testing.T) {
+	if !binaryDecodeOK() || defaultScored().decodeBody == nil || defaultTrajectories().decodeBody == nil {
+		t.Fatal("the direct decoders are off: update scored_binary.go to the schemas")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	fastT, genT := trajectories(nil), trajectories(nil)
+	genT.decodeBody = nil
+	fastS, genS := scoredRecords(nil), scoredRecords(nil)
+	genS.decodeBody = nil
+	accepted := 0
+	for k := 0; k < 400; k++ {
+		tr := randTrajectoryBin(r)
+		sc := randScoredBin(r)
+		tb, err := fastT.Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := fastS.Encode(&sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !differential(t, fastT, genT, tb) || !differential(t, fastS, genS, sb) {
+			t.Fatalf("record %d: a valid record was rejected", k)
+		}
+		// Mutations: flipped bytes and cuts, which the shape check mostly
+		// rejects and sometimes lets through as other valid records.
+		for m := 0; m < 20; m++ {
+			for _, src := range [][]byte{tb, sb} {
+				b := append([]byte(nil), src...)
+				switch r.IntN(3) {
+				case 0:
+					i := headerSize + r.IntN(len(b)-headerSize)
+					b[i] ^= byte(1 + r.IntN(255))
+				case 1:
+					b = b[:headerSize+r.IntN(len(b)-headerSize)]
+				default:
+					i := headerSize + r.IntN(len(b)-headerSize)
+					b[i] = byte(r.IntN(256))
+					b = append(b, byte(r.IntN(256)))
+				}
+				var ok bool
+				if &src[0] == &tb[0] {
+					ok = differential(t, fastT, genT, b)
+				} else {
+					ok = differential(t, fastS, genS, b)
+				}
+				if ok {
+					accepted++
+				}
+			}
+		}
+	}
+	t.Logf("%d mutated records were valid and decoded alike", accepted)
+}
+
+// benchScoredBytes is a search-QA sized scored record (~1,400 tokens).
+func benchScoredBytes(b *testing.B) []byte {
+	r := rand.New(rand.NewPCG(1, 1))
+	s := randScoredBin(r)
+	s.Trajectory.Prompt = make([]int32, 250)
+	s.Trajectory.Turns = nil
+	for i := 0; i < 3; i++ {
+		s.Trajectory.Turns = append(s.Trajectory.Turns, Turn{Kind: KindSearch, Action: make([]int32, 60), Observation: make([]int32, 330)})
+	}
+	out, err := scoredRecords(nil).Encode(&s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+func BenchmarkScoredDecodeGoavro(b *testing.B) {
+	data, c := benchScoredBytes(b), scoredRecords(nil)
+	c.decodeBody = nil
+	for b.Loop() {
+		if _, err := c.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScoredDecodeDirect(b *testing.B) {
+	data, c := benchScoredBytes(b), scoredRecords(nil)
+	for b.Loop() {
+		if _, err := c.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The direct encoders write goavro's bytes for random records.
+func TestBinaryEncodersMatchGoavro(t *testing.T) {
+	if !scoredBinaryOK() || defaultScored().appendBody == nil || defaultTrajectories().appendBody == nil {
+		t.Fatal("the direct encoders are off: update sample_binary.go to the schemas")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	ct, cs := compiledTrajectory(), compiledScored()
+	for k := 0; k < 400; k++ {
+		tr, sc := randTrajectoryBin(r), randScoredBin(r)
+		want, err := ct.avro.BinaryFromNative(nil, trajectoryToNative(&tr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendTrajectory(nil, &tr); !bytes.Equal(got, want) {
+			t.Fatalf("trajectory %d: direct encoding differs from goavro's", k)
+		}
+		want, err = cs.avro.BinaryFromNative(nil, scoredToNative(&sc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendScored(nil, &sc); !bytes.Equal(got, want) {
+			t.Fatalf("scored %d: direct encoding differs from goavro's", k)
+		}
+	}
+}
+
+func BenchmarkScoredEncodeGoavro(b *testing.B) {
+	c := scoredRecords(nil)
+	s, err := c.Decode(benchScoredBytes(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.appendBody = nil
+	for b.Loop() {
+		if _, err := c.Encode(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScoredEncodeDirect(b *testing.B) {
+	c := scoredRecords(nil)
+	s, err := c.Decode(benchScoredBytes(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := c.Encode(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
