@@ -124,7 +124,17 @@ func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
 		ep := &endpoint{url: u}
 		ep.healthy.Store(true)
 		c.metrics.healthy.WithLabelValues(u).Set(1)
+		// Every error and retry series exists from the start (at 0), so
+		// rate() and the dashboard panels work before the first failure.
+		for _, op := range []string{"score", "attention"} {
+			for _, kind := range errorKinds {
+				c.metrics.errors.WithLabelValues(u, op, kind)
+			}
+		}
 		c.eps = append(c.eps, ep)
+	}
+	for _, op := range []string{"score", "attention"} {
+		c.metrics.retries.WithLabelValues(op)
 	}
 	c.slots = make(chan struct{}, cfg.inFlightPerEP*len(c.eps))
 	c.wg.Add(2)

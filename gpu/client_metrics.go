@@ -6,6 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// errorKinds are the kind label values of creditflow_scorer_errors_total.
+var errorKinds = []string{"connection", "timeout", "server", "rejected", "status", "protocol"}
+
 type clientMetrics struct {
 	duration  *prometheus.HistogramVec
 	fill      *prometheus.HistogramVec

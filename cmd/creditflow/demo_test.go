@@ -6,6 +6,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/processors/stage"
 )
 
 // TestDemoCommandJSON runs `creditflow demo --json` as a user would and reads
@@ -42,5 +45,32 @@ func TestDemoCommandJSON(t *testing.T) {
 	}
 	if sum.GroupsIn != 2 || sum.GroupsOut != 2 || sum.SamplesOut != 10 || sum.DeadLetters != 1 || sum.Lost != 0 || sum.Seconds <= 0 {
 		t.Fatalf("summary %+v", sum)
+	}
+}
+
+// TestDemoOnSharedBrokersKeepsOffLiveTopics: `demo --brokers` writes to
+// its own creditflow-demo-<time>.* topics, never to the live creditflow.*
+// topics of that cluster.
+func TestDemoOnSharedBrokersKeepsOffLiveTopics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole pipeline")
+	}
+	b, err := broker.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	out, err := captureStdout(t, func() error {
+		return runDemo([]string{"--brokers", strings.Join(b.Addrs(), ","), "--groups", "1", "--bad", "1", "--json", "--timeout", "2m"})
+	})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	live := stage.DefaultTopics()
+	ends := topicEnds(t, b.Addrs(), live.Trajectories, live.Scored, live.Samples, live.DeadLetters, live.State)
+	for tp, e := range ends {
+		if e != nil {
+			t.Errorf("demo --brokers created the live topic %s", tp)
+		}
 	}
 }

@@ -46,7 +46,7 @@ class _StepGraphs:
 
     @torch.no_grad()
     def step_graphs(self, tokens, steps, layers, block=QUERY_BLOCK):
-        """G_AA and G_AO (SPEC 3.1) on each requested layer, in the order of layers (repeats
+        """G_AA and G_AO (docs/method.md §3.1) on each requested layer, in the order of layers (repeats
         allowed). steps: [((a0, a1), (o0, o1) or None)], half-open ranges into tokens.
         Returns [(layer, AA, AO)] with K x K nested lists of floats (row j = querying step,
         zeros where k >= j). One forward pass up to the deepest requested layer; for every

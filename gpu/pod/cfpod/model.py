@@ -1,5 +1,5 @@
 """A compact Llama-family decoder (Llama, Qwen2, Qwen3) in torch, with the two scorer
-operations of creditflow: LAPO row scores (SPEC 2.1) and AttnSR step graphs (SPEC 3.1).
+operations of creditflow: LAPO row scores (docs/method.md §2.1) and AttnSR step graphs (docs/method.md §3.1).
 
 Guarantees:
 - The arithmetic is the one of the Go reference model (gpu/model): RMSNorm with the weight

@@ -115,7 +115,7 @@ class _RowScoring:
 
     @torch.no_grad()
     def score_rows(self, rows, packing=None, pack_tokens=None):
-        """S for every row (SPEC 2.1): the mean natural-log probability of target[a:b] given
+        """S for every row (docs/method.md §2.1): the mean natural-log probability of target[a:b] given
         context and target[:k], under log_softmax(logits / temperature). rows: [(context ids,
         target ids, (a, b)[, temperature])], temperature > 0, absent or None for 1. Returns
         (scores as floats, Usage). A context longer than max_context - len(target) keeps
