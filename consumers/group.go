@@ -31,6 +31,9 @@
 //     records in its Claim.Records channel plus Config.Buffer records in
 //     the fetcher's queue and one fetch response (MaxBytes); when the
 //     handler is slow, fetching pauses.
+//   - On shutdown (ctx end or Close) the member leaves the group from its
+//     running generation, after every handler returned, without rejoining
+//     first: the leave does not wait for the other members to rebalance.
 //   - Broker failures are retried with backoff and logged; Run returns only
 //     when its ctx ends (nil) or on a configuration error.
 package consumers
@@ -267,7 +270,9 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 		// Leaving the group is best effort: every handler has flushed and
 		// committed by now, and a coordinator that does not answer (a broker
 		// in trouble) expires the member after the session timeout anyway.
-		// Bound it so a shutdown keeps its deadline.
+		// Bound it so a shutdown keeps its deadline. Close is called while
+		// the last generation is still running (see runGeneration), so
+		// kafka-go leaves the group directly instead of first rejoining it.
 		left := make(chan struct{})
 		go func() { _ = cg.Close(); close(left) }()
 		select {
@@ -313,6 +318,17 @@ func (g *Group) runGeneration(runCtx context.Context, gen *kafka.Generation, fn 
 	}
 	g.log.Info().Int32("generation", gen.ID).Str("member", gen.MemberID).Int("partitions", n).Msg("generation started")
 	finished := make(chan struct{})
+	// drained is closed on shutdown once every handler has flushed and
+	// returned. The supervisor then stays in the generation until Run's
+	// deferred ConsumerGroup.Close ends it: kafka-go ends a generation as
+	// soon as a function started with Generation.Start returns, and then
+	// immediately joins the next one; a JoinGroup of the group's leader
+	// starts a rebalance that the coordinator holds until every other
+	// member has rejoined or timed out (a member that died without leaving:
+	// up to the session timeout). Only after that would Close get to send
+	// LeaveGroup, so a SIGTERM took seconds. Closing while the generation
+	// is still running makes kafka-go send LeaveGroup right away.
+	drained := make(chan struct{})
 	// One supervisor per generation: kafka-go ends the generation as soon as
 	// any function started with Generation.Start returns, so per-partition
 	// goroutines are our own and the supervisor returns only after all of
@@ -381,8 +397,15 @@ func (g *Group) runGeneration(runCtx context.Context, gen *kafka.Generation, fn 
 			return
 		}
 		<-ctx.Done()
+		if runCtx.Err() != nil && genCtx.Err() == nil {
+			close(drained) // shutdown: wait for Close to end the generation
+			<-genCtx.Done()
+		}
 	})
-	<-finished
+	select {
+	case <-finished:
+	case <-drained:
+	}
 	g.log.Info().Int32("generation", gen.ID).Msg("generation ended")
 }
 

@@ -186,3 +186,33 @@ func CommittedOffsets(ctx context.Context, brokers []string, sec kafkasec.Config
 	}
 	return out, nil
 }
+
+// TopicEnds returns the end offset of every partition of topic, or nil
+// when the topic does not exist. Unlike EndOffsets it asks without letting
+// the broker auto-create the topic, so it is safe for checks before
+// writing ("is this output topic new or empty?").
+func TopicEnds(ctx context.Context, brokers []string, sec kafkasec.Config, topic string) (map[int]int64, error) {
+	tr, err := sec.Transport()
+	if err != nil {
+		return nil, fmt.Errorf("consumers: %w", err)
+	}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("consumers: metadata of %s: %w", topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("consumers: metadata of %s: %w", topic, t.Error)
+		}
+		return EndOffsets(ctx, brokers, sec, topic)
+	}
+	return nil, nil
+}

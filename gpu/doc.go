@@ -22,4 +22,11 @@
 // over endpoints by tokens in flight, retries failures with exponential
 // backoff and jitter, and takes endpoints out of rotation after consecutive
 // failures until their /healthz answers again.
+//
+// Reading the Client: client.go holds its public surface (NewClient,
+// ScoreRows, Attention, Close, Stats); client_options.go the options;
+// client_batch.go the coalescing; client_retry.go the retries, rejections and
+// 413 splits; client_wire.go one request attempt (encoding, classification of
+// the answer, decoding); client_endpoints.go balancing and health probes;
+// client_info.go the model-info check; client_metrics.go the metrics.
 package gpu

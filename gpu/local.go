@@ -54,6 +54,7 @@ type localConfig struct {
 	policyVersion int64
 	maxConcurrent int
 	reg           prometheus.Registerer
+	inProcess     bool
 }
 
 // WithPolicyVersion sets the policy version reported by Info (default 0).
@@ -70,10 +71,22 @@ func WithMaxConcurrent(n int) LocalOption {
 	}
 }
 
-// WithLocalRegisterer registers Local's metrics (tokens forwarded and
-// row-by-row, truncations, model call durations) with reg.
+// WithLocalRegisterer registers Local's metrics as a scorer server's
+// (creditflow_scorer_local_tokens_forwarded_total, …_row_by_row_total,
+// …_truncations_total, creditflow_scorer_local_model_duration_seconds{op})
+// with reg: the names a scorer pod exports.
 func WithLocalRegisterer(reg prometheus.Registerer) LocalOption {
-	return func(c *localConfig) { c.reg = reg }
+	return func(c *localConfig) { c.reg, c.inProcess = reg, false }
+}
+
+// WithInProcessRegisterer registers Local's metrics under the names a
+// processor's scorer client exports (creditflow_scorer_tokens_forwarded_total,
+// …_row_by_row_total, creditflow_scorer_truncations_total and
+// creditflow_scorer_request_duration_seconds{endpoint="in-process",op}), for
+// a processor that scores in-process: its dashboard panels are the same as
+// with remote scorers.
+func WithInProcessRegisterer(reg prometheus.Registerer) LocalOption {
+	return func(c *localConfig) { c.reg, c.inProcess = reg, true }
 }
 
 type localMetrics struct {
@@ -81,9 +94,30 @@ type localMetrics struct {
 	rowByRow    prometheus.Counter
 	truncations prometheus.Counter
 	duration    *prometheus.HistogramVec
+	endpoint    string // in-process: the endpoint label of duration
 }
 
-func newLocalMetrics(reg prometheus.Registerer) *localMetrics {
+// observe records the duration of one model call of op.
+func (m *localMetrics) observe(op string, start time.Time) {
+	if m.endpoint != "" {
+		m.duration.WithLabelValues(m.endpoint, op).Observe(time.Since(start).Seconds())
+		return
+	}
+	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+func newLocalMetrics(reg prometheus.Registerer, inProcess bool) *localMetrics {
+	if inProcess {
+		c := newClientMetrics(nil) // the client's definitions, so the names and help match
+		m := &localMetrics{forwarded: c.forwarded, rowByRow: c.rowByRow, truncations: c.truncs, duration: c.duration, endpoint: "in-process"}
+		if reg != nil {
+			m.forwarded = shared(reg, m.forwarded)
+			m.rowByRow = shared(reg, m.rowByRow)
+			m.truncations = shared(reg, m.truncations)
+			m.duration = shared(reg, m.duration)
+		}
+		return m
+	}
 	m := &localMetrics{
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "creditflow_scorer_local_tokens_forwarded_total",
@@ -120,7 +154,7 @@ func NewLocal(m *model.Model, opts ...LocalOption) *Local {
 	}
 	l := &Local{
 		sem:     make(chan struct{}, cfg.maxConcurrent),
-		metrics: newLocalMetrics(cfg.reg),
+		metrics: newLocalMetrics(cfg.reg, cfg.inProcess),
 	}
 	l.cur.Store(&localModel{m: m, info: modelInfo(m, cfg.policyVersion)})
 	return l
@@ -209,7 +243,7 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 	}
 	start := time.Now()
 	scores, usage, err := cur.m.ScoreRows(all)
-	l.metrics.duration.WithLabelValues("score").Observe(time.Since(start).Seconds())
+	l.metrics.observe("score", start)
 	l.release()
 	if err != nil {
 		return nil, Usage{}, fmt.Errorf("model scoring %d rows of %d sets: %w", len(all), len(sets), err)
@@ -283,7 +317,7 @@ func (l *Local) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]
 			defer l.release()
 			start := time.Now()
 			g, err := cur.m.StepGraphs(jb.Tokens, jb.Steps, jb.Layers)
-			l.metrics.duration.WithLabelValues("attention").Observe(time.Since(start).Seconds())
+			l.metrics.observe("attention", start)
 			if err == nil && len(g) != len(jb.Layers) {
 				err = fmt.Errorf("model returned %d step graphs for %d layers", len(g), len(jb.Layers))
 			}

@@ -2,10 +2,21 @@
 # Lints the chart and renders it with every value set in helm/creditflow/ci, then checks the
 # output: every document parses as YAML, the dashboard is valid JSON whose panels use
 # creditflow_ metrics, and every pod's terminationGracePeriodSeconds exceeds the shutdown
-# timeout it passes. HELM=... picks the helm binary (default: go run helm@v3.22.0).
+# timeout it passes. HELM=... picks the helm binary; by default helm v3.22.0 is built once with
+# `go install` into a cache folder keyed by its version (CREDITFLOW_CACHE, default
+# ~/.cache/creditflow) and reused by every later run.
 set -euo pipefail
 cd "$(dirname "$0")"
-HELM=${HELM:-"go run helm.sh/helm/v3/cmd/helm@v3.22.0"}
+HELM_VERSION=v3.22.0
+if [ -z "${HELM:-}" ]; then
+  bin="${CREDITFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/creditflow}/helm-$HELM_VERSION"
+  if [ ! -x "$bin/helm" ]; then
+    echo "building helm $HELM_VERSION once into $bin (later runs reuse it)" >&2
+    mkdir -p "$bin"
+    GOBIN="$bin" GOFLAGS="${GOFLAGS:-} -mod=mod" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  fi
+  HELM="$bin/helm"
+fi
 PY=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/internal/demo"
 )
 
 func usage() {
@@ -180,7 +182,7 @@ func printOutcome(c Comparison, dead int, deadBy map[string]int, unexpectedExits
 	w := os.Stdout
 	fmt.Fprintf(w, "samples           expected %d, seen %d, lost %d, mismatched %d, duplicates %d, invalid %d, unexpected %d\n",
 		c.Expected, c.Seen, c.Lost, c.Mismatched, c.Duplicates, c.Invalid, c.Unexpected)
-	fmt.Fprintf(w, "dead letters      %d %v\n", dead, deadBy)
+	fmt.Fprintf(w, "dead letters      %d (%s)\n", dead, demo.FormatCounts(deadBy))
 	fmt.Fprintf(w, "unexpected exits  %d (%s that died without being stopped; restarted)\n", unexpectedExits, children)
 }
 

@@ -314,10 +314,13 @@ func (p *Producer) count(msgs []kafka.Message, err error) {
 		byTopic[m.Topic]++
 	}
 	for t, n := range byTopic {
+		// Both series of a topic exist once it was written to, so an
+		// error rate is 0 rather than absent while all is well.
+		recs, errs := p.m.records.WithLabelValues(t), p.m.errors.WithLabelValues(t)
 		if err != nil {
-			p.m.errors.WithLabelValues(t).Add(float64(n))
+			errs.Add(float64(n))
 		} else {
-			p.m.records.WithLabelValues(t).Add(float64(n))
+			recs.Add(float64(n))
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package schemas
 
-// Turn kinds (SPEC §0).
+// Turn kinds (docs/method.md, "Words").
 const (
 	KindSearch = "search"
 	KindAnswer = "answer"
@@ -28,7 +28,7 @@ type Trajectory struct {
 	Reward        *float64 // when nil: reward = best F1 of PredAnswer against GoldAnswers
 	PredAnswer    *string
 	GoldAnswers   []string
-	GoldTarget    []int32  // scoring template with the first gold answer, tokenized (SPEC §2.1)
+	GoldTarget    []int32  // scoring template with the first gold answer, tokenized (docs/method.md §2.1)
 	GoldSpan      [2]int32 // [a, b) into GoldTarget: the tokens overlapping the gold answer
 	// Optional pass-through for trainers' importance ratios: one log-prob per
 	// policy token, in order over all turns' Action tokens. Nil when absent.
@@ -50,7 +50,7 @@ type TurnScore struct {
 	Without *float64
 }
 
-// LayerGraph is one layer's AttnSR step graph (SPEC §3.1), K×K row-major,
+// LayerGraph is one layer's AttnSR step graph (docs/method.md §3.1), K×K row-major,
 // row j = querying step, column k; zero where k >= j.
 type LayerGraph struct {
 	Layer int32
@@ -72,7 +72,7 @@ type Scored struct {
 	ScoredAtMs          int64 // wall-clock metadata (excluded from determinism)
 }
 
-// TurnDiag is the per-turn diagnostics of a sample (SPEC §5.1 output "turns").
+// TurnDiag is the per-turn diagnostics of a sample (docs/offline.md output "turns").
 type TurnDiag struct {
 	Kind             string
 	Eligible         bool

@@ -22,7 +22,7 @@ type Limits struct {
 	// MaxRecordBytes is the largest framed record a stage accepts
 	// (see ValidateSize).
 	MaxRecordBytes int
-	// EligibleKinds are the turn kinds LAPO scores (SPEC §2.1; default
+	// EligibleKinds are the turn kinds LAPO scores (docs/method.md §2.1; default
 	// "search"). Validation accepts the four standard kinds plus these.
 	EligibleKinds []string
 }

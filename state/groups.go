@@ -6,14 +6,14 @@ import (
 	"sort"
 )
 
-// WindowConfig sets how groups close (SPEC §4).
+// WindowConfig sets how groups close (docs/stream.md).
 type WindowConfig struct {
 	TimeoutMs    int64 // window length after the first member's event time (default 120 000)
 	MinGroupSize int   // members needed to finalize a timed-out group as partial (default 2)
 	ClosedMemory int   // closed groups remembered to tell late members from duplicates (default 4096)
 }
 
-// DefaultWindow is SPEC §4's defaults.
+// DefaultWindow is docs/stream.md's defaults.
 func DefaultWindow() WindowConfig {
 	return WindowConfig{TimeoutMs: 120_000, MinGroupSize: 2, ClosedMemory: 4096}
 }

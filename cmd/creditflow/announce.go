@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,22 +18,26 @@ func init() {
 }
 
 func runAnnounce(args []string) error {
-	fs := flag.NewFlagSet("announce", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: creditflow announce --version N [--checkpoint DIR] [flags]\n\n"+
-			"Writes one PolicyAnnouncement to the compacted policy topic (key \"policy\"). The advantage stage\n"+
-			"measures staleness against the newest announced version; scorers started with --follow-policy\n"+
-			"load the checkpoint folder. Trainers announce after each weight update (docs/stream.md).\n\nflags:")
-		fs.PrintDefaults()
-	}
-	fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+	fs := newFlagSet("announce", "usage: creditflow announce --version N [--checkpoint DIR] [flags]\n\n"+
+		"Writes one PolicyAnnouncement to the compacted policy topic (key \"policy\"). The advantage stage\n"+
+		"measures staleness against the newest announced version; scorers started with --follow-policy\n"+
+		"load the checkpoint folder. Trainers announce after each weight update (docs/stream.md).")
+	var topic, checkpoint *string
+	var version *int64
+	var create *bool
+	var timeout *time.Duration
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
+	})
 	kf := addKafkaFlags(fs)
-	topic := fs.String("topic-policy", policy.DefaultTopic, "compacted topic of policy announcements")
-	version := fs.Int64("version", -1, "policy version now being trained (>= 0, monotone)")
-	checkpoint := fs.String("checkpoint", "", "where the weights are: a folder a scorer can load, or a URI (empty: not published)")
-	create := fs.Bool("create-topic", false, "create the policy topic (one partition, compacted) when it does not exist")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	if err := loadSettings(fs, args); err != nil {
+	fs.inGroup(groupPolicy, func() {
+		topic = fs.String("topic-policy", policy.DefaultTopic, "compacted topic of policy announcements")
+		version = fs.Int64("version", -1, "policy version now being trained (>= 0, monotone)")
+		checkpoint = fs.String("checkpoint", "", "where the weights are: a folder a scorer can load, or a URI (empty: not published)")
+		create = fs.Bool("create-topic", false, "create the policy topic (one partition, compacted) when it does not exist")
+	})
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	if *version < 0 {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,24 +19,32 @@ func init() {
 }
 
 func runBroker(args []string) error {
-	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:9092", "listen address of the first broker (port 0: any free port)")
-	brokers := fs.Int("brokers", 1, "number of brokers (broker i listens on port+i)")
-	partitions := fs.Int("partitions", 3, "partitions of the --topics and of auto-created topics")
-	topics := fs.String("topics", "", "comma-separated topics to create at start")
-	maxMsg := fs.Int("max-message-bytes", 0, "largest produce batch accepted (0: Kafka's default 1048588)")
-	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); enables TLS")
-	tlsKey := fs.String("tls-key", "", "server key (PEM)")
-	tlsCA := fs.String("tls-ca", "", "CA (PEM) that client certificates must chain to; requires client certificates")
-	saslUser := fs.String("sasl-user", "", "SASL user; enables SASL")
-	saslPass := fs.String("sasl-password", "", "SASL password (or env CREDITFLOW_SASL_PASSWORD)")
-	saslMech := fs.String("sasl-mechanism", "SCRAM-SHA-256", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, or a comma-separated list")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: creditflow broker [flags]\n\nRuns an in-memory Kafka-compatible broker (data is lost on exit). Stop with SIGINT/SIGTERM.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet("broker", `usage: creditflow broker [--addr HOST:PORT] [--brokers N] [--topics T1,T2] [flags]
+
+Runs an in-memory Kafka-compatible broker (franz-go's kfake; data is lost on exit) for outside
+clients: kcat, librdkafka, Python, creditflow run. Prints the bootstrap list on stdout. Stop with
+SIGINT or SIGTERM. See docs/kafka.md.`)
+	var addr, topics, tlsCert, tlsKey, tlsCA, saslUser, saslPass, saslMech, logLevel *string
+	var brokers, partitions, maxMsg *int
+	fs.inGroup(groupKafka, func() {
+		addr = fs.String("addr", "127.0.0.1:9092", "listen address of the first broker (port 0: any free port)")
+		brokers = fs.Int("brokers", 1, "number of brokers (broker i listens on port+i)")
+		partitions = fs.Int("partitions", 3, "partitions of the --topics and of auto-created topics")
+		topics = fs.String("topics", "", "comma-separated topics to create at start")
+		maxMsg = fs.Int("max-message-bytes", 0, "largest produce batch accepted (0: Kafka's default 1048588)")
+	})
+	fs.inGroup(groupSecurity, func() {
+		tlsCert = fs.String("tls-cert", "", "server certificate (PEM); enables TLS")
+		tlsKey = fs.String("tls-key", "", "server key (PEM)")
+		tlsCA = fs.String("tls-ca", "", "CA (PEM) that client certificates must chain to; requires client certificates")
+		saslUser = fs.String("sasl-user", "", "SASL user; enables SASL")
+		saslPass = fs.String("sasl-password", "", "SASL password (or env CREDITFLOW_SASL_PASSWORD)")
+		saslMech = fs.String("sasl-mechanism", "SCRAM-SHA-256", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, or a comma-separated list")
+	})
+	fs.inGroup(groupObservability, func() {
+		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	})
+	if err := fs.parse(args, false); err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel)

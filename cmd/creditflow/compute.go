@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 
@@ -10,25 +9,33 @@ import (
 )
 
 func init() {
-	register("compute", "advantages from scored trajectories: JSON Lines in and out (SPEC §5.1)", runCompute)
+	register("compute", "advantages from scored trajectories: JSON Lines in and out (docs/offline.md)", runCompute)
 }
 
 func runCompute(args []string) error {
 	cfg := credit.DefaultConfig()
-	fs := flag.NewFlagSet("compute", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: creditflow compute [flags] < scored.jsonl > samples.jsonl\n\n"+
-			"Reads scored trajectories (JSON Lines, SPEC §5.1) on stdin, groups them by prompt_id and\n"+
-			"writes one advantage object per distinct trajectory on stdout. Late and repeated members are\n"+
-			"reported on stderr. The math is documented in docs/method.md.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&cfg.Method, "method", cfg.Method, "credit method: lapo or attnsr")
-	direction := fs.String("direction", "backward", "lapo: how the input's delta was scored, backward or forward (a label; the math is the same)")
+	fs := newFlagSet("compute", `usage: creditflow compute [flags] < scored.jsonl > samples.jsonl
+
+Reads scored trajectories (JSON Lines, docs/offline.md) on stdin, groups them by prompt_id and
+writes one advantage object per distinct trajectory on stdout. Late and repeated members are
+reported on stderr; a malformed line or an unknown field stops the run, naming the line. The math
+is documented in docs/method.md.`)
+	var direction *string
+	var maxTokens *int
+	var tokens *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		maxTokens = fs.Int("max-tokens", offline.DefaultMaxTokens, "reject trajectories longer than this (prompt and all turns)")
+		tokens = fs.Bool("tokens", false, "also write per-token arrays: token_advantages, loss_mask, token_rewards (ppo)")
+	})
+	fs.inGroup(groupCredit, func() {
+		fs.StringVar(&cfg.Method, "method", cfg.Method, "credit method: lapo or attnsr")
+	})
+	fs.inGroup(groupLAPO, func() {
+		direction = fs.String("direction", "backward", "how the input's delta was scored, backward or forward (a label; the math is the same)")
+	})
 	apply := creditFlags(fs, &cfg)
-	maxTokens := fs.Int("max-tokens", offline.DefaultMaxTokens, "reject trajectories longer than this (prompt and all turns)")
-	tokens := fs.Bool("tokens", false, "also write per-token arrays: token_advantages, loss_mask, token_rewards (ppo)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

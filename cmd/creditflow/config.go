@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -63,7 +66,7 @@ func loadSettings(fs *flag.FlagSet, args []string) error {
 				s = fmt.Sprint(x)
 			}
 			if err := fs.Set(k, s); err != nil {
-				return fmt.Errorf("config file %s: %s: %w", path, k, err)
+				return fmt.Errorf("config file %s: %s", path, badValue(fs.Lookup(k), k, s, err))
 			}
 		}
 	}
@@ -72,7 +75,7 @@ func loadSettings(fs *flag.FlagSet, args []string) error {
 		name := "CREDITFLOW_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s: %w", name, err)
+				envErr = fmt.Errorf("environment variable %s", badValue(f, name, v, err))
 			}
 		}
 	})
@@ -80,6 +83,31 @@ func loadSettings(fs *flag.FlagSet, args []string) error {
 		return envErr
 	}
 	return fs.Parse(args)
+}
+
+// badValue says which setting got which value, what was wanted, and why
+// it was refused: `lambda: read "lots", want a number (invalid syntax)`.
+func badValue(f *flag.Flag, name, value string, err error) string {
+	want := "a valid value"
+	if g, ok := f.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case float64:
+			want = "a number"
+		case int, int64, uint, uint64:
+			want = "an integer"
+		case bool:
+			want = "true or false"
+		case time.Duration:
+			want = "a duration such as 500ms, 30s or 2m"
+		}
+	}
+	cause := err.Error()
+	if errors.Is(err, strconv.ErrSyntax) {
+		cause = "invalid syntax"
+	} else if errors.Is(err, strconv.ErrRange) {
+		cause = "out of range"
+	}
+	return fmt.Sprintf("%s: read %q, want %s (%s); see --%s in -h", name, value, want, cause, f.Name)
 }
 
 // newLogger is the JSON logger on stderr that every command uses.

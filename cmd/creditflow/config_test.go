@@ -48,7 +48,7 @@ func TestLoadSettingsRejectsUnknownKeys(t *testing.T) {
 }
 
 func TestCreditFlagsValidate(t *testing.T) {
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs := newFlagSet("x", "usage: x")
 	cfg := credit.DefaultConfig()
 	apply := creditFlags(fs, &cfg)
 	if err := fs.Parse([]string{"--no-gate", "--eligible-kinds", "search, tool", "--lambda", "1"}); err != nil {
@@ -60,12 +60,30 @@ func TestCreditFlagsValidate(t *testing.T) {
 	if cfg.Gate || cfg.Lambda != 1 || len(cfg.EligibleKinds) != 2 || cfg.EligibleKinds[1] != "tool" {
 		t.Fatalf("%+v", cfg)
 	}
-	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	fs = newFlagSet("x", "usage: x")
 	cfg = credit.DefaultConfig()
 	apply = creditFlags(fs, &cfg)
 	_ = fs.Parse([]string{"--ema-delta", "2"})
 	if err := apply(); err == nil {
 		t.Fatal("δ = 2 accepted")
+	}
+}
+
+// A bad value in the config file or the environment says what was read
+// and what was wanted.
+func TestBadSettingValueSaysWhatWasRead(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(`{"lambda": "lots"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := runCompute([]string{"--config", file})
+	if err == nil || !strings.Contains(err.Error(), `lambda: read "lots", want a number`) {
+		t.Fatalf("config file: %v", err)
+	}
+	t.Setenv("CREDITFLOW_WINDOW_TIMEOUT", "3x")
+	err = runStages(t.Context(), []string{"--metrics-addr", ""})
+	if err == nil || !strings.Contains(err.Error(), `CREDITFLOW_WINDOW_TIMEOUT: read "3x", want a duration`) {
+		t.Fatalf("environment: %v", err)
 	}
 }
 
@@ -81,8 +99,7 @@ func TestNoAnswerEmptySegmentsFlag(t *testing.T) {
 		{[]string{"--no-answer-empty-segments-eligible"}, true},
 		{[]string{"--no-answer-all-kinds-eligible"}, true},
 	} {
-		fs := flag.NewFlagSet("compute", flag.ContinueOnError)
-		fs.SetOutput(new(strings.Builder))
+		fs := newFlagSet("compute", "usage: compute")
 		cfg := credit.DefaultConfig()
 		apply := creditFlags(fs, &cfg)
 		if err := fs.Parse(tc.args); err != nil {
@@ -95,7 +112,7 @@ func TestNoAnswerEmptySegmentsFlag(t *testing.T) {
 			t.Errorf("%v: NoAnswerEmptySegmentsEligible = %v, want %v", tc.args, cfg.NoAnswerEmptySegmentsEligible, tc.want)
 		}
 	}
-	fs := flag.NewFlagSet("compute", flag.ContinueOnError)
+	fs := newFlagSet("compute", "usage: compute")
 	cfg := credit.DefaultConfig()
 	creditFlags(fs, &cfg)
 	if f := fs.Lookup("no-answer-all-kinds-eligible"); f == nil || !strings.Contains(f.Usage, "deprecated") {

@@ -3,20 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/processors/stage"
 )
 
 func init() {
@@ -25,25 +25,47 @@ func init() {
 
 func runDemo(args []string) error {
 	o := demo.Defaults()
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts (groups) to run")
-	fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "trajectories per prompt (G)")
-	fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
-	fs.StringVar(&o.Direction, "direction", o.Direction, "LAPO direction: backward or forward (ablation)")
-	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
-	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
-	fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject (they must end as dead letters)")
-	fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
-	brokers := fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
-	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
-	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
-	logLevel := fs.String("log-level", "warn", "zerolog level for the pipeline's JSON logs on stderr")
+	fs := newFlagSet("demo", `usage: creditflow demo [--groups N] [--method lapo|attnsr] [--json] [flags]
+
+Runs the whole pipeline in one process: an embedded Kafka broker (or --brokers), CPU reference
+scorer servers with the built-in tiny model, both stages, a synthetic rollout producer and a
+trainer-side consumer that validates every sample. It injects --bad malformed records on purpose
+(they must end as dead letters) and ends with a summary.`)
+	var brokers, metricsAddr, logLevel *string
+	var startup *time.Duration
+	var asJSON *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.IntVar(&o.Groups, "groups", o.Groups, "prompts (groups) to run")
+		fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "trajectories per prompt (G)")
+		fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject on purpose (they must end as dead letters)")
+		fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
+		fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
+		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
+		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
+	})
+	fs.inGroup(groupKafka, func() {
+		brokers = fs.String("brokers", "", "use these brokers instead of starting the embedded one (topics are created if missing)")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer, then exit non-zero")
+		fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
+		fs.StringVar(&o.Prefix, "topic-prefix", "", "name the demo's topics <prefix>.trajectories, … and its consumer groups <prefix>… (default with --brokers: the standard creditflow.* names on a cluster that has none of them yet, so creditflow monitor and run find them; otherwise creditflow-demo-<unix time>, never a live run's topics)")
+	})
+	fs.inGroup(groupScorer, func() {
+		fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
+	})
+	fs.inGroup(groupCredit, func() {
+		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
+	})
+	fs.inGroup(groupLAPO, func() {
+		fs.StringVar(&o.Direction, "direction", o.Direction, "backward or forward (ablation)")
+	})
 	credit := creditFlags(fs, &o.Credit)
 	mon := &optionalAddr{def: defaultMonitorAddr}
-	fs.Var(mon, "monitor", "also serve the live monitor page (default "+defaultMonitorAddr+"; --monitor ADDR for another), and keep serving after the summary until Ctrl-C")
-	if err := mon.parse(fs, args); err != nil {
+	fs.inGroup(groupObservability, func() {
+		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics here while the demo runs (e.g. 127.0.0.1:9464)")
+		logLevel = fs.String("log-level", "error", "zerolog level for the pipeline's JSON logs on stderr (warn also logs each dead letter)")
+		fs.Var(mon, "monitor", "also serve the live monitor page (default "+defaultMonitorAddr+"; --monitor ADDR for another), and keep serving after the summary until Ctrl-C")
+	})
+	if err := fs.parseWith(args, func(a []string) error { return mon.parse(fs.FlagSet, a) }); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {
@@ -70,17 +92,39 @@ func runDemo(args []string) error {
 	if *metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		o.Registerer = reg
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.ListenAndServe() }()
-		defer srv.Close()
+		stopMetrics, err := serveMetrics(*metricsAddr, reg, o.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		fmt.Fprintf(os.Stderr, "metrics on http://%s/metrics\n", *metricsAddr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, embedded broker, %d CPU scorer(s) with the built-in tiny model\n",
-		o.Method, o.Groups, o.GroupSize, o.Scorers)
+	if len(o.Brokers) > 0 {
+		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {
+			return err
+		}
+		if o.Prefix == "" {
+			live, err := liveTopics(ctx, o.Brokers)
+			if err != nil {
+				return err
+			}
+			if len(live) > 0 { // a cluster in use: stay off its topics and groups
+				o.Prefix = fmt.Sprintf("creditflow-demo-%d", time.Now().Unix())
+				fmt.Fprintf(os.Stderr, "the brokers already have %s: the demo uses its own topics and groups %s.*\n", strings.Join(live, ", "), o.Prefix)
+			}
+		}
+	}
+	where := "embedded broker"
+	if len(o.Brokers) > 0 {
+		where = "brokers " + strings.Join(o.Brokers, ",")
+	}
+	if o.Prefix != "" {
+		where += ", topics and groups " + o.Prefix + ".*"
+	}
+	fmt.Fprintf(os.Stderr, "creditflow demo: %s, %d groups of %d, %s, %d CPU scorer(s) with the built-in tiny model\n",
+		o.Method, o.Groups, o.GroupSize, where, o.Scorers)
 	var monitorURL string
 	if mon.set {
 		if len(o.Brokers) == 0 { // the broker must outlive the run for the page to keep serving
@@ -91,10 +135,13 @@ func runDemo(args []string) error {
 			defer b.Close()
 			o.Brokers = b.Addrs()
 		}
-		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, mon.addr, o.Logger); err != nil {
+		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, demo.Topics(o.Prefix), mon.addr, o.Logger); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+	}
+	if o.Bad > 0 {
+		fmt.Fprintf(os.Stderr, "injecting %d malformed records on purpose (--bad): each must end as a dead letter\n", o.Bad)
 	}
 	sum, runErr := demo.Run(ctx, o)
 	if tty {
@@ -121,7 +168,17 @@ func printSummary(s demo.Summary) {
 	fmt.Fprintf(w, "groups            %d in, %d out\n", s.GroupsIn, s.GroupsOut)
 	fmt.Fprintf(w, "trajectories      %d\n", s.Trajectories)
 	fmt.Fprintf(w, "samples           %d (lost %d, invalid %d, duplicates %d)\n", s.SamplesOut, s.Lost, s.Invalid, s.Duplicates)
-	fmt.Fprintf(w, "dead letters      %d %v\n", s.DeadLetters, s.DeadByReason)
+	dead := fmt.Sprintf("%d", s.DeadLetters)
+	if len(s.DeadByReason) > 0 {
+		dead += " (" + demo.FormatCounts(s.DeadByReason) + ")"
+	}
+	switch {
+	case s.InjectedBad > 0 && s.DeadLetters == s.InjectedBad:
+		dead += fmt.Sprintf(": the %d malformed records injected on purpose", s.InjectedBad)
+	case s.InjectedBad > 0:
+		dead += fmt.Sprintf(": %d injected on purpose, %d others", s.InjectedBad, s.DeadLetters-s.InjectedBad)
+	}
+	fmt.Fprintf(w, "dead letters      %s\n", dead)
 	if s.Method == "attnsr" {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
 		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)
@@ -149,4 +206,21 @@ func printSummary(s demo.Summary) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// liveTopics returns which of the standard creditflow topics exist on the
+// brokers (asked without auto-creating any).
+func liveTopics(ctx context.Context, brokers []string) ([]string, error) {
+	t := stage.DefaultTopics()
+	var live []string
+	for _, name := range []string{t.Trajectories, t.Scored, t.Samples, t.DeadLetters, t.State} {
+		ends, err := consumers.TopicEnds(ctx, brokers, kafkasec.Config{}, name)
+		if err != nil {
+			return nil, err
+		}
+		if ends != nil {
+			live = append(live, name)
+		}
+	}
+	return live, nil
 }

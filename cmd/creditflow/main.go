@@ -1,6 +1,7 @@
 // Command creditflow is the one binary of the project: the stream processor
 // (run), the embedded demo (demo), the embedded broker (broker), the CPU
-// reference scorer (scorer) and the offline tools (compute, score, attention).
+// reference scorer (scorer), replays (replay), the offline tools (compute,
+// score, attention) and version.
 package main
 
 import (
@@ -38,9 +39,13 @@ func usage() {
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)
+	}
+	if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		return
 	}
 	c, ok := commands[os.Args[1]]
 	if !ok {
@@ -48,8 +53,14 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	if err := c.run(os.Args[2:]); err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the flags already
-		fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+	err := c.run(os.Args[2:])
+	if err == nil || errors.Is(err, flag.ErrHelp) { // -h printed the help already
+		return
 	}
+	fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		os.Exit(2) // a command line that cannot be parsed
+	}
+	os.Exit(1)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -27,35 +26,41 @@ const defaultMonitorAddr = "127.0.0.1:8090"
 func runMonitor(args []string) error {
 	cfg := monitor.DefaultConfig()
 	topics := stage.DefaultTopics()
-	fs := flag.NewFlagSet("monitor", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: creditflow monitor [--brokers host:port,...] [--topics creditflow.samples,...] [--once --json]\n\n"+
-			"Reads samples topics (the live one, replays) and the dead-letter topic without a consumer group —\n"+
-			"it never commits, so no processing group's offsets move — and serves live charts of rewards,\n"+
-			"success, zero-variance groups, pass@G, lengths, process signals, staleness and dead letters on\n"+
-			"--addr, GET /api/v1/summary (JSON) and /metrics. With --once it reads every topic up to its end\n"+
-			"as of start-up, prints the summary and exits. See docs/monitor.md.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+	fs := newFlagSet("monitor", "usage: creditflow monitor [--brokers host:port,...] [--topics creditflow.samples,...] [--once --json]\n\n"+
+		"Reads samples topics (the live one, replays) and the dead-letter topic without a consumer group —\n"+
+		"it never commits, so no processing group's offsets move — and serves live charts of rewards,\n"+
+		"success, zero-variance groups, pass@G, lengths, process signals, staleness and dead letters on\n"+
+		"--addr, GET /api/v1/summary (JSON) and /metrics. With --once it reads every topic up to its end\n"+
+		"as of start-up, prints the summary and exits. See docs/monitor.md.")
+	var topicList, dead, pol, from, addr, logLevel *string
+	var once, asJSON *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		once = fs.Bool("once", false, "read every topic up to its end offsets as of start-up, print the summary, exit")
+		asJSON = fs.Bool("json", false, "with --once: print the summary as one JSON object on the last line of stdout")
+		fs.Float64Var(&cfg.SuccessThreshold, "success-threshold", cfg.SuccessThreshold, "a sample with reward >= this is a success (1.0: an exact match for F1 rewards)")
+		fs.DurationVar(&cfg.GroupIdle, "group-idle", cfg.GroupIdle, "a partial group closes after this long without a new member")
+		fs.IntVar(&cfg.DedupeWindow, "dedupe-window", cfg.DedupeWindow, "trajectory ids remembered per topic to count duplicates once")
+		fs.IntVar(&cfg.MaxVersions, "max-versions", cfg.MaxVersions, "policy-version rows kept per topic (the newest)")
+		fs.IntVar(&cfg.MaxSources, "max-sources", cfg.MaxSources, "data-source rows kept per topic (later sources share \"other\")")
+		fs.IntVar(&cfg.MaxOpenGroups, "max-open-groups", cfg.MaxOpenGroups, "groups per topic waiting for members before the oldest closes as incomplete")
+		fs.Float64Var(&cfg.RewardMin, "reward-min", cfg.RewardMin, "lower end of the reward histogram")
+		fs.Float64Var(&cfg.RewardMax, "reward-max", cfg.RewardMax, "upper end of the reward histogram")
+	})
 	kf := addKafkaFlags(fs)
-	topicList := fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
-	dead := fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
-	pol := fs.String("topic-policy", topics.Policy, "policy topic: policy lag is measured from the newest announced version when it is larger than the newest seen (empty: leave out)")
-	from := fs.String("from", "earliest", "where each partition starts: earliest, latest or an RFC 3339 time")
-	addr := fs.String("addr", defaultMonitorAddr, "listen address of the page, /api/v1/summary and /metrics")
-	once := fs.Bool("once", false, "read every topic up to its end offsets as of start-up, print the summary, exit")
-	asJSON := fs.Bool("json", false, "with --once: print the summary as one JSON object on the last line of stdout")
-	fs.Float64Var(&cfg.SuccessThreshold, "success-threshold", cfg.SuccessThreshold, "a sample with reward >= this is a success (1.0: an exact match for F1 rewards)")
-	fs.DurationVar(&cfg.GroupIdle, "group-idle", cfg.GroupIdle, "a partial group closes after this long without a new member")
-	fs.IntVar(&cfg.DedupeWindow, "dedupe-window", cfg.DedupeWindow, "trajectory ids remembered per topic to count duplicates once")
-	fs.IntVar(&cfg.MaxVersions, "max-versions", cfg.MaxVersions, "policy-version rows kept per topic (the newest)")
-	fs.IntVar(&cfg.MaxSources, "max-sources", cfg.MaxSources, "data-source rows kept per topic (later sources share \"other\")")
-	fs.IntVar(&cfg.MaxOpenGroups, "max-open-groups", cfg.MaxOpenGroups, "groups per topic waiting for members before the oldest closes as incomplete")
-	fs.Float64Var(&cfg.RewardMin, "reward-min", cfg.RewardMin, "lower end of the reward histogram")
-	fs.Float64Var(&cfg.RewardMax, "reward-max", cfg.RewardMax, "upper end of the reward histogram")
-	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
-	if err := loadSettings(fs, args); err != nil {
+	fs.inGroup(groupTopics, func() {
+		topicList = fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
+		dead = fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
+		from = fs.String("from", "earliest", "where each partition starts: earliest, latest or an RFC 3339 time")
+	})
+	fs.inGroup(groupPolicy, func() {
+		pol = fs.String("topic-policy", topics.Policy, "policy topic: policy lag is measured from the newest announced version when it is larger than the newest seen (empty: leave out)")
+	})
+	fs.inGroup(groupObservability, func() {
+		addr = fs.String("addr", defaultMonitorAddr, "listen address of the page, /api/v1/summary and /metrics")
+		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
+	})
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel)
@@ -110,8 +115,7 @@ func startMonitorServer(ctx context.Context, m *monitor.Monitor, addr string) (s
 
 // demoMonitor starts a monitor of the demo's samples and dead-letter topics
 // on brokers, serving on addr, and returns its URL.
-func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, addr string, log zerolog.Logger) (string, error) {
-	t := stage.DefaultTopics()
+func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, t stage.Topics, addr string, log zerolog.Logger) (string, error) {
 	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, Policy: t.Policy, From: "earliest"},
 		monitor.DefaultConfig(), monitor.WithLogger(log))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,31 +22,46 @@ func init() {
 
 func runReplay(args []string) error {
 	cfg := stage.DefaultConfig()
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: creditflow replay --topic-samples NEW_TOPIC [flags]\n"+
-			"       creditflow replay --jsonl > scored.jsonl     (then: creditflow compute < scored.jsonl)\n\n"+
-			"Replays the scored topic — the expensive scorer results — through the advantage stage with new\n"+
-			"settings (λ, gating, β, α, δ, windows …) into a new samples topic, under a new consumer group,\n"+
-			"and stops once it has caught up with the end of the topic as it was at start. With --jsonl it\n"+
-			"writes the scored records as `creditflow compute` input lines instead (SPEC §5.1).\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("replay", "usage: creditflow replay --topic-samples NEW_TOPIC [flags]\n"+
+		"       creditflow replay --jsonl > scored.jsonl     (then: creditflow compute < scored.jsonl)\n\n"+
+		"Replays the scored topic — the expensive scorer results — through the advantage stage with new\n"+
+		"settings (λ, gating, β, α, δ, windows …) into a new samples topic, under a new consumer group,\n"+
+		"and stops once it has caught up with the end of the topic as it was at start. With --jsonl it\n"+
+		"writes the scored records as `creditflow compute` input lines instead (docs/offline.md).\n\n"+
+		"A replay never writes into a live topic: it refuses the live samples, scored, dead-letter and\n"+
+		"state topics, and any output topic that already holds records unless --append. Its state and\n"+
+		"dead letters go to its own topics, <topic-samples>.state and <topic-samples>.dead-letters.")
+	var appendOut, jsonl *bool
+	var logLevel *string
+	var startup *time.Duration
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		jsonl = fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
+		appendOut = fs.Bool("append", false, "allow writing to output topics that already hold records (never to a live topic)")
+	})
 	kf := addKafkaFlags(fs)
-	fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
-	fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "samples topic to write (must differ from the live one)")
-	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
-	fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "state changelog topic")
+	fs.inGroup(groupKafka, func() {
+		fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
+	})
+	fs.inGroup(groupTopics, func() {
+		fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
+		fs.StringVar(&cfg.Topics.Samples, "topic-samples", "", "new samples topic to write (never a live topic; must be new or empty unless --append)")
+		fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", "", "the replay's own dead-letter topic (default: <topic-samples>.dead-letters)")
+		fs.StringVar(&cfg.Topics.State, "topic-state", "", "the replay's own state changelog topic (default: <topic-samples>.state)")
+	})
 	policyFlags(fs, &cfg)
 	cfg.Topics.SamplesStale = "" // default: <topic-samples>.stale, never the live run's
-	fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
-	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
+	fs.inGroup(groupCredit, func() {
+		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
+	})
 	credit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
 	kafkaSizeFlags(fs, &cfg)
-	jsonl := fs.Bool("jsonl", false, "write the scored records as compute input (JSON Lines) to stdout instead of replaying")
-	logLevel := fs.String("log-level", "warn", "log level (JSON logs on stderr)")
-	if err := loadSettings(fs, args); err != nil {
+	fs.inGroup(groupObservability, func() {
+		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
+	})
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {
@@ -65,6 +79,9 @@ func runReplay(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
+		return err
+	}
 	ends, err := consumers.EndOffsets(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored)
 	if err != nil {
 		return err
@@ -75,14 +92,27 @@ func runReplay(args []string) error {
 	if cfg.Topics.Samples == "" {
 		return fmt.Errorf("--topic-samples is required: a replay writes to a new samples topic")
 	}
+	if cfg.Topics.State == "" {
+		cfg.Topics.State = cfg.Topics.Samples + ".state"
+	}
+	if cfg.Topics.DeadLetters == "" {
+		cfg.Topics.DeadLetters = cfg.Topics.Samples + ".dead-letters"
+	}
 	if cfg.Topics.SamplesStale == "" {
 		cfg.Topics.SamplesStale = cfg.Topics.Samples + ".stale"
 	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}
+	if err := checkReplayOutputs(ctx, cfg, *appendOut); err != nil {
+		return err
+	}
 	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
-	specs := []producers.TopicSpec{{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg}}
+	specs := []producers.TopicSpec{
+		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg},
+		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1, Configs: topicCfg},
+		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true, Configs: topicCfg},
+	}
 	if cfg.MaxPolicyLag >= 0 {
 		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg})
 	}
@@ -133,8 +163,65 @@ func runReplay(args []string) error {
 		open += pos.OpenGroups
 		records += min(pos.Next, ends[p])
 	}
-	fmt.Printf("replayed %d scored records from %d partitions into %s in %.1fs; %d groups still open at the end of the topic\n",
-		records, len(ends), cfg.Topics.Samples, time.Since(start).Seconds(), open)
+	fmt.Printf("replayed %d scored records from %d partitions into %s in %.1fs; %d groups still open at the end of the topic\n"+
+		"(the replay's state is in %s, its dead letters in %s)\n",
+		records, len(ends), cfg.Topics.Samples, time.Since(start).Seconds(), open, cfg.Topics.State, cfg.Topics.DeadLetters)
+	return nil
+}
+
+// checkReplayOutputs refuses outputs that would touch a live pipeline: a
+// replay never writes to the live topics (the default topic names and the
+// scored topic it reads), its outputs (samples, state, dead letters and,
+// with --max-policy-lag, stale samples) are distinct, and, unless
+// appendOK, each output topic is new or empty. It runs before anything is
+// written and creates no topic.
+func checkReplayOutputs(ctx context.Context, cfg stage.Config, appendOK bool) error {
+	live := stage.DefaultTopics()
+	liveNames := map[string]string{
+		live.Trajectories: "the live trajectories topic", live.Scored: "the live scored topic",
+		live.Samples: "the live samples topic", live.DeadLetters: "the live dead-letter topic", live.State: "the live state topic",
+	}
+	if live.SamplesStale != "" {
+		liveNames[live.SamplesStale] = "the live stale-samples topic"
+	}
+	if live.Policy != "" {
+		liveNames[live.Policy] = "the policy topic"
+	}
+	liveNames[cfg.Topics.Scored] = "the scored topic this replay reads"
+	outs := []struct{ flag, topic string }{
+		{"--topic-samples", cfg.Topics.Samples}, {"--topic-state", cfg.Topics.State}, {"--topic-dead-letters", cfg.Topics.DeadLetters},
+	}
+	if cfg.MaxPolicyLag >= 0 {
+		outs = append(outs, struct{ flag, topic string }{"--topic-samples-stale", cfg.Topics.SamplesStale})
+	}
+	seen := map[string]string{}
+	for _, o := range outs {
+		if what, ok := liveNames[o.topic]; ok {
+			return fmt.Errorf("%s %s is %s: a replay never writes into a live topic; write to a new topic, e.g. --topic-samples %s.replay-1",
+				o.flag, o.topic, what, live.Samples)
+		}
+		if other, ok := seen[o.topic]; ok {
+			return fmt.Errorf("%s and %s both name %s: give the replay's outputs distinct topics", other, o.flag, o.topic)
+		}
+		seen[o.topic] = o.flag
+	}
+	if appendOK {
+		return nil
+	}
+	for _, o := range outs {
+		ends, err := consumers.TopicEnds(ctx, cfg.Brokers, cfg.Security, o.topic)
+		if err != nil {
+			return err
+		}
+		var n int64
+		for _, e := range ends {
+			n += e
+		}
+		if n > 0 {
+			return fmt.Errorf("%s %s already holds records (end offsets sum to %d): a replay writes to a new topic; pick a new name, or pass --append to add to it",
+				o.flag, o.topic, n)
+		}
+	}
 	return nil
 }
 

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/creditflow/creditflow/gpu"
 
@@ -37,18 +33,24 @@ type kafkaFlags struct {
 	saslPwdFile                 *string
 }
 
-func addKafkaFlags(fs *flag.FlagSet) *kafkaFlags {
-	return &kafkaFlags{
-		brokers:     fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port"),
-		tlsCA:       fs.String("kafka-tls-ca", "", "PEM CA file: enables TLS to the brokers"),
-		tlsCert:     fs.String("kafka-tls-cert", "", "PEM client certificate (mutual TLS)"),
-		tlsKey:      fs.String("kafka-tls-key", "", "PEM client key (mutual TLS)"),
-		tlsInsecure: fs.Bool("kafka-tls-insecure", false, "TLS without verifying the brokers' certificates (testing only)"),
-		saslMech:    fs.String("sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
-		saslUser:    fs.String("sasl-user", "", "SASL user name"),
-		saslPwd:     fs.String("sasl-password", "", "SASL password (prefer --sasl-password-file or CREDITFLOW_SASL_PASSWORD)"),
-		saslPwdFile: fs.String("sasl-password-file", "", "file holding the SASL password"),
-	}
+// addKafkaFlags defines --brokers (Kafka group) and the TLS and SASL flags
+// (Security group).
+func addKafkaFlags(fs *flagSet) *kafkaFlags {
+	k := &kafkaFlags{}
+	fs.inGroup(groupKafka, func() {
+		k.brokers = fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port")
+	})
+	fs.inGroup(groupSecurity, func() {
+		k.tlsCA = fs.String("kafka-tls-ca", "", "PEM CA file: enables TLS to the brokers")
+		k.tlsCert = fs.String("kafka-tls-cert", "", "PEM client certificate (mutual TLS)")
+		k.tlsKey = fs.String("kafka-tls-key", "", "PEM client key (mutual TLS)")
+		k.tlsInsecure = fs.Bool("kafka-tls-insecure", false, "TLS without verifying the brokers' certificates (testing only)")
+		k.saslMech = fs.String("sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		k.saslUser = fs.String("sasl-user", "", "SASL user name")
+		k.saslPwd = fs.String("sasl-password", "", "SASL password (prefer --sasl-password-file or CREDITFLOW_SASL_PASSWORD)")
+		k.saslPwdFile = fs.String("sasl-password-file", "", "file holding the SASL password")
+	})
+	return k
 }
 
 func (k *kafkaFlags) security() (kafkasec.Config, error) {
@@ -75,40 +77,75 @@ func (k *kafkaFlags) security() (kafkasec.Config, error) {
 }
 
 func runRun(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runStages(ctx, args)
+}
+
+// runStages is `creditflow run` until ctx ends (SIGTERM) or a stage fails.
+func runStages(ctx context.Context, args []string) error {
 	cfg := stage.DefaultConfig()
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+	fs := newFlagSet("run", `usage: creditflow run [--brokers HOST:PORT,...] [--stage score|advantage|both] [--method lapo|attnsr] [flags]
+
+Runs the score stage, the advantage stage or both against Kafka brokers: trajectories are scored
+(by scorer pods, or in-process with the CPU reference model), grouped by prompt and turned into
+per-token advantages on the samples topic. Settings come from flags, CREDITFLOW_<FLAG> environment
+variables and --config (in increasing order of precedence: file, environment, flags). SIGTERM drains
+in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/method.md, docs/kafka.md.`)
+	var which, layers, scorers, scorerModel, scorerToken, scorerCA, metricsAddr, logLevel *string
+	var create *int
+	var shutdown, startup *time.Duration
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		which = fs.String("stage", "both", "which stage to run: score, advantage or both")
+		shutdown = fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, exit after at most this long")
+	})
 	kf := addKafkaFlags(fs)
-	which := fs.String("stage", "both", "which stage to run: score, advantage or both")
-	fs.StringVar(&cfg.GroupID, "group", cfg.GroupID, "consumer group prefix (<group>.score, <group>.advantage); a replay with new settings uses a new group")
-	fs.StringVar(&cfg.Topics.Trajectories, "topic-trajectories", cfg.Topics.Trajectories, "input topic of rollouts")
-	fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "topic between the stages")
-	fs.StringVar(&cfg.Topics.Samples, "topic-samples", cfg.Topics.Samples, "output topic of training samples")
-	fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
-	fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "compacted changelog of the advantage stage's state")
+	fs.inGroup(groupKafka, func() {
+		fs.StringVar(&cfg.GroupID, "group", cfg.GroupID, "consumer group prefix (<group>.score, <group>.advantage); a replay with new settings uses a new group")
+		create = fs.Int("create-topics", 0, "create missing topics with this many partitions (0: expect them to exist)")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
+		fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "consumer group session timeout: how soon the partitions of a replica that died move to the others")
+		fs.DurationVar(&cfg.CommitInterval, "commit-interval", cfg.CommitInterval, "how often offsets and state snapshots are committed")
+	})
+	fs.inGroup(groupTopics, func() {
+		fs.StringVar(&cfg.Topics.Trajectories, "topic-trajectories", cfg.Topics.Trajectories, "input topic of rollouts")
+		fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "topic between the stages")
+		fs.StringVar(&cfg.Topics.Samples, "topic-samples", cfg.Topics.Samples, "output topic of training samples")
+		fs.StringVar(&cfg.Topics.DeadLetters, "topic-dead-letters", cfg.Topics.DeadLetters, "dead-letter topic")
+		fs.StringVar(&cfg.Topics.State, "topic-state", cfg.Topics.State, "compacted changelog of the advantage stage's state")
+	})
 	policyFlags(fs, &cfg)
-	create := fs.Int("create-topics", 0, "create missing topics with this many partitions (0: expect them to exist)")
-	fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr")
-	fs.StringVar(&cfg.Direction, "direction", cfg.Direction, "LAPO: backward or forward (ablation)")
+	fs.inGroup(groupScorer, func() {
+		scorers = fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
+		scorerModel = fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
+		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
+		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
+		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
+	})
+	fs.inGroup(groupCredit, func() {
+		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr")
+	})
+	fs.inGroup(groupLAPO, func() {
+		fs.StringVar(&cfg.Direction, "direction", cfg.Direction, "backward or forward (ablation)")
+	})
+	fs.inGroup(groupAttnSR, func() {
+		layers = fs.String("layers", "", "comma-separated layer indices (default: the depth mapping of docs/method.md)")
+	})
 	credit := creditFlags(fs, &cfg.Credit)
-	layers := fs.String("layers", "", "AttnSR: comma-separated layer indices (default: SPEC §3.1 mapping for the model's depth)")
-	scorers := fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
-	scorerModel := fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
-	scorerToken := fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
-	scorerCA := fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
 	window := windowFlags(fs, &cfg.Window)
-	fs.DurationVar(&cfg.IdleAfter, "idle-after", cfg.IdleAfter, "an idle partition advances event time by processing time after this long (0: never)")
-	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
-	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "consumer group session timeout: how soon the partitions of a replica that died move to the others")
-	fs.DurationVar(&cfg.CommitInterval, "commit-interval", cfg.CommitInterval, "how often offsets and state snapshots are committed")
-	fs.IntVar(&cfg.Limits.MaxTurns, "max-turns", cfg.Limits.MaxTurns, "dead-letter trajectories with more turns")
-	fs.IntVar(&cfg.Limits.MaxTokens, "max-tokens", cfg.Limits.MaxTokens, "dead-letter trajectories with more tokens")
-	fs.IntVar(&cfg.Limits.MaxRecordBytes, "max-record-bytes", cfg.Limits.MaxRecordBytes, "dead-letter records larger than this")
+	fs.inGroup(groupWindows, func() {
+		fs.DurationVar(&cfg.IdleAfter, "idle-after", cfg.IdleAfter, "an idle partition advances event time by processing time after this long (0: never)")
+		fs.IntVar(&cfg.Limits.MaxTurns, "max-turns", cfg.Limits.MaxTurns, "dead-letter trajectories with more turns")
+		fs.IntVar(&cfg.Limits.MaxTokens, "max-tokens", cfg.Limits.MaxTokens, "dead-letter trajectories with more tokens")
+		fs.IntVar(&cfg.Limits.MaxRecordBytes, "max-record-bytes", cfg.Limits.MaxRecordBytes, "dead-letter records larger than this")
+	})
 	kafkaSizeFlags(fs, &cfg)
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics here (empty: off)")
-	logLevel := fs.String("log-level", "info", "log level (JSON logs on stderr)")
-	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, exit after at most this long")
-	if err := loadSettings(fs, args); err != nil {
+	fs.inGroup(groupObservability, func() {
+		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (empty: off)")
+		logLevel = fs.String("log-level", "info", "log level (JSON logs on stderr)")
+	})
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	if err := credit(); err != nil {
@@ -144,23 +181,24 @@ func runRun(args []string) error {
 	log.Info().Strs("brokers", cfg.Brokers).Str("security", cfg.Security.String()).Str("stage", *which).
 		Str("method", cfg.Credit.Method).Msg("creditflow run starting")
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if *metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error().Err(err).Msg("metrics server")
-			}
-		}()
-		defer srv.Close()
+		stopMetrics, err := serveMetrics(*metricsAddr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
+		return err
 	}
 	if *create > 0 {
-		if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(*create)...); err != nil {
-			return err
+		cctx, cancel := context.WithTimeout(ctx, *startup)
+		err := producers.EnsureTopics(cctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(*create)...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("--create-topics at %s: %w", strings.Join(cfg.Brokers, ","), err)
 		}
 	}
 	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(reg))
@@ -178,7 +216,7 @@ func runRun(args []string) error {
 			if err != nil {
 				return fmt.Errorf("--scorer-model: %w", err)
 			}
-			scorer = gpu.NewLocal(m, gpu.WithLocalRegisterer(reg))
+			scorer = gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
 		} else {
 			opts := []gpu.ClientOption{gpu.WithLogger(log), gpu.WithRegisterer(reg)}
 			if *scorerToken != "" {
@@ -198,9 +236,25 @@ func runRun(args []string) error {
 			defer c.Close()
 			scorer = c
 		}
-		s, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
-		if err != nil {
-			return err
+		// Scorer pods may start at the same time as the processor: wait
+		// for one to answer, as for the brokers, at most --startup-timeout.
+		var s *stage.ScoreStage
+		waitUntil := time.Now().Add(*startup)
+		for {
+			if s, err = stage.NewScoreStage(ctx, cfg, scorer, prod); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(waitUntil) {
+				return fmt.Errorf("%w; gave up after --startup-timeout %v", err, *startup)
+			}
+			log.Warn().Err(err).Msg("waiting for a scorer to answer")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 		n++
 		go func() { errc <- s.Run(ctx) }()

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"flag"
-	"fmt"
 	"os"
 
 	"github.com/creditflow/creditflow/gpu/model"
 )
 
 func init() {
-	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (SPEC §5.2)", runScore)
+	register("score", "LAPO rows on a model: JSON Lines in, {\"score\":S} out (docs/offline.md)", runScore)
 }
 
 // modelFlagHelp describes the --model flags.
@@ -26,10 +24,7 @@ func loadModelFlag(dir string) (*model.Model, error) {
 }
 
 func runScore(args []string) error {
-	fs := flag.NewFlagSet("score", flag.ContinueOnError)
-	dir := fs.String("model", "tiny", modelFlagHelp)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: creditflow score [--model DIR]
+	fs := newFlagSet("score", `usage: creditflow score [--model DIR] < rows.jsonl > scores.jsonl
 
 Reads JSON Lines on stdin, one row per line:
   {"context":[ids], "target":[ids], "span":[a,b], "temperature":T}
@@ -40,12 +35,12 @@ null if not finite), with p = softmax(logits / T), the rollout's sampling
 distribution. A context too long for the model keeps its rightmost
 tokens. Rows read together share their common prefixes. The first malformed
 line stops the command with an error naming the line number (exit status 1);
-all lines before it have been answered.
-
-Flags:`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+all lines before it have been answered. The format is in docs/offline.md.`)
+	var dir *string
+	fs.inGroup(groupScorer, func() {
+		dir = fs.String("model", "tiny", modelFlagHelp)
+	})
+	if err := fs.parse(args, false); err != nil {
 		return err
 	}
 	m, err := loadModelFlag(*dir)

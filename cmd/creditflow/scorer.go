@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,35 +19,44 @@ func init() {
 }
 
 func runScorer(args []string) error {
-	fs := flag.NewFlagSet("scorer", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
-	dir := fs.String("model", "tiny", modelFlagHelp)
-	version := fs.Int64("policy-version", 0, "policy version reported by /v1/info")
-	certFile := fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (needs --tls-key)")
-	keyFile := fs.String("tls-key", "", "PEM private key file for --tls-cert")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token required on /v1/ paths (surrounding whitespace ignored)")
-	maxBytes := fs.Int64("max-request-bytes", 64<<20, "largest request body accepted (413 above)")
-	maxRows := fs.Int("max-rows", 65536, "most rows (score) or jobs (attention) in one request (413 above)")
-	maxTokens := fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
-	maxRequests := fs.Int("max-concurrent-requests", 64, "requests served at once (503 above)")
-	maxCalls := fs.Int("max-model-calls", 0, "model calls run at once (0: GOMAXPROCS)")
-	follow := fs.Bool("follow-policy", false, "follow the policy topic on --brokers: load each newly announced checkpoint folder and answer with its version")
-	kf := addKafkaFlags(fs)
-	policyTopic := fs.String("topic-policy", policy.DefaultTopic, "policy topic followed with --follow-policy")
-	level := fs.String("log-level", "info", "log level: debug (one line per request), info, warn, error")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: creditflow scorer --listen ADDR [--model DIR] [--policy-version N]
-                         [--tls-cert F --tls-key F] [--token-file F] [--max-request-bytes N]
-                         [--follow-policy --brokers HOST:PORT,...]
+	fs := newFlagSet("scorer", `usage: creditflow scorer [--listen ADDR] [--model DIR] [--policy-version N]
+                        [--tls-cert F --tls-key F] [--token-file F] [--max-request-bytes N]
+                        [--follow-policy --brokers HOST:PORT,...]
 
 Serves a model over the creditflow.scorer/v1 protocol (docs/scorer-protocol.md):
 GET /v1/info, POST /v1/score, POST /v1/attention, GET /healthz, GET /metrics.
-SIGTERM or SIGINT drains in-flight requests and exits.
-
-Flags:`)
-		fs.PrintDefaults()
-	}
-	if err := loadSettings(fs, args); err != nil {
+SIGTERM or SIGINT drains in-flight requests and exits.`)
+	var listen, dir, certFile, keyFile, tokenFile, level, policyTopic *string
+	var version, maxBytes *int64
+	var maxRows, maxTokens, maxRequests, maxCalls *int
+	var follow *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
+		listen = fs.String("listen", "127.0.0.1:8470", "address to serve on (host:port; 0.0.0.0:8470 in a pod)")
+	})
+	fs.inGroup(groupScorer, func() {
+		dir = fs.String("model", "tiny", modelFlagHelp)
+		maxBytes = fs.Int64("max-request-bytes", 64<<20, "largest request body accepted (413 above)")
+		maxRows = fs.Int("max-rows", 65536, "most rows (score) or jobs (attention) in one request (413 above)")
+		maxTokens = fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
+		maxRequests = fs.Int("max-concurrent-requests", 64, "requests served at once (503 above)")
+		maxCalls = fs.Int("max-model-calls", 0, "model calls run at once (0: GOMAXPROCS)")
+	})
+	fs.inGroup(groupPolicy, func() {
+		version = fs.Int64("policy-version", 0, "policy version reported by /v1/info")
+		follow = fs.Bool("follow-policy", false, "follow the policy topic on --brokers: load each newly announced checkpoint folder and answer with its version")
+		policyTopic = fs.String("topic-policy", policy.DefaultTopic, "policy topic followed with --follow-policy")
+	})
+	kf := addKafkaFlags(fs)
+	fs.inGroup(groupSecurity, func() {
+		certFile = fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (needs --tls-key)")
+		keyFile = fs.String("tls-key", "", "PEM private key file for --tls-cert")
+		tokenFile = fs.String("token-file", "", "file holding the bearer token required on /v1/ paths (surrounding whitespace ignored)")
+	})
+	fs.inGroup(groupObservability, func() {
+		level = fs.String("log-level", "info", "log level: debug (one line per request), info, warn, error")
+	})
+	if err := fs.parse(args, true); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -7,9 +7,10 @@ Usage:
 Without --json an example trajectory is written. With --json, FILE holds one
 JSON object with the fields of encode_trajectory's argument. The framed bytes
 go to --out or to stdout. Reuse encode_trajectory() with any Kafka client,
-e.g. confluent_kafka.Producer.produce(topic="trajectories",
-key=d["prompt_id"], value=encode_trajectory(d),
-headers={"creditflow-schema": "io.creditflow.v1.Trajectory"}).
+e.g. with confluent_kafka.Producer({..., "partitioner": "murmur2_random"}) (the
+Java client's partitioner, the one creditflow uses):
+produce(topic="creditflow.trajectories", key=d["prompt_id"],
+value=encode_trajectory(d), headers={"creditflow-schema": "io.creditflow.v1.Trajectory"}).
 """
 
 import argparse

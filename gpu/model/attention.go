@@ -12,7 +12,7 @@ const QueryBlock = 128
 
 // DefaultLayers maps the paper's six layers of a 28-layer model (zero-based
 // 8, 10, 12, 14, 16, 18) to an n-layer model: floor((n−1)·l/27 + 0.5)
-// (SPEC §3.1). Small models get repeated indices; callers that want each
+// (docs/method.md §3.1). Small models get repeated indices; callers that want each
 // layer once remove the repeats.
 func DefaultLayers(n int) []int {
 	base := []int{8, 10, 12, 14, 16, 18}
@@ -61,7 +61,7 @@ func (m *Model) validateGraphInput(tokens []int32, steps []Step, layers []int) e
 	return nil
 }
 
-// StepGraphs computes G_AA and G_AO (SPEC §3.1) on each requested layer, in
+// StepGraphs computes G_AA and G_AO (docs/method.md §3.1) on each requested layer, in
 // the order of layers (repeats allowed): one forward pass of the whole token
 // array (stopping after the deepest requested layer), then for every query
 // token inside an action range the causal attention probabilities over all

@@ -60,7 +60,7 @@ func (lr *lineReader) next() ([]byte, error) {
 	}
 }
 
-// RunScoreJSONL is `creditflow score` (SPEC §5.2): each input line
+// RunScoreJSONL is `creditflow score` (docs/offline.md): each input line
 // {"context":[ids],"target":[ids],"span":[a,b],"temperature":T} ("temperature"
 // optional, default 1) gives one output line {"score":S} in input order (S is
 // null when not finite). Lines that are
@@ -156,10 +156,10 @@ type attnOutLayer struct {
 	AO    [][]float64 `json:"ao"`
 }
 
-// RunAttentionJSONL is `creditflow attention` (SPEC §5.3): each input line
+// RunAttentionJSONL is `creditflow attention` (docs/offline.md): each input line
 // {"tokens":[ids],"steps":[{"action":[s,e],"observation":[s,e]|null}],"layers":[l…]}
 // gives {"layers":[{"layer":l,"aa":K×K,"ao":K×K}]}. Without "layers" (or with
-// an empty list) the SPEC §3.1 default layers of the model are used, each
+// an empty list) the docs/method.md §3.1 default layers of the model are used, each
 // once. The first bad line stops the run with an error naming its line
 // number; every line before it has been answered.
 func RunAttentionJSONL(m *Model, r io.Reader, w io.Writer) error {

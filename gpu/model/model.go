@@ -42,7 +42,7 @@ type loadOptions struct {
 }
 
 // WithPlaceholderIDs sets the token ids of "[DELETE]" for the checkpoint's
-// tokenizer (SPEC §2.1). Without it Load looks for "[DELETE]" as a single token
+// tokenizer (docs/method.md §2.1). Without it Load looks for "[DELETE]" as a single token
 // in the folder's tokenizer.json and otherwise reports no placeholder ids.
 func WithPlaceholderIDs(ids []int32) Option {
 	return func(o *loadOptions) { o.placeholder = append([]int32(nil), ids...) }

@@ -59,7 +59,7 @@ func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
 	return out, u, nil
 }
 
-// ScoreRows returns S for every row (SPEC §2.1): the mean natural-log
+// ScoreRows returns S for every row (docs/method.md §2.1): the mean natural-log
 // probability of Target[a:b] given Context and Target[:k], under the logits
 // divided by the row's temperature. Rows are merged into a prefix trie over
 // their full sequences and every trie edge is forwarded once on top of its

@@ -1,6 +1,6 @@
 package model
 
-// Row is one LAPO scoring row (SPEC §2.1): the mean natural-log probability of
+// Row is one LAPO scoring row (docs/method.md §2.1): the mean natural-log probability of
 // Target[Span[0]:Span[1]] given Context followed by Target[:k], with the
 // logits divided by Temperature before the softmax.
 type Row struct {
@@ -13,7 +13,7 @@ type Row struct {
 	Temperature float64
 }
 
-// Step is one AttnSR step (SPEC §3.1): half-open token ranges into the
+// Step is one AttnSR step (docs/method.md §3.1): half-open token ranges into the
 // trajectory's token array. An empty Observation range (start == end) means
 // the step has no environment segment.
 type Step struct {
@@ -21,7 +21,7 @@ type Step struct {
 	Observation [2]int
 }
 
-// StepGraph holds G_AA and G_AO of one layer (SPEC §3.1), K×K, row j = querying
+// StepGraph holds G_AA and G_AO of one layer (docs/method.md §3.1), K×K, row j = querying
 // step, column k; entries with k >= j are zero.
 type StepGraph struct {
 	Layer int
@@ -44,5 +44,5 @@ type Info struct {
 	Layers         int
 	VocabSize      int
 	MaxContext     int
-	PlaceholderIDs []int32 // tokenization of "[DELETE]" for this tokenizer (SPEC §2.1)
+	PlaceholderIDs []int32 // tokenization of "[DELETE]" for this tokenizer (docs/method.md §2.1)
 }

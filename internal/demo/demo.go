@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +48,12 @@ type Options struct {
 	Progress   func(Progress)        // called about twice a second
 	// Brokers, when set, uses an existing cluster instead of starting the embedded broker.
 	Brokers []string
+	// Prefix, when set, names the demo's topics <Prefix>.trajectories,
+	// <Prefix>.scored, … and its consumer groups <Prefix>, <Prefix>-trainer,
+	// <Prefix>-dead-letters, so a demo on a shared cluster never writes into
+	// the live creditflow.* topics nor joins the live groups (default: the
+	// pipeline's default names, right for the embedded broker).
+	Prefix string
 	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
 	Model *model.Model
 }
@@ -74,6 +81,7 @@ type Summary struct {
 	Duplicates    int            `json:"duplicate_samples"`
 	DeadLetters   int            `json:"dead_letters"`
 	DeadByReason  map[string]int `json:"dead_letters_by_reason"`
+	InjectedBad   int            `json:"injected_bad"` // malformed records injected on purpose (Options.Bad)
 	Lost          int            `json:"lost"`
 	Invalid       int            `json:"invalid_samples"`
 	Seconds       float64        `json:"seconds"`
@@ -144,7 +152,15 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		if err != nil {
 			return Summary{}, err
 		}
-		srv := gpu.NewServer(gpu.NewLocal(m), gpu.WithServerLogger(log))
+		srvOpts := []gpu.ServerOption{gpu.WithServerLogger(log)}
+		var localOpts []gpu.LocalOption
+		if r, ok := o.Registerer.(*prometheus.Registry); ok {
+			// The scorer servers' metrics (what a scorer pod exports) on
+			// the demo's /metrics too.
+			srvOpts = append(srvOpts, gpu.WithServerRegistry(r))
+			localOpts = append(localOpts, gpu.WithLocalRegisterer(r))
+		}
+		srv := gpu.NewServer(gpu.NewLocal(m, localOpts...), srvOpts...)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = srv.Serve(ctx, ln) }()
 		endpoints = append(endpoints, "http://"+ln.Addr().String())
@@ -156,6 +172,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	defer client.Close()
 
 	cfg := stage.DefaultConfig()
+	trainerGroup, deadGroup := "creditflow-demo-trainer", "creditflow-demo-dead-letters"
+	cfg.Topics = Topics(o.Prefix)
+	if o.Prefix != "" {
+		cfg.GroupID, trainerGroup, deadGroup = o.Prefix, o.Prefix+"-trainer", o.Prefix+"-dead-letters"
+	}
 	cfg.Brokers = brokers
 	cfg.Credit = o.Credit
 	cfg.Credit.Method = o.Method
@@ -189,7 +210,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	for _, sub := range []struct {
 		group, topic string
 		fn           func(consumers.Record)
-	}{{"creditflow-demo-trainer", cfg.Topics.Samples, tr.sample}, {"creditflow-demo-dead-letters", cfg.Topics.DeadLetters, tr.deadLetter}} {
+	}{{trainerGroup, cfg.Topics.Samples, tr.sample}, {deadGroup, cfg.Topics.DeadLetters, tr.deadLetter}} {
 		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic},
 			Reassembly: &consumers.ReassemblyConfig{}}, // samples and dead letters larger than one message
 			consumers.WithLogger(log), consumers.WithRegisterer(o.Registerer))
@@ -530,7 +551,7 @@ func (t *trainer) summary(el time.Duration) Summary {
 	expected := t.o.Groups * t.o.GroupSize
 	s := Summary{
 		Method: t.o.Method, GroupsIn: t.groupsIn, GroupsOut: t.groupsDone, Trajectories: t.groupsIn * t.o.GroupSize,
-		SamplesOut: len(t.seen), Duplicates: t.dups, DeadLetters: sumMap(t.dead), DeadByReason: t.dead,
+		SamplesOut: len(t.seen), Duplicates: t.dups, DeadLetters: sumMap(t.dead), DeadByReason: t.dead, InjectedBad: t.o.Bad,
 		Lost: expected - len(t.seen), Invalid: t.invalid, Seconds: round(el.Seconds(), 3),
 	}
 	s.TrajPerSecond = round(float64(len(t.seen))/el.Seconds(), 2)
@@ -560,4 +581,30 @@ func (t *trainer) summary(el time.Duration) Summary {
 func round(x float64, digits int) float64 {
 	p := math.Pow(10, float64(digits))
 	return math.Round(x*p) / p
+}
+
+// FormatCounts writes counts by name as "a 1, b 2" in name order, for
+// summaries people read ("" when empty).
+func FormatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Topics returns the demo's topic names for a prefix (Options.Prefix): the
+// standard creditflow.* names when prefix is empty.
+func Topics(prefix string) stage.Topics {
+	if prefix == "" {
+		return stage.DefaultTopics()
+	}
+	return stage.Topics{Trajectories: prefix + ".trajectories", Scored: prefix + ".scored",
+		Samples: prefix + ".samples", DeadLetters: prefix + ".dead-letters", State: prefix + ".advantage-state",
+		SamplesStale: prefix + ".samples.stale", Policy: prefix + ".policy"}
 }

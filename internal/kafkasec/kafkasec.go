@@ -233,3 +233,47 @@ func (c Config) Check(ctx context.Context, brokers []string) error {
 	}
 	return fmt.Errorf("kafkasec: no broker reachable: %w", errors.Join(errs...))
 }
+
+// WaitReachable calls Check until a broker answers, the brokers refuse the
+// credentials (an error wrapping ErrAuthentication, at once), or timeout
+// passes. The timeout error names every address and its last failure
+// (e.g. "connection refused"), and says what to check. It is the bounded
+// start-up wait of the commands: a process pointed at the wrong address
+// exits instead of retrying forever.
+func (c Config) WaitReachable(ctx context.Context, brokers []string, timeout time.Duration) error {
+	if len(brokers) == 0 {
+		return errors.New("no brokers: set --brokers (or CREDITFLOW_BROKERS) to host:port,...")
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	backoff := 200 * time.Millisecond
+	var last error
+	for {
+		err := c.Check(ctx, brokers)
+		if err == nil || errors.Is(err, ErrAuthentication) {
+			return err
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return parent.Err()
+			}
+			return fmt.Errorf("no Kafka broker reachable within %v at %s: %v; check --brokers and that the brokers are up (or raise --startup-timeout)",
+				timeout, strings.Join(brokers, ","), unwrapReachable(last))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// unwrapReachable drops Check's "kafkasec: no broker reachable: " prefix.
+func unwrapReachable(err error) error {
+	if u := errors.Unwrap(err); u != nil && strings.HasPrefix(err.Error(), "kafkasec: no broker reachable: ") {
+		return u
+	}
+	return err
+}

@@ -4,12 +4,12 @@ import (
 	"math"
 )
 
-// SPEC §3: AttnSR. Steps are indexed 0..K−1 here (SPEC writes 1..K); the
+// docs/method.md §3: AttnSR. Steps are indexed 0..K−1 here (docs/method.md writes 1..K); the
 // terminal step is K−1 and the non-terminal steps are 0..K−2. Graphs are
 // K×K with row j the querying step and column k the attended step; only
 // entries with k < j are read.
 
-// AttnSRLayers is the SPEC §3.1 layer mapping: the reference indices
+// AttnSRLayers is the docs/method.md §3.1 layer mapping: the reference indices
 // {8, 10, 12, 14, 16, 18} of a 28-layer model mapped to an n-layer model by
 // floor((n−1)·l/27 + 0.5), computed in exact integer arithmetic. Indices
 // that coincide on very shallow models are kept once. nil for n < 1.
@@ -91,7 +91,7 @@ func ZScore(xs []float64) []float64 {
 }
 
 // Recency is §3.2 step 2 for the K−1 non-terminal steps:
-// z_k = norm(log max(a_k, ε)) + η · norm(d_k), d_k = K − k (SPEC's 1-based
+// z_k = norm(log max(a_k, ε)) + η · norm(d_k), d_k = K − k (docs/method.md's 1-based
 // k; with 0-based k it is K−1−k), norm = ZScore over k = 1..K−1.
 // a holds all K values; the result has K−1.
 func Recency(a []float64, eta, eps float64) []float64 {

@@ -31,7 +31,7 @@ func handMembers() []Member {
 	}
 }
 
-// TestAttnSRHandExample checks SPEC §3.2–§3.3 on a 3-step trajectory worked
+// TestAttnSRHandExample checks docs/method.md §3.2–§3.3 on a 3-step trajectory worked
 // out by hand (steps 0, 1 and terminal step 2; ρ = 0.9, η = 0.5, T = 1):
 //
 // Layer 8:  G = 0.5·AA + 0.5·AO → G[1,0] = 0.4, G[2,0] = 0.1, G[2,1] = 0.05.

@@ -13,7 +13,7 @@ const (
 	OutputPPO    = "ppo"
 )
 
-// Turn kinds (SPEC §0).
+// Turn kinds (docs/method.md, "Words").
 const (
 	KindSearch = "search"
 	KindAnswer = "answer"
@@ -22,16 +22,16 @@ const (
 )
 
 // Config holds every hyperparameter of both methods. Start from
-// DefaultConfig (every SPEC default) and change what you need; the zero
+// DefaultConfig (every default of docs/method.md) and change what you need; the zero
 // value is not a usable configuration (Validate rejects it).
 type Config struct {
 	// Method is MethodLAPO or MethodAttnSR.
 	Method string
 
-	// EpsR is ε_R of the outcome advantage (SPEC §1). Default 1e-6.
+	// EpsR is ε_R of the outcome advantage (docs/method.md §1). Default 1e-6.
 	EpsR float64
 
-	// LAPO (SPEC §2).
+	// LAPO (docs/method.md §2).
 
 	// Lambda is λ, the weight of the process advantage. Default 0.5.
 	Lambda float64
@@ -50,7 +50,7 @@ type Config struct {
 	// non-empty-segments rule always applies (docs/method.md, "Eligibility").
 	NoAnswerEmptySegmentsEligible bool
 
-	// AttnSR (SPEC §3).
+	// AttnSR (docs/method.md §3).
 
 	// Rho is ρ ≥ 0, the backtracking decay. Default 0.9. With ρ = 0 no
 	// backtracked mass reaches a non-terminal step and only the recency term
@@ -74,7 +74,7 @@ type Config struct {
 	Output string
 }
 
-// DefaultConfig returns every SPEC default: LAPO with λ = 0.5,
+// DefaultConfig returns every default of docs/method.md: LAPO with λ = 0.5,
 // ε_ig = ε_z = ε_R = 1e-6, gating on, eligible kinds {search}; AttnSR with
 // ρ = 0.9, η = 0.5, T = 1, ε = 1e-8, m* = 0.5, β = 0.25, α = 0.25, δ = 0.99,
 // GRPO output.
@@ -174,7 +174,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// KnownKind reports whether k is one of the SPEC §0 turn kinds.
+// KnownKind reports whether k is one of the docs/method.md, "Words" turn kinds.
 func KnownKind(k string) bool {
 	switch k {
 	case KindSearch, KindAnswer, KindTool, KindOther:

@@ -16,7 +16,7 @@ type Turn struct {
 	Delta             *float64
 }
 
-// LayerGraph is one layer's AttnSR step graph (SPEC §3.1): AA and AO are
+// LayerGraph is one layer's AttnSR step graph (docs/method.md §3.1): AA and AO are
 // K×K, row j = querying step, column k = attended step; entries with k ≥ j
 // are ignored.
 type LayerGraph struct {
@@ -28,7 +28,7 @@ type LayerGraph struct {
 type Member struct {
 	TrajectoryID, PromptID string
 	GroupSize              int
-	// Reward is R_i; nil → best F1 of PredAnswer against GoldAnswers (SPEC §1).
+	// Reward is R_i; nil → best F1 of PredAnswer against GoldAnswers (docs/method.md §1).
 	Reward       *float64
 	PredAnswer   *string
 	GoldAnswers  []string
@@ -38,7 +38,7 @@ type Member struct {
 	Attention []LayerGraph
 }
 
-// TurnResult is the per-turn output (SPEC §5.1 "turns").
+// TurnResult is the per-turn output (docs/offline.md "turns").
 type TurnResult struct {
 	// LAPO.
 	Eligible         bool
@@ -134,7 +134,7 @@ func ValidateMember(m Member, cfg Config) error {
 	return nil
 }
 
-// MemberReward is R_i (SPEC §1): the record's reward when present, else the
+// MemberReward is R_i (docs/method.md §1): the record's reward when present, else the
 // best F1 of the prediction over the gold answers.
 func MemberReward(m Member) float64 {
 	if m.Reward != nil {
@@ -149,7 +149,7 @@ func MemberReward(m Member) float64 {
 // the canonical order, ascending trajectory_id (byte order), so the stream
 // and `creditflow compute` agree exactly whatever order members arrived in.
 // partial is copied to every result. For AttnSR it performs exactly one EMA
-// batch update on ema (the group is one batch, SPEC §3.3) and uses the
+// batch update on ema (the group is one batch, docs/method.md §3.3) and uses the
 // updated R̄_t; ema must not be nil then. On error nothing is computed and
 // ema is left unchanged.
 func ComputeGroup(members []Member, partial bool, cfg Config, ema *EMA) ([]Result, error) {
@@ -217,7 +217,7 @@ func computeCanonical(members []Member, partial bool, cfg Config, ema *EMA) []Re
 	return results
 }
 
-// lapoGroup is SPEC §2.2 over the group's eligible (trajectory, turn) pairs.
+// lapoGroup is docs/method.md §2.2 over the group's eligible (trajectory, turn) pairs.
 func lapoGroup(members []Member, results []Result, cfg Config) {
 	type ref struct{ i, t int }
 	var refs []ref
@@ -249,7 +249,7 @@ func lapoGroup(members []Member, results []Result, cfg Config) {
 	}
 }
 
-// attnsrGroup is SPEC §3.2–§3.3 with the group as one EMA batch.
+// attnsrGroup is docs/method.md §3.2–§3.3 with the group as one EMA batch.
 func attnsrGroup(members []Member, results []Result, cfg Config, ema *EMA) {
 	rewards := make([]float64, len(results))
 	for i, r := range results {

@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// SPEC §2: LAPO. §2.1 decides which turns are eligible; §2.2 turns the raw
+// docs/method.md §2: LAPO. §2.1 decides which turns are eligible; §2.2 turns the raw
 // gains Δ of a group's eligible turns into process advantages. Every
 // function here works on the flat list of a group's eligible Δ values
 // (all trajectories of the group, eligible turns only, in any fixed order).
@@ -20,7 +20,7 @@ func AnswerTurn(turns []Turn) int {
 	return -1
 }
 
-// EligibleForScoring is the SPEC §2.1 rule with the default choice for
+// EligibleForScoring is the docs/method.md §2.1 rule with the default choice for
 // trajectories without an answer turn (the non-empty-segments rule still
 // applies). A turn is eligible when it is not the answer turn, its kind is in
 // kinds, and it has at least one assistant token and at least one

@@ -9,7 +9,7 @@ import (
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
 
 func TestTauKnownValues(t *testing.T) {
-	// SPEC §2.3: a = [[1, 2], [−1]] → τ_a = 1 + 1e-6; b = [[10]] → 10 + 1e-6.
+	// docs/method.md §2.3: a = [[1, 2], [−1]] → τ_a = 1 + 1e-6; b = [[10]] → 10 + 1e-6.
 	if got := Tau([]float64{1, 2, -1}, 1e-6); got != 1+1e-6 {
 		t.Errorf("τ_a = %v, want 1+1e-6", got)
 	}
@@ -27,7 +27,7 @@ func TestTauKnownValues(t *testing.T) {
 }
 
 func TestGatingKnownValues(t *testing.T) {
-	// SPEC §2.3: one trajectory [0, 0.1, 10] → gated [0, 0, > 0].
+	// docs/method.md §2.3: one trajectory [0, 0.1, 10] → gated [0, 0, > 0].
 	s := RunLAPO([]float64{0, 0.1, 10}, DefaultConfig())
 	if s.ZNorm[0] >= 0 || s.ZNorm[1] >= 0 {
 		t.Errorf("centering should turn the first two negative: %v", s.ZNorm)
@@ -79,7 +79,7 @@ func TestTable6(t *testing.T) {
 }
 
 func TestEligibleMaskOneValue(t *testing.T) {
-	// SPEC §2.3: eligible mask [yes, no, no] on [1, 0, 0]: one eligible
+	// docs/method.md §2.3: eligible mask [yes, no, no] on [1, 0, 0]: one eligible
 	// value, so z̃ = 0 everywhere.
 	d := func(v float64) *float64 { return &v }
 	r := 1.0

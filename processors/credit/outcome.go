@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// SPEC §1: outcome reward and outcome advantage (both methods).
+// docs/method.md §1: outcome reward and outcome advantage (both methods).
 
 // Normalize applies the answer normalization of docs/method.md §1, in this
 // order, as the reference's Python does it on a str:
@@ -67,7 +67,7 @@ func isASCIIPunct(r rune) bool {
 	return (r >= '!' && r <= '/') || (r >= ':' && r <= '@') || (r >= '[' && r <= '`') || (r >= '{' && r <= '~')
 }
 
-// F1 is the token-level F1 of pred against gold after Normalize (SPEC §1).
+// F1 is the token-level F1 of pred against gold after Normalize (docs/method.md §1).
 // Both empty: 1; one empty: 0; otherwise 2PR/(P+R) over the multiset
 // intersection of whitespace tokens (0 when nothing overlaps).
 func F1(pred, gold string) float64 {
@@ -114,7 +114,7 @@ func BestF1(pred *string, golds []string) float64 {
 }
 
 // EM reports whether the normalized prediction equals any normalized gold
-// (SPEC §1, for evaluation and monitoring).
+// (docs/method.md §1, for evaluation and monitoring).
 func EM(pred string, golds []string) bool {
 	p := Normalize(pred)
 	for _, g := range golds {
@@ -151,7 +151,7 @@ func PopStd(xs []float64) float64 {
 	return math.Sqrt(s / float64(len(xs)))
 }
 
-// OutcomeAdvantages is SPEC §1: A_out_i = (R_i − mean R) / (std R + ε_R),
+// OutcomeAdvantages is docs/method.md §1: A_out_i = (R_i − mean R) / (std R + ε_R),
 // population std over the group members present.
 func OutcomeAdvantages(rewards []float64, epsR float64) []float64 {
 	m, sd := Mean(rewards), PopStd(rewards)

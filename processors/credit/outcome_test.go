@@ -132,7 +132,7 @@ func TestEM(t *testing.T) {
 }
 
 func TestOutcomeAdvantagesKnownValues(t *testing.T) {
-	// SPEC §2.3: rewards [0, 1] in group a, [1] in group b.
+	// docs/method.md §2.3: rewards [0, 1] in group a, [1] in group b.
 	a := OutcomeAdvantages([]float64{0, 1}, 1e-6)
 	want := 0.5 / (0.5 + 1e-6)
 	if math.Abs(a[0]+want) > 1e-15 || math.Abs(a[1]-want) > 1e-15 {

@@ -1,5 +1,5 @@
 // Package offline runs the group computation of package credit over JSON
-// Lines, without Kafka: `creditflow compute` (SPEC §5.1).
+// Lines, without Kafka: `creditflow compute` (docs/offline.md).
 //
 // Guarantees:
 //   - The numbers are those of credit.ComputeGroup, the function the
@@ -47,10 +47,10 @@ const DefaultMaxTokens = 1 << 20
 func WithMaxTokens(n int) Option { return func(o *options) { o.maxTokens = n } }
 
 // WithTokens also writes the per-token arrays token_advantages, loss_mask
-// and (AttnSR ppo) token_rewards (SPEC §5.1 --tokens).
+// and (AttnSR ppo) token_rewards (docs/offline.md --tokens).
 func WithTokens(on bool) Option { return func(o *options) { o.tokens = on } }
 
-// Input is one input line (SPEC §5.1).
+// Input is one input line (docs/offline.md).
 type Input struct {
 	TrajectoryID string       `json:"trajectory_id"`
 	PromptID     string       `json:"prompt_id"`
@@ -138,7 +138,7 @@ type output struct {
 	TokenRewards     *[]float64 `json:"token_rewards,omitempty"`
 }
 
-// Output builds the SPEC §5.1 output object of one result.
+// Output builds the docs/offline.md output object of one result.
 func Output(m credit.Member, r credit.Result, cfg credit.Config, tokens bool) any {
 	o := output{
 		TrajectoryID:     r.TrajectoryID,
@@ -188,7 +188,7 @@ type group struct {
 
 // Compute reads scored trajectories as JSON Lines from r, groups them by
 // prompt_id, finalizes each group with credit.ComputeGroup and writes one
-// output line per distinct trajectory to w (SPEC §5.1). Late, repeated and
+// output line per distinct trajectory to w (docs/offline.md). Late, repeated and
 // group-size-mismatched members are reported on diag. Blank lines are
 // skipped. The first malformed line ends the run with an error naming it;
 // the groups finalized before it have been written.
@@ -237,8 +237,13 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 		}
 		if t := bytes.TrimSpace(line); len(t) > 0 {
 			var in Input
-			if err := json.Unmarshal(t, &in); err != nil {
-				return fmt.Errorf("line %d: not a scored trajectory object: %v", lineNo, err)
+			dec := json.NewDecoder(bytes.NewReader(t))
+			dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
+			if err := dec.Decode(&in); err != nil {
+				return fmt.Errorf("line %d: not a scored trajectory object: %v (the fields are listed in docs/offline.md)", lineNo, err)
+			}
+			if _, err := dec.Token(); err != io.EOF {
+				return fmt.Errorf("line %d: more than one JSON value on the line; write one scored trajectory object per line", lineNo)
 			}
 			if in.GroupSize == nil || *in.GroupSize < 1 {
 				return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)

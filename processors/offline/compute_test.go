@@ -78,12 +78,19 @@ func TestMalformedLines(t *testing.T) {
 		"negative":      `{"trajectory_id":"t","prompt_id":"p","group_size":1,"reward":1,"turns":[{"kind":"answer","action_tokens":-1}]}`,
 		"array":         `[1,2]`,
 		"trailing":      good + ` {}`,
+		"misspelled":    `{"trajectory_id":"t","prompt_id":"p","group_size":1,"reward":1,"pred_answr":"x","turns":[{"kind":"answer"}]}`,
+		"turn field":    `{"trajectory_id":"t","prompt_id":"p","group_size":1,"reward":1,"turns":[{"kind":"answer","detla":0.5}]}`,
 	}
 	for name, bad := range cases {
 		var out, diag bytes.Buffer
 		err := Compute(strings.NewReader(good+"\n"+bad+"\n"), &out, &diag, credit.DefaultConfig())
 		if err == nil || !strings.Contains(err.Error(), "line 2") {
 			t.Errorf("%s: err = %v, want one naming line 2", name, err)
+		}
+		if strings.HasPrefix(name, "misspelled") || name == "turn field" {
+			if field := map[string]string{"misspelled": "pred_answr", "turn field": "detla"}[name]; !strings.Contains(err.Error(), field) {
+				t.Errorf("%s: err = %v, want it to name the field %q", name, err, field)
+			}
 		}
 	}
 	// AttnSR needs graphs for K ≥ 2.

@@ -21,8 +21,8 @@ import (
 )
 
 // AdvantageStage reads scored trajectories, groups them by prompt_id in
-// event-time windows (SPEC §4), computes outcome and process advantages
-// (SPEC §1–3) and writes one training sample per trajectory.
+// event-time windows (docs/stream.md), computes outcome and process advantages
+// (docs/method.md §1–3) and writes one training sample per trajectory.
 //
 // Guarantees: an input offset is committed only after every sample or dead
 // letter it caused is acknowledged; before each commit the partition's
@@ -68,6 +68,8 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.forMethod(cfg.Credit.Method)
+	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
 	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
 		positions: map[int]Position{}}, nil
 }
@@ -79,7 +81,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 		Brokers: a.cfg.Brokers, GroupID: a.cfg.GroupID + ".advantage", Topics: []string{a.cfg.Topics.Scored},
 		Security: a.cfg.Security, StartAt: "earliest", Buffer: 256, SessionTimeout: a.cfg.SessionTimeout,
 		MaxBytes: a.cfg.fetchBytes(), Reassembly: a.cfg.reassembly("advantage", a.prod, a.log),
-	}, consumers.WithLogger(a.log))
+	}, consumers.WithLogger(a.log), consumers.WithRegisterer(a.cfg.Metrics.reg))
 	if err != nil {
 		return err
 	}

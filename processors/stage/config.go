@@ -46,8 +46,8 @@ type Config struct {
 	Topics   Topics
 
 	Direction string        // LAPO: backward (default) | forward
-	Credit    credit.Config // method and every SPEC default
-	Layers    []int         // AttnSR layers to capture; empty: SPEC §3.1 mapping for the scorer's depth
+	Credit    credit.Config // method and every default of docs/method.md
+	Layers    []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
 	Window    state.WindowConfig
 	Limits    schemas.Limits
 

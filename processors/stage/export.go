@@ -6,7 +6,7 @@ import (
 )
 
 // ComputeInput turns a scored record into the input object of
-// `creditflow compute` (SPEC §5.1), so a topic can be replayed offline and
+// `creditflow compute` (docs/offline.md), so a topic can be replayed offline and
 // checked against the stream.
 func ComputeInput(s *schemas.Scored) offline.Input {
 	m := member(s)

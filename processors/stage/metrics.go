@@ -1,12 +1,19 @@
 package stage
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // Metrics are the stages' Prometheus metrics. Create one per process and
 // share it between the stages of that process.
 type Metrics struct {
+	reg            prometheus.Registerer // the stages' consumer groups register their metrics here too
+	once           sync.Mutex
+	registered     map[string]bool // credit methods whose metrics are registered
 	recordsIn      *prometheus.CounterVec
 	recordsOut     *prometheus.CounterVec
 	deadLetters    *prometheus.CounterVec
@@ -40,6 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	unit := []float64{0, .05, .1, .2, .3, .4, .5, .6, .7, .8, .9, .95, 1}
 	m := &Metrics{
+		reg: reg,
 		recordsIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_records_in_total",
 			Help: "Input records read by a stage."}, []string{"stage"}),
 		recordsOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "creditflow_records_out_total",
@@ -59,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "creditflow_inflight_records",
 			Help: "Input records read but not yet finished, by stage."}, []string{"stage"}),
 		truncations: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_truncations_total",
-			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (SPEC §2.1)."}),
+			Help: "LAPO rows whose context was cut from the left to fit the scorer's context (docs/method.md §2.1)."}),
 		nonFiniteGains: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_nonfinite_gains_total",
 			Help: "Eligible turns whose LAPO gain Δ was not finite (a row score the scorer could not compute) and became 0."}),
 		noGoldTarget: prometheus.NewCounter(prometheus.CounterOpts{Name: "creditflow_lapo_trajectories_without_gold_target_total",
@@ -88,8 +96,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partitions that started without a snapshot while their committed offset was past the start (EMA restarted)."}),
 	}
 	reg.MustRegister(m.recordsIn, m.recordsOut, m.deadLetters, m.unwritable, m.duplicates, m.groups, m.groupWait, m.latency,
-		m.inflight, m.truncations, m.nonFiniteGains, m.noGoldTarget, m.lapoDelta, m.lapoGate, m.lapoProcAbs, m.attnConfidence, m.attnFocus,
-		m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards, m.snapshots, m.resets)
+		m.inflight, m.snapshots, m.resets)
 	m.signals = newSignalMetrics(reg)
 	return m
+}
+
+// forMethod registers the metrics of one credit method (lapo or attnsr)
+// the first time a stage of that method is created, so that a process
+// exports only the series of the method it runs (no always-empty
+// histograms of the other one).
+func (m *Metrics) forMethod(method string) {
+	m.once.Lock()
+	defer m.once.Unlock()
+	if m.registered[method] {
+		return
+	}
+	if m.registered == nil {
+		m.registered = map[string]bool{}
+	}
+	m.registered[method] = true
+	switch method {
+	case credit.MethodLAPO:
+		m.reg.MustRegister(m.truncations, m.nonFiniteGains, m.noGoldTarget, m.lapoDelta, m.lapoGate, m.lapoProcAbs)
+	case credit.MethodAttnSR:
+		m.reg.MustRegister(m.attnConfidence, m.attnFocus, m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards)
+	}
 }

@@ -53,7 +53,7 @@ func readTopic(t *testing.T, brokers []string, topic string) map[int][]consumers
 	return out
 }
 
-// computeOut is SPEC §5.1's output object, as `creditflow compute` writes it.
+// computeOut is docs/offline.md's output object, as `creditflow compute` writes it.
 type computeOut struct {
 	TrajectoryID     string  `json:"trajectory_id"`
 	Partial          bool    `json:"partial"`

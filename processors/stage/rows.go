@@ -9,7 +9,7 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 )
 
-// Directions of LAPO scoring (SPEC §2.1).
+// Directions of LAPO scoring (docs/method.md §2.1).
 const (
 	Backward = "backward"
 	Forward  = "forward"
@@ -33,7 +33,7 @@ func creditTurns(t *schemas.Trajectory) []credit.Turn {
 	return out
 }
 
-// planLAPO builds the scoring rows of SPEC §2.1 for one trajectory.
+// planLAPO builds the scoring rows of docs/method.md §2.1 for one trajectory.
 // Backward: c_full and c_−t for every eligible t (T+1 rows).
 // Forward: c_≤t and c_<t for every eligible t (2T rows).
 // A trajectory without a usable gold target gets no rows and hence no process
@@ -162,7 +162,7 @@ func (p lapoPlan) turnScores(scores []float64) (out []schemas.TurnScore, nonFini
 	return out, nonFinite
 }
 
-// attentionJob lays a trajectory out for AttnSR step graphs (SPEC §3.1): the
+// attentionJob lays a trajectory out for AttnSR step graphs (docs/method.md §3.1): the
 // whole trajectory, every turn a step.
 func attentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 	n := len(t.Prompt)

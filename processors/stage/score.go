@@ -38,6 +38,8 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.forMethod(cfg.Credit.Method)
+	cfg.Metrics.unwritable.WithLabelValues("score") // exported at 0 from the start
 	info, err := scorer.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
@@ -69,7 +71,7 @@ func (s *ScoreStage) Run(ctx context.Context) error {
 		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID + ".score", Topics: []string{s.cfg.Topics.Trajectories},
 		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.MaxInFlight, SessionTimeout: s.cfg.SessionTimeout,
 		MaxBytes: s.cfg.fetchBytes(), Reassembly: s.cfg.reassembly("score", s.prod, s.log),
-	}, consumers.WithLogger(s.log))
+	}, consumers.WithLogger(s.log), consumers.WithRegisterer(s.cfg.Metrics.reg))
 	if err != nil {
 		return err
 	}

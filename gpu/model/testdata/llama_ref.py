@@ -2,8 +2,8 @@
 """Independent PyTorch implementation of the Llama-family forward pass that
 package model implements, for cross-checking its numbers.
 
-usage: llama_ref.py MODEL_DIR score     < rows.jsonl   (SPEC 5.2 lines)
-       llama_ref.py MODEL_DIR attention < trajs.jsonl  (SPEC 5.3 lines, "layers" required)
+usage: llama_ref.py MODEL_DIR score     < rows.jsonl   (docs/offline.md lines)
+       llama_ref.py MODEL_DIR attention < trajs.jsonl  (docs/offline.md lines, "layers" required)
        llama_ref.py --jobs < jobs.json
            jobs.json: [{"dir": MODEL_DIR, "mode": "score"|"attention", "lines": [obj...]}]
            writes a JSON array with one array of output objects per job

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Independent reference for `creditflow compute` (SPEC §1–§3.3 and §5.1).
+"""Independent reference for `creditflow compute` (docs/method.md §1–§3.3, docs/offline.md).
 
-Written from the SPEC text and docs/method.md (for the choices SPEC marks
+Written from docs/method.md and docs/offline.md (including the choices marked
 "ours"), not from the Go code: plain Python 3, standard library only.
-Reads scored trajectories as JSON Lines on stdin, writes the §5.1 output
+Reads scored trajectories as JSON Lines on stdin, writes the docs/offline.md output
 objects on stdout, reports late/repeated members on stderr.
 """
 import argparse
@@ -161,7 +161,7 @@ def attnsr_member(rec, R, baseline, args):
     return p, focus, consensus, focus * consensus
 
 
-# ---------- §5.1 ----------
+# ---------- output (docs/offline.md) ----------
 
 def finalize(members, partial, args, ema, out):
     rewards = [reward_of(m) for m in members]

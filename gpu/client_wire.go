@@ -1,0 +1,207 @@
+package gpu
+
+// One request attempt on the wire: encoding the body, sending it, classifying
+// the answer, and decoding a 200 into each caller's results.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+func (c *Client) encode(op string, items []*item) ([]byte, int, error) {
+	tokens := 0
+	for _, it := range items {
+		tokens += it.tokens
+	}
+	var v any
+	switch op {
+	case "score":
+		var sets []RowSet
+		for _, it := range items {
+			sets = append(sets, it.sets...)
+		}
+		b, err := appendScoreRequest(make([]byte, 0, 64+6*tokens), sets)
+		if err != nil {
+			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
+		}
+		return b, tokens, nil
+	default:
+		var jobs []AttentionJob
+		for _, it := range items {
+			jobs = append(jobs, it.jobs...)
+		}
+		v = jobsToWire(jobs)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
+	}
+	return b, tokens, nil
+}
+
+func (c *Client) newRequest(ctx context.Context, method, url string, body []byte) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(ProtocolHeader, ProtocolVersion)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.cfg.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.token)
+	}
+	return req, nil
+}
+
+// attempt sends one request to ep and returns the 200 body.
+func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, body []byte, tokens int) ([]byte, *attemptError) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+	defer cancel()
+	path := PathScore
+	if op == "attention" {
+		path = PathAttention
+	}
+	req, err := c.newRequest(actx, http.MethodPost, ep.url+path, body)
+	if err != nil {
+		return nil, &attemptError{kind: "protocol", err: fmt.Errorf("scorer %s: building request: %w", ep.url, err)}
+	}
+	ep.outstanding.Add(int64(tokens))
+	c.metrics.inFlight.WithLabelValues(ep.url).Inc()
+	c.stats.requests.Add(1)
+	c.metrics.requests.WithLabelValues(ep.url, op).Inc()
+	start := time.Now()
+	defer func() {
+		ep.outstanding.Add(-int64(tokens))
+		c.metrics.inFlight.WithLabelValues(ep.url).Dec()
+		c.metrics.duration.WithLabelValues(ep.url, op).Observe(time.Since(start).Seconds())
+	}()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, classifyTransport(ctx, actx, ep, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, classifyTransport(ctx, actx, ep, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		if v := resp.Header.Get(ProtocolHeader); v != "" && v != ProtocolVersion {
+			return nil, &attemptError{kind: "status", status: resp.StatusCode, err: &StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: CodeVersionMismatch,
+				Message: fmt.Sprintf("scorer answers with protocol %q, client speaks %q", v, ProtocolVersion)}}
+		}
+		return data, nil
+	}
+	return nil, classifyStatus(ep, resp.StatusCode, data)
+}
+
+func classifyTransport(ctx, actx context.Context, ep *endpoint, err error) *attemptError {
+	if ctx.Err() == nil && actx.Err() != nil {
+		return &attemptError{kind: "timeout", retryable: true, err: fmt.Errorf("scorer %s: request timed out: %w", ep.url, err)}
+	}
+	return &attemptError{kind: "connection", retryable: true, err: fmt.Errorf("scorer %s: %w", ep.url, err)}
+}
+
+func classifyStatus(ep *endpoint, status int, data []byte) *attemptError {
+	var body ErrorBody
+	if json.Unmarshal(data, &body) != nil || body.Error == "" {
+		body = ErrorBody{Error: strings.TrimSpace(string(data[:min(len(data), 512)]))}
+	}
+	switch {
+	case status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout:
+		return &attemptError{kind: "server", retryable: true, status: status, body: body,
+			err: fmt.Errorf("scorer %s answered %d %s: %s", ep.url, status, body.Code, body.Error)}
+	case (status == http.StatusBadRequest && body.Code != CodeVersionMismatch) || status == http.StatusRequestEntityTooLarge:
+		if status == http.StatusRequestEntityTooLarge {
+			body.Code = CodeTooLarge
+		}
+		return &attemptError{kind: "rejected", status: status, body: body,
+			err: &RejectedError{Code: body.Code, Message: body.Error, ID: body.ID, Endpoint: ep.url, Item: -1}}
+	default:
+		return &attemptError{kind: "status", status: status, body: body,
+			err: &StatusError{Endpoint: ep.url, Status: status, Code: body.Code, Message: body.Error}}
+	}
+}
+
+// deliver decodes a 200 body and hands each item its results.
+func (c *Client) deliver(op string, items []*item, data []byte) error {
+	switch op {
+	case "score":
+		var resp ScoreResponse
+		if err := json.Unmarshal(data, &resp); err != nil {
+			return fmt.Errorf("undecodable score response: %w", err)
+		}
+		n := 0
+		for _, it := range items {
+			n += len(it.sets)
+		}
+		if len(resp.Results) != n {
+			return fmt.Errorf("score response holds %d results for %d sets", len(resp.Results), n)
+		}
+		k := 0
+		outs := make([][]RowScores, len(items))
+		for i, it := range items {
+			outs[i] = make([]RowScores, len(it.sets))
+			for j, s := range it.sets {
+				w := resp.Results[k]
+				if len(w.Scores) != len(s.Rows) {
+					return fmt.Errorf("score response set %d holds %d scores for %d rows", k, len(w.Scores), len(s.Rows))
+				}
+				outs[i][j] = scoresFromWire(w)
+				outs[i][j].PolicyVersion = resp.PolicyVersion
+				k++
+			}
+		}
+		c.metrics.forwarded.Add(float64(resp.Usage.TokensForwarded))
+		c.metrics.rowByRow.Add(float64(resp.Usage.TokensRowByRow))
+		c.metrics.truncs.Add(float64(resp.Usage.Truncations))
+		for i, it := range items {
+			it.finish(itemResult{scores: outs[i]})
+		}
+	default:
+		var resp AttentionResponse
+		if err := json.Unmarshal(data, &resp); err != nil {
+			return fmt.Errorf("undecodable attention response: %w", err)
+		}
+		n := 0
+		for _, it := range items {
+			n += len(it.jobs)
+		}
+		if len(resp.Results) != n {
+			return fmt.Errorf("attention response holds %d results for %d jobs", len(resp.Results), n)
+		}
+		k := 0
+		outs := make([][][]StepGraph, len(items))
+		for i, it := range items {
+			outs[i] = make([][]StepGraph, len(it.jobs))
+			for j, jb := range it.jobs {
+				g := graphsFromWire(resp.Results[k])
+				if len(g) != len(jb.Layers) {
+					return fmt.Errorf("attention response job %d holds %d graphs for %d layers", k, len(g), len(jb.Layers))
+				}
+				K := len(jb.Steps)
+				for _, sg := range g {
+					if len(sg.AA) != K || len(sg.AO) != K {
+						return fmt.Errorf("attention response job %d layer %d is not %d×%d", k, sg.Layer, K, K)
+					}
+				}
+				outs[i][j] = g
+				k++
+			}
+		}
+		for i, it := range items {
+			it.finish(itemResult{graphs: outs[i], version: resp.PolicyVersion})
+		}
+	}
+	return nil
+}

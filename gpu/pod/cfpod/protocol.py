@@ -1,0 +1,192 @@
+"""The creditflow.scorer/v1 protocol of the pod (docs/scorer-protocol.md): its header,
+paths and error answers, and the validation of score and attention requests into model
+input. Invalid input raises Reject with the status and code the protocol assigns."""
+
+import array
+import base64
+import binascii
+import math
+import sys
+
+PROTOCOL_VERSION = "creditflow.scorer/v1"
+PROTOCOL_HEADER = "Creditflow-Scorer-Protocol"
+
+PATH_INFO, PATH_SCORE, PATH_ATTENTION = "/v1/info", "/v1/score", "/v1/attention"
+PATH_HEALTH, PATH_METRICS, PATH_ADMIN_LOAD = "/healthz", "/metrics", "/v1/admin/load"
+
+
+class Reject(Exception):
+    """An answer other than 200: status, protocol code, message, optional item index and id."""
+
+    def __init__(self, status, code, message, item=None, id_=""):
+        super().__init__(message)
+        self.status, self.code, self.message, self.item, self.id = status, code, message, item, id_
+
+    def body(self):
+        b = {"error": self.message, "code": self.code}
+        if self.item is not None:
+            b["item"] = self.item
+        if self.id:
+            b["id"] = self.id
+        return b
+
+
+def bad(message, item=None, id_=""):
+    return Reject(400, "bad_request", message, item, id_)
+
+
+def decode_tokens(v, what):
+    """A token array on the wire: base64 (standard alphabet, padded) of little-endian int32."""
+    if v is None:
+        return []
+    if not isinstance(v, str):
+        raise bad(f"{what}: token array must be a base64 string of little-endian int32")
+    try:
+        raw = base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise bad(f"{what}: token array is not valid base64: {e}") from None
+    if len(raw) % 4:
+        raise bad(f"{what}: token array has {len(raw)} bytes, not a multiple of 4 (int32 little-endian)")
+    a = array.array("i")
+    a.frombytes(raw)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tolist()
+
+
+def _range(v, what):
+    if (not isinstance(v, list) or len(v) != 2 or
+            not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+        raise bad(f"{what} must be a list of two integers, got {v!r}")
+    return int(v[0]), int(v[1])
+
+
+def _score(x):
+    return x if math.isfinite(x) else None
+
+
+def _bad_token(ids, vocab):
+    for k, t in enumerate(ids):
+        if not 0 <= t < vocab:
+            return k
+    return -1
+
+
+def parse_score_request(req, info, limits=None):
+    """Decodes and validates a score request (the rules of gpu/errors.go validateSets).
+    limits(rows, tokens) runs after decoding and before validating, as in the Go server.
+    Returns [(id, [(context, target, (a, b), temperature)])]; an absent or null "temperature"
+    is 1."""
+    if not isinstance(req, dict) or not isinstance(req.get("sets"), list):
+        raise bad('score request must be an object with a "sets" list')
+    if limits:
+        n_rows = n_tok = 0
+        for s in req["sets"]:
+            rows = s.get("rows") if isinstance(s, dict) else None
+            for r in rows if isinstance(rows, list) else []:
+                n_rows += 1
+                if isinstance(r, dict):
+                    n_tok += sum(len(x) * 3 // 16 for x in (r.get("context"), r.get("target")) if isinstance(x, str))
+        limits(n_rows, n_tok)
+    V, MC = info["vocab_size"], info["max_context"]
+    out = []
+    for i, s in enumerate(req["sets"]):
+        if not isinstance(s, dict):
+            raise bad(f"set {i} is not an object", i)
+        sid = s.get("id") or ""
+        if not isinstance(sid, str):
+            raise bad(f"set {i}: id must be a string", i)
+        rows = s.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise bad(f"set {i} has no rows", i, sid)
+        parsed = []
+        for j, r in enumerate(rows):
+            if not isinstance(r, dict):
+                raise bad(f"set {i} row {j} is not an object", i, sid)
+            ctx = decode_tokens(r.get("context"), f"set {i} row {j} context")
+            tgt = decode_tokens(r.get("target"), f"set {i} row {j} target")
+            a, b = _range(r.get("span"), f"set {i} row {j} span")
+            if a < 0 or b > len(tgt) or a >= b:
+                raise bad(f"set {i} row {j}: span [{a}, {b}) is not a non-empty range inside the target "
+                          f"of {len(tgt)} tokens", i, sid)
+            if not ctx and a == 0:
+                raise bad(f"set {i} row {j}: empty context and span starting at 0: the first scored token "
+                          "needs a token before it", i, sid)
+            k = _bad_token(ctx, V)
+            if k >= 0:
+                raise bad(f"set {i} row {j}: context token {ctx[k]} (index {k}) is outside the vocabulary "
+                          f"[0, {V})", i, sid)
+            k = _bad_token(tgt, V)
+            if k >= 0:
+                raise bad(f"set {i} row {j}: target token {tgt[k]} (index {k}) is outside the vocabulary "
+                          f"[0, {V})", i, sid)
+            if MC > 0 and len(tgt) > MC:
+                raise bad(f"set {i} row {j}: target of {len(tgt)} tokens alone exceeds the model's max "
+                          f"context {MC}", i, sid)
+            temp = r.get("temperature")
+            if temp is None:
+                temp = 1.0
+            elif isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp <= 0:
+                raise bad(f"set {i} row {j}: temperature {temp!r} must be a finite number > 0 (leave it out "
+                          "for 1)", i, sid)
+            parsed.append((ctx, tgt, (a, b), float(temp)))
+        out.append((sid, parsed))
+    return out
+
+
+def parse_attention_request(req, info, limits=None):
+    """Decodes and validates an attention request (gpu/errors.go validateJobs); limits as
+    in parse_score_request. Returns [(id, tokens, [((a0, a1), (o0, o1) or None)], layers)]."""
+    if not isinstance(req, dict) or not isinstance(req.get("jobs"), list):
+        raise bad('attention request must be an object with a "jobs" list')
+    if limits:
+        limits(len(req["jobs"]), sum(len(j["tokens"]) * 3 // 16 for j in req["jobs"]
+                                     if isinstance(j, dict) and isinstance(j.get("tokens"), str)))
+    V, MC, NL = info["vocab_size"], info["max_context"], info["layers"]
+    out = []
+    for i, jb in enumerate(req["jobs"]):
+        if not isinstance(jb, dict):
+            raise bad(f"job {i} is not an object", i)
+        jid = jb.get("id") or ""
+        if not isinstance(jid, str):
+            raise bad(f"job {i}: id must be a string", i)
+        toks = decode_tokens(jb.get("tokens"), f"job {i} tokens")
+        n = len(toks)
+        if n == 0:
+            raise bad(f"job {i} has no tokens", i, jid)
+        if MC > 0 and n > MC:
+            raise bad(f"job {i} has {n} tokens, more than the model's max context {MC}", i, jid)
+        k = _bad_token(toks, V)
+        if k >= 0:
+            raise bad(f"job {i}: token {toks[k]} (index {k}) is outside the vocabulary [0, {V})", i, jid)
+        steps = jb.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise bad(f"job {i} has no steps", i, jid)
+        end = 0
+        parsed = []
+        for k, stp in enumerate(steps):
+            if not isinstance(stp, dict):
+                raise bad(f"job {i} step {k} is not an object", i, jid)
+            s, e = _range(stp.get("action"), f"job {i} step {k} action")
+            if s < end or e < s or e > n:
+                raise bad(f"job {i} step {k}: action range [{s}, {e}) must lie after the previous step "
+                          f"({end}) and inside the {n} tokens, start <= end", i, jid)
+            end = e
+            obs = None
+            if stp.get("observation") is not None:
+                os_, oe = _range(stp["observation"], f"job {i} step {k} observation")
+                if oe != os_:
+                    if os_ < end or oe < os_ or oe > n:
+                        raise bad(f"job {i} step {k}: observation range [{os_}, {oe}) must follow the action "
+                                  f"({end}) and lie inside the {n} tokens", i, jid)
+                    end = oe
+                    obs = (os_, oe)
+            parsed.append(((s, e), obs))
+        layers = jb.get("layers")
+        if not isinstance(layers, list) or not layers:
+            raise bad(f"job {i} asks for no layers", i, jid)
+        for l in layers:
+            if not isinstance(l, int) or isinstance(l, bool) or not 0 <= l < NL:
+                raise bad(f"job {i}: layer {l} is outside the model's layers [0, {NL})", i, jid)
+        out.append((jid, toks, parsed, layers))
+    return out
