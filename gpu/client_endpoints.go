@@ -17,6 +17,7 @@ type endpoint struct {
 	url         string
 	outstanding atomic.Int64 // tokens in flight
 	healthy     atomic.Bool
+	rowPieces   atomic.Bool // its /v1/info advertises FeatureRowPieces
 	mu          sync.Mutex
 	fails       int
 	probing     bool

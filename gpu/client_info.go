@@ -44,6 +44,7 @@ func (c *Client) fetchInfo(ctx context.Context, ep *endpoint) (ModelInfo, error)
 		return ModelInfo{}, &StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: CodeVersionMismatch,
 			Message: fmt.Sprintf("scorer speaks protocol %q, client speaks %q", info.Protocol, ProtocolVersion)}
 	}
+	ep.rowPieces.Store(slices.Contains(info.Features, FeatureRowPieces))
 	return info, nil
 }
 

@@ -56,13 +56,10 @@ func (c *Client) send(op string, items []*item) {
 		defer stop()
 	}
 
-	body, tokens, err := c.encode(op, items)
-	if err != nil {
-		for _, it := range items {
-			it.finish(itemResult{err: err})
-		}
-		return
-	}
+	// bodies[1] is the compact form, sent to endpoints that advertise
+	// FeatureRowPieces; each form is encoded when first needed.
+	var bodies [2][]byte
+	tokens := 0
 	tried := map[*endpoint]bool{}
 	var last *attemptError
 	for attempt := 0; attempt < c.cfg.retry.MaxAttempts; attempt++ {
@@ -75,7 +72,21 @@ func (c *Client) send(op string, items []*item) {
 		}
 		ep := c.pick(tried)
 		tried[ep] = true
-		raw, aerr := c.attempt(ctx, ep, op, body, tokens)
+		form := 0
+		if op == "score" && ep.rowPieces.Load() {
+			form = 1
+		}
+		if bodies[form] == nil {
+			b, n, err := c.encode(op, items, form == 1)
+			if err != nil {
+				for _, it := range items {
+					it.finish(itemResult{err: err})
+				}
+				return
+			}
+			bodies[form], tokens = b, n
+		}
+		raw, aerr := c.attempt(ctx, ep, op, bodies[form], tokens)
 		if aerr == nil {
 			if derr := c.deliver(op, items, raw); derr != nil {
 				aerr = &attemptError{kind: "protocol", retryable: true, err: fmt.Errorf("scorer %s: %w", ep.url, derr)}

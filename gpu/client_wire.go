@@ -14,7 +14,9 @@ import (
 	"time"
 )
 
-func (c *Client) encode(op string, items []*item) ([]byte, int, error) {
+// encode writes the request body of items; compact selects the compact
+// score rows (FeatureRowPieces) for an endpoint that advertises them.
+func (c *Client) encode(op string, items []*item, compact bool) ([]byte, int, error) {
 	tokens := 0
 	for _, it := range items {
 		tokens += it.tokens
@@ -26,7 +28,7 @@ func (c *Client) encode(op string, items []*item) ([]byte, int, error) {
 		for _, it := range items {
 			sets = append(sets, it.sets...)
 		}
-		b, err := appendScoreRequest(make([]byte, 0, 64+6*tokens), sets)
+		b, err := appendScoreRequest(make([]byte, 0, 64+6*tokens), sets, compact)
 		if err != nil {
 			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
 		}

@@ -35,7 +35,10 @@ func FuzzServerScore(f *testing.F) {
 		`{"sets":[{"id":"a","rows":[{"context":"","target":"AwAAAA==","span":[0,1]}]}]}`,
 		`{"sets":[{"rows":[{"context":"AQAAAA==","target":"AwAAAA==","span":[1,0]}]}]}`,
 		`{"sets":[{"rows":[{"context":"/////w==","target":"AwAAAA==","span":[0,1]}]}]}`,
-		`{"sets":null}`, `[]`, `{"sets":[{"rows":[{}]}]}`)
+		`{"sets":null}`, `[]`, `{"sets":[{"rows":[{}]}]}`,
+		`{"sets":[{"id":"c","tokens":"AQAAAAIAAAADAAAA","target":"AwAAAAQAAAA=","span":[0,2],"rows":[{"pieces":[[0,3]]},{"pieces":[[0,1],"BQAAAA==",[2,3]]}]}]}`,
+		`{"sets":[{"tokens":"AQAAAA==","rows":[{"pieces":[[0,5]],"target":"AwAAAA==","span":[0,1]}]}]}`,
+		`{"sets":[{"tokens":"AQAAAA==","target":"AwAAAA==","span":[0,1],"rows":[{"pieces":[[1,0],"",[-1,1]]}]}]}`)
 }
 
 func FuzzServerAttention(f *testing.F) {

@@ -224,6 +224,10 @@ func (l *Local) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, erro
 // Every RowScores carries the policy version of the weights that computed it.
 func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error) {
 	cur := l.cur.Load()
+	sets, err := expandSets(sets)
+	if err != nil {
+		return nil, Usage{}, err
+	}
 	if err := validateSets(cur.info, sets); err != nil {
 		return nil, Usage{}, err
 	}

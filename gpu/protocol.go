@@ -114,17 +114,27 @@ func (s *Score) UnmarshalJSON(b []byte) error {
 // WireRow is one LAPO row on the wire. Temperature is the rollout's sampling
 // temperature: the row is scored with the logits divided by it. Absent (or
 // null) means 1; a value that is not > 0 is a bad request.
+//
+// A compact row (FeatureRowPieces) gives Pieces instead of Context and may
+// leave out Target and Span to take its set's.
 type WireRow struct {
-	Context     Tokens   `json:"context"`
-	Target      Tokens   `json:"target"`
-	Span        [2]int   `json:"span"`
+	Context     Tokens   `json:"context,omitempty"`
+	Pieces      []Piece  `json:"pieces,omitempty"`
+	Target      Tokens   `json:"target,omitempty"`
+	Span        *[2]int  `json:"span,omitempty"`
 	Temperature *float64 `json:"temperature,omitempty"`
 }
 
-// WireRowSet is one trajectory's rows on the wire.
+// WireRowSet is one trajectory's rows on the wire. Tokens, Target and Span
+// are the compact form's shared arrays (FeatureRowPieces): the tokens the
+// rows' span pieces point into, and the target and span of every row that
+// has none of its own.
 type WireRowSet struct {
-	ID   string    `json:"id,omitempty"`
-	Rows []WireRow `json:"rows"`
+	ID     string    `json:"id,omitempty"`
+	Tokens Tokens    `json:"tokens,omitempty"`
+	Target Tokens    `json:"target,omitempty"`
+	Span   *[2]int   `json:"span,omitempty"`
+	Rows   []WireRow `json:"rows"`
 }
 
 // ScoreRequest is the body of POST /v1/score.
@@ -207,7 +217,8 @@ func setsToWire(sets []RowSet) ScoreRequest {
 	for i, s := range sets {
 		rows := make([]WireRow, len(s.Rows))
 		for j, r := range s.Rows {
-			rows[j] = WireRow{Context: r.Context, Target: r.Target, Span: r.Span}
+			span := r.Span
+			rows[j] = WireRow{Context: r.Context, Target: r.Target, Span: &span}
 			if r.Temperature != 0 {
 				temp := r.Temperature
 				rows[j].Temperature = &temp
@@ -223,7 +234,10 @@ func setsFromWire(req ScoreRequest) []RowSet {
 	for i, s := range req.Sets {
 		rows := make([]Row, len(s.Rows))
 		for j, r := range s.Rows {
-			rows[j] = Row{Context: r.Context, Target: r.Target, Span: r.Span}
+			rows[j] = Row{Context: r.Context, Target: r.Target}
+			if r.Span != nil {
+				rows[j].Span = *r.Span
+			}
 			if r.Temperature != nil {
 				rows[j].Temperature = *r.Temperature
 			}
@@ -318,8 +332,8 @@ func graphsFromWire(w WireJobResult) []StepGraph {
 // rowsTokens is the work of a set in tokens (context plus target of every row).
 func rowsTokens(s RowSet) int {
 	n := 0
-	for _, r := range s.Rows {
-		n += len(r.Context) + len(r.Target)
+	for j, r := range s.Rows {
+		n += s.rowContextLen(j) + len(r.Target)
 	}
 	return n
 }

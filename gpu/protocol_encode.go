@@ -4,17 +4,22 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"strconv"
 )
 
-// appendScoreRequest appends the JSON of a ScoreRequest for sets: the same
-// bytes as json.Marshal(setsToWire(sets)), written directly. encoding/json
-// re-scans and compacts the output of every MarshalJSON, which for the
-// token arrays (base64 of rows that repeat a trajectory's whole prefix) was
-// most of the score stage's client cost.
-func appendScoreRequest(dst []byte, sets []RowSet) ([]byte, error) {
+// appendScoreRequest appends the JSON of a ScoreRequest for sets, written
+// directly (encoding/json re-scans and compacts the output of every
+// MarshalJSON, which for the token arrays was most of the score stage's
+// client cost). With compact false every row carries its full context (the
+// bytes of json.Marshal(setsToWire(expanded sets))); with compact true a set
+// with pieces is sent in the compact form of FeatureRowPieces: its tokens
+// once, the shared target and span once, each row as pieces.
+func appendScoreRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error) {
 	dst = append(dst, `{"sets":[`...)
-	for i, s := range sets {
+	var buf []int32
+	for i := range sets {
+		s := &sets[i]
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -28,20 +33,54 @@ func appendScoreRequest(dst []byte, sets []RowSet) ([]byte, error) {
 			dst = append(dst, id...)
 			dst = append(dst, ',')
 		}
+		pieces := compact && s.Pieces != nil
+		shared := pieces && sharedTarget(s)
+		if pieces {
+			dst = append(dst, `"tokens":`...)
+			dst = appendTokens(dst, s.Tokens)
+			dst = append(dst, ',')
+			if shared {
+				dst = append(dst, `"target":`...)
+				dst = appendTokens(dst, s.Rows[0].Target)
+				dst = appendSpan(append(dst, `,"span":`...), s.Rows[0].Span)
+				dst = append(dst, ',')
+			}
+		}
 		dst = append(dst, `"rows":[`...)
 		for j, r := range s.Rows {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = append(dst, `{"context":`...)
-			dst = appendTokens(dst, r.Context)
-			dst = append(dst, `,"target":`...)
-			dst = appendTokens(dst, r.Target)
-			dst = append(dst, `,"span":[`...)
-			dst = strconv.AppendInt(dst, int64(r.Span[0]), 10)
-			dst = append(dst, ',')
-			dst = strconv.AppendInt(dst, int64(r.Span[1]), 10)
-			dst = append(dst, ']')
+			if ps := s.rowPieces(j); pieces && ps != nil {
+				dst = append(dst, `{"pieces":[`...)
+				for k, p := range ps {
+					if k > 0 {
+						dst = append(dst, ',')
+					}
+					if p.Literal != nil {
+						dst = appendTokens(dst, p.Literal)
+					} else {
+						dst = appendSpan(dst, [2]int{p.Start, p.End})
+					}
+				}
+				dst = append(dst, ']')
+			} else {
+				ctx := r.Context
+				if s.rowPieces(j) != nil {
+					var err error
+					if buf, err = s.appendRowContext(buf[:0], j); err != nil {
+						return nil, err
+					}
+					ctx = buf
+				}
+				dst = append(dst, `{"context":`...)
+				dst = appendTokens(dst, ctx)
+			}
+			if !shared {
+				dst = append(dst, `,"target":`...)
+				dst = appendTokens(dst, r.Target)
+				dst = appendSpan(append(dst, `,"span":`...), r.Span)
+			}
 			if r.Temperature != 0 {
 				temp, err := json.Marshal(r.Temperature)
 				if err != nil {
@@ -55,6 +94,29 @@ func appendScoreRequest(dst []byte, sets []RowSet) ([]byte, error) {
 		dst = append(dst, "]}"...)
 	}
 	return append(dst, "]}"...), nil
+}
+
+// sharedTarget reports whether every row of s has the first row's target
+// and span (then the compact form sends them once, at set level).
+func sharedTarget(s *RowSet) bool {
+	if len(s.Rows) == 0 {
+		return false
+	}
+	r0 := s.Rows[0]
+	for _, r := range s.Rows[1:] {
+		if r.Span != r0.Span || !slices.Equal(r.Target, r0.Target) {
+			return false
+		}
+	}
+	return true
+}
+
+func appendSpan(dst []byte, sp [2]int) []byte {
+	dst = append(dst, '[')
+	dst = strconv.AppendInt(dst, int64(sp[0]), 10)
+	dst = append(dst, ',')
+	dst = strconv.AppendInt(dst, int64(sp[1]), 10)
+	return append(dst, ']')
 }
 
 // appendTokens appends t as Tokens.MarshalJSON writes it.

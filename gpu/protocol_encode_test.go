@@ -41,7 +41,7 @@ func TestAppendScoreRequestMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := appendScoreRequest(nil, sets)
+		got, err := appendScoreRequest(nil, sets, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func BenchmarkScoreRequestEncodingJSON(b *testing.B) {
 func BenchmarkScoreRequestAppend(b *testing.B) {
 	sets := benchSets()
 	for b.Loop() {
-		if _, err := appendScoreRequest(make([]byte, 0, 64+6*40000), sets); err != nil {
+		if _, err := appendScoreRequest(make([]byte, 0, 64+6*40000), sets, false); err != nil {
 			b.Fatal(err)
 		}
 	}

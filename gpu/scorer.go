@@ -23,13 +23,23 @@ type ModelInfo struct {
 	MaxContext     int     `json:"max_context"`
 	PolicyVersion  int64   `json:"policy_version"`
 	PlaceholderIDs []int32 `json:"placeholder_ids"`
+	// Features lists the protocol features the server accepts within v1
+	// (FeatureRowPieces); absent on servers from before them.
+	Features []string `json:"features,omitempty"`
 }
 
 // RowSet is the LAPO rows of one trajectory. Rows of one set usually share a
 // long prefix; a scorer computes shared prefixes once.
+//
+// Compact sets: when Pieces is not nil, row j with Pieces[j] != nil has no
+// Context of its own; its context is its pieces, spans into Tokens or
+// literal ids (the wire's compact rows, FeatureRowPieces). This keeps one
+// copy of a trajectory instead of one per row; ExpandSet materializes it.
 type RowSet struct {
-	ID   string // caller's label (e.g. trajectory id), echoed in errors
-	Rows []Row
+	ID     string // caller's label (e.g. trajectory id), echoed in errors
+	Rows   []Row
+	Tokens []int32   // what span pieces point into
+	Pieces [][]Piece // nil, or one entry per row (nil: the row's Context)
 }
 
 // RowScores answers one RowSet: Scores[i] is S for Rows[i].

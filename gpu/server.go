@@ -371,6 +371,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info.Protocol = ProtocolVersion
+	info.Features = append(info.Features[:len(info.Features):len(info.Features)], FeatureRowPieces)
 	writeJSON(sw, http.StatusOK, info)
 	s.logRequest(r, "info", sw.status, start, 0, 0, "")
 }
@@ -472,14 +473,18 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 	var req ScoreRequest
 	s.serveWork(w, r, "score", &req, func() (int, int, int) {
 		rows, tokens := 0, 0
-		for _, set := range req.Sets {
+		for i := range req.Sets {
+			set := &req.Sets[i]
 			rows += len(set.Rows)
-			for _, row := range set.Rows {
-				tokens += len(row.Context) + len(row.Target)
+			for j := range set.Rows {
+				tokens += wireRowTokens(set, &set.Rows[j])
 			}
 		}
 		return len(req.Sets), rows, tokens
 	}, func(ctx context.Context) (any, error) {
+		if err := expandWireSets(&req); err != nil {
+			return nil, err
+		}
 		if err := validateWireTemperatures(req); err != nil {
 			return nil, err
 		}
