@@ -37,6 +37,10 @@ func (s benchInstantScorer) Info(context.Context) (gpu.ModelInfo, error) { retur
 func (s benchInstantScorer) ScoreRows(_ context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
 	out := make([]gpu.RowScores, len(sets))
 	for i, set := range sets {
+		set, err := gpu.ExpandSet(set) // the server has expanded compact rows; in process they may still be pieces
+		if err != nil {
+			return nil, err
+		}
 		out[i].Scores = make([]float64, len(set.Rows))
 		for j, r := range set.Rows {
 			h := (len(r.Context)*31 + len(r.Target)*7 + r.Span[0]*3 + r.Span[1]) % 97

@@ -18,7 +18,11 @@ func LAPORows(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return p.rows, p.with, p.without, nil
+	rows, err = p.expandedRows()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rows, p.with, p.without, nil
 }
 
 // Gains scores t's LAPO rows on scorer and returns its turn scores as the
@@ -31,7 +35,7 @@ func Gains(ctx context.Context, scorer gpu.Scorer, t *schemas.Trajectory, direct
 	if len(p.rows) == 0 {
 		return make([]schemas.TurnScore, len(t.Turns)), nil
 	}
-	res, err := scorer.ScoreRows(ctx, []gpu.RowSet{{ID: t.TrajectoryID, Rows: p.rows}})
+	res, err := scorer.ScoreRows(ctx, []gpu.RowSet{p.rowSet(t.TrajectoryID)})
 	if err != nil {
 		return nil, err
 	}

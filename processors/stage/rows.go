@@ -17,7 +17,12 @@ const (
 
 // lapoPlan is the rows one trajectory needs and how they combine into Δ_t.
 type lapoPlan struct {
-	rows []gpu.Row
+	// rows carry no Context: row j's context is pieces[j], spans into
+	// tokens (the trajectory without its answer turn, once) and the
+	// placeholder (the compact rows of docs/scorer-protocol.md).
+	rows   []gpu.Row
+	tokens []int32
+	pieces [][]gpu.Piece
 	// noGoldTarget: the trajectory has no usable gold target (no rows)
 	noGoldTarget bool
 	// for each turn: indexes into rows of the "with" and "without" score, or -1
@@ -59,31 +64,50 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 	if !any {
 		return p, nil
 	}
-	// context builds prompt + turns[0:upto) without the answer turn, with turn
-	// `drop` replaced by the placeholder (drop < 0: none).
-	context := func(upto, drop int) []int32 {
-		n := len(t.Prompt)
-		for i := 0; i < upto; i++ {
-			n += len(t.Turns[i].Action) + len(t.Turns[i].Observation)
+	// tokens: prompt + every turn but the answer turn, once; start[i] and
+	// end[i] bound turn i in it (the answer turn is empty there).
+	n := len(t.Prompt)
+	for _, tu := range t.Turns {
+		n += len(tu.Action) + len(tu.Observation)
+	}
+	p.tokens = make([]int32, 0, n)
+	p.tokens = append(p.tokens, t.Prompt...)
+	start, end := make([]int, k), make([]int, k)
+	for i, tu := range t.Turns {
+		start[i] = len(p.tokens)
+		if i != answer {
+			p.tokens = append(p.tokens, tu.Action...)
+			p.tokens = append(p.tokens, tu.Observation...)
 		}
-		c := make([]int32, 0, n)
-		c = append(c, t.Prompt...)
-		for i := 0; i < upto; i++ {
-			if i == answer {
-				continue
-			}
-			if i == drop {
-				c = append(c, placeholder...)
-				continue
-			}
-			c = append(c, t.Turns[i].Action...)
-			c = append(c, t.Turns[i].Observation...)
+		end[i] = len(p.tokens)
+	}
+	// context is prompt + turns[0:upto) without the answer turn, with turn
+	// `drop` replaced by the placeholder (drop < 0: none), as pieces.
+	context := func(upto, drop int) []gpu.Piece {
+		cut := len(t.Prompt)
+		if upto > 0 {
+			cut = end[upto-1]
 		}
-		return c
+		ps := make([]gpu.Piece, 0, 3)
+		if drop < 0 {
+			if cut > 0 {
+				ps = append(ps, gpu.Piece{Start: 0, End: cut})
+			}
+			return ps
+		}
+		if start[drop] > 0 {
+			ps = append(ps, gpu.Piece{Start: 0, End: start[drop]})
+		}
+		ps = append(ps, gpu.Piece{Literal: gpu.Tokens(placeholder)})
+		if cut > end[drop] {
+			ps = append(ps, gpu.Piece{Start: end[drop], End: cut})
+		}
+		return ps
 	}
 	temp := rolloutTemperature(t)
-	add := func(c []int32) int {
-		p.rows = append(p.rows, gpu.Row{Context: c, Target: t.GoldTarget, Span: span, Temperature: temp})
+	add := func(c []gpu.Piece) int {
+		p.rows = append(p.rows, gpu.Row{Target: t.GoldTarget, Span: span, Temperature: temp})
+		p.pieces = append(p.pieces, c)
 		return len(p.rows) - 1
 	}
 	switch direction {
@@ -104,6 +128,17 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		return p, fmt.Errorf("unknown LAPO direction %q (want backward or forward)", direction)
 	}
 	return p, nil
+}
+
+// rowSet is the plan's rows as one compact set labelled id.
+func (p lapoPlan) rowSet(id string) gpu.RowSet {
+	return gpu.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
+}
+
+// expandedRows is the plan's rows with their contexts materialized.
+func (p lapoPlan) expandedRows() ([]gpu.Row, error) {
+	s, err := gpu.ExpandSet(p.rowSet(""))
+	return s.Rows, err
 }
 
 // rolloutTemperature is the temperature the rows are scored at: the record's

@@ -30,8 +30,12 @@ func sampleTrajectory() *schemas.Trajectory {
 }
 
 func contexts(p lapoPlan) [][]int32 {
+	rows, err := p.expandedRows()
+	if err != nil {
+		panic(err)
+	}
 	var out [][]int32
-	for _, r := range p.rows {
+	for _, r := range rows {
 		out = append(out, r.Context)
 	}
 	return out

@@ -358,7 +358,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		var res []gpu.RowScores
 		err = retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
-			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{{ID: t.TrajectoryID, Rows: plan.rows}})
+			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{plan.rowSet(t.TrajectoryID)})
 			return err
 		})
 		if err != nil {
