@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -350,6 +351,10 @@ func testTiny(t *testing.T, p *pod) {
 		t.Fatal(err)
 	}
 	want, _ := ref.Info(ctx)
+	if !slices.Contains(info.Features, gpu.FeatureRowPieces) {
+		t.Errorf("pod info features %v lack %s", info.Features, gpu.FeatureRowPieces)
+	}
+	info.Features = nil
 	if fmt.Sprint(info) != fmt.Sprint(want) {
 		t.Errorf("pod info %+v, reference %+v", info, want)
 	}
@@ -368,13 +373,29 @@ func testTiny(t *testing.T, p *pod) {
 	}
 	checkScores(t, ctx, c, ref, hot, "tiny with temperatures")
 
+	// Compact rows (pieces of one copy of each set's tokens) score
+	// bit-identically to the same rows with full contexts.
+	fullGot, err := c.ScoreRows(ctx, hot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact := make([]gpu.RowSet, len(hot))
+	for i, s := range hot {
+		compact[i] = compactOf(s)
+	}
+	compactGot, err := c.ScoreRows(ctx, compact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareScores(t, "compact vs full rows on the pod", compactGot, fullGot, 0)
+
 	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
 	var resp gpu.ScoreResponse
 	wire := gpu.ScoreRequest{}
 	for _, s := range sets {
 		ws := gpu.WireRowSet{ID: s.ID}
 		for _, row := range s.Rows {
-			ws.Rows = append(ws.Rows, gpu.WireRow{Context: row.Context, Target: row.Target, Span: row.Span})
+			ws.Rows = append(ws.Rows, gpu.WireRow{Context: row.Context, Target: row.Target, Span: &row.Span})
 		}
 		wire.Sets = append(wire.Sets, ws)
 	}
@@ -589,4 +610,34 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// compactOf rewrites a set in the compact form: the first row's context is
+// the set's tokens, every row the prefix and suffix it shares with them as
+// spans around literal ids.
+func compactOf(s gpu.RowSet) gpu.RowSet {
+	base := s.Rows[0].Context
+	out := gpu.RowSet{ID: s.ID, Tokens: base, Pieces: make([][]gpu.Piece, len(s.Rows))}
+	for j, r := range s.Rows {
+		c := r.Context
+		p := 0
+		for p < len(c) && p < len(base) && c[p] == base[p] {
+			p++
+		}
+		q := 0
+		for q < len(c)-p && q < len(base)-p && c[len(c)-1-q] == base[len(base)-1-q] {
+			q++
+		}
+		ps := []gpu.Piece{{Start: 0, End: p}}
+		if mid := c[p : len(c)-q]; len(mid) > 0 {
+			ps = append(ps, gpu.Piece{Literal: append(gpu.Tokens{}, mid...)})
+		}
+		if q > 0 {
+			ps = append(ps, gpu.Piece{Start: len(base) - q, End: len(base)})
+		}
+		out.Pieces[j] = ps
+		r.Context = nil
+		out.Rows = append(out.Rows, r)
+	}
+	return out
 }

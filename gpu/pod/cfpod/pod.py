@@ -13,7 +13,7 @@ from . import metrics as M
 from .log import Logger
 from .model import InputError, Model, ModelError
 from .protocol import (PROTOCOL_VERSION, Reject, _score, bad, parse_attention_request,
-                       parse_score_request)
+                       parse_score_request, FEATURES)
 
 POLICY_VERSION_FILE = "policy_version"
 
@@ -265,6 +265,7 @@ class Pod:
         cur = self.current
         out = dict(cur.info)
         out["protocol"] = PROTOCOL_VERSION
+        out["features"] = list(FEATURES)
         out["device"] = str(self.device)
         out["dtype"] = str(self.dtype).replace("torch.", "")
         return out

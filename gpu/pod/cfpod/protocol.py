@@ -11,6 +11,10 @@ import sys
 PROTOCOL_VERSION = "creditflow.scorer/v1"
 PROTOCOL_HEADER = "Creditflow-Scorer-Protocol"
 
+# Features within v1 that /v1/info advertises: "row_pieces" = compact score rows (set-level
+# "tokens", "target", "span"; rows with "pieces" instead of "context").
+FEATURES = ("row_pieces",)
+
 PATH_INFO, PATH_SCORE, PATH_ATTENTION = "/v1/info", "/v1/score", "/v1/attention"
 PATH_HEALTH, PATH_METRICS, PATH_ADMIN_LOAD = "/healthz", "/metrics", "/v1/admin/load"
 
@@ -72,11 +76,34 @@ def _bad_token(ids, vocab):
     return -1
 
 
+def _row_context(s, r, i, j, sid, shared):
+    """Row j's context: its "context", or its "pieces" expanded against the set's tokens
+    (shared, decoded once per set): [start, end] spans into them and literal token arrays."""
+    pieces = r.get("pieces")
+    if pieces is None:
+        return decode_tokens(r.get("context"), f"set {i} row {j} context")
+    if r.get("context") is not None:
+        raise bad(f'set {i} row {j} has both "context" and "pieces"; send one', i, sid)
+    if not isinstance(pieces, list):
+        raise bad(f"set {i} row {j}: pieces must be a list", i, sid)
+    ctx = []
+    for k, p in enumerate(pieces):
+        if isinstance(p, str):
+            ctx.extend(decode_tokens(p, f"set {i} row {j} piece {k}"))
+            continue
+        a, b = _range(p, f"set {i} row {j} piece {k}")
+        if a < 0 or b < a or b > len(shared):
+            raise bad(f"set {i} row {j} piece {k}: span [{a}, {b}) is not a range inside the set's "
+                      f"{len(shared)} tokens (0 <= start <= end <= len)", i, sid)
+        ctx.extend(shared[a:b])
+    return ctx
+
+
 def parse_score_request(req, info, limits=None):
     """Decodes and validates a score request (the rules of gpu/errors.go validateSets).
     limits(rows, tokens) runs after decoding and before validating, as in the Go server.
     Returns [(id, [(context, target, (a, b), temperature)])]; an absent or null "temperature"
-    is 1."""
+    is 1. Compact rows ("pieces", set-level "tokens", "target" and "span") are expanded here."""
     if not isinstance(req, dict) or not isinstance(req.get("sets"), list):
         raise bad('score request must be an object with a "sets" list')
     if limits:
@@ -87,6 +114,14 @@ def parse_score_request(req, info, limits=None):
                 n_rows += 1
                 if isinstance(r, dict):
                     n_tok += sum(len(x) * 3 // 16 for x in (r.get("context"), r.get("target")) if isinstance(x, str))
+                    ps = r.get("pieces")
+                    for p in ps if isinstance(ps, list) else []:
+                        if isinstance(p, str):
+                            n_tok += len(p) * 3 // 16
+                        elif isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p):
+                            n_tok += max(0, p[1] - p[0])
+                    if r.get("target") is None and isinstance(s.get("target"), str):
+                        n_tok += len(s["target"]) * 3 // 16
         limits(n_rows, n_tok)
     V, MC = info["vocab_size"], info["max_context"]
     out = []
@@ -99,13 +134,22 @@ def parse_score_request(req, info, limits=None):
         rows = s.get("rows")
         if not isinstance(rows, list) or not rows:
             raise bad(f"set {i} has no rows", i, sid)
+        shared = decode_tokens(s.get("tokens"), f"set {i} tokens")
+        set_tgt = s.get("target")
+        if set_tgt is not None:
+            set_tgt = decode_tokens(set_tgt, f"set {i} target")
         parsed = []
         for j, r in enumerate(rows):
             if not isinstance(r, dict):
                 raise bad(f"set {i} row {j} is not an object", i, sid)
-            ctx = decode_tokens(r.get("context"), f"set {i} row {j} context")
-            tgt = decode_tokens(r.get("target"), f"set {i} row {j} target")
-            a, b = _range(r.get("span"), f"set {i} row {j} span")
+            ctx = _row_context(s, r, i, j, sid, shared)
+            if r.get("target") is None and set_tgt is not None:
+                tgt = set_tgt
+                span = r.get("span") if r.get("span") is not None else s.get("span")
+            else:
+                tgt = decode_tokens(r.get("target"), f"set {i} row {j} target")
+                span = r.get("span")
+            a, b = _range(span, f"set {i} row {j} span")
             if a < 0 or b > len(tgt) or a >= b:
                 raise bad(f"set {i} row {j}: span [{a}, {b}) is not a non-empty range inside the target "
                           f"of {len(tgt)} tokens", i, sid)
