@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -58,6 +59,20 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("set %d row %d: pod %v, reference %v (|diff| %g > %g)", i, j, got[i].Scores[j], want[i].Scores[j], d, tol)
 			}
 		}
+	}
+	if slices.Contains(info.Features, FeatureRowPieces) {
+		// Compact rows must score exactly as the same rows with full contexts.
+		compact := make([]RowSet, len(sets))
+		for i, s := range sets {
+			compact[i] = compactOf(s)
+		}
+		gotC, err := c.ScoreRows(ctx, compact)
+		if err != nil {
+			t.Fatalf("compact rows: %v", err)
+		}
+		equalScores(t, "compact vs full rows on the pod", gotC, got)
+	} else {
+		t.Logf("the pod does not advertise %s: compact rows not checked", FeatureRowPieces)
 	}
 	jobs := makeJobs(32, 10)
 	wantG := expectedGraphs(t, jobs)
