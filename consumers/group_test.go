@@ -20,7 +20,7 @@ import (
 	"github.com/creditflow/creditflow/producers"
 )
 
-func startBroker(t *testing.T, opts ...broker.Option) *broker.Broker {
+func startBroker(t testing.TB, opts ...broker.Option) *broker.Broker {
 	t.Helper()
 	b, err := broker.Start(opts...)
 	if err != nil {
@@ -30,7 +30,7 @@ func startBroker(t *testing.T, opts ...broker.Option) *broker.Broker {
 	return b
 }
 
-func newProducer(t *testing.T, brokers []string) *producers.Producer {
+func newProducer(t testing.TB, brokers []string) *producers.Producer {
 	t.Helper()
 	p, err := producers.New(producers.Config{Brokers: brokers})
 	if err != nil {

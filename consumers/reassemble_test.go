@@ -227,17 +227,8 @@ func TestAssemblerDeterministic(t *testing.T) {
 // message limit; a group with Reassembly reads it whole, and a restart
 // from its commit never loses the record.
 func TestGroupReassemblesOnDefaultBroker(t *testing.T) {
-	b, err := broker.Start(broker.WithTopics(1, "big"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := b.Addrs()
-	p, err := producers.New(producers.Config{Brokers: brokers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	brokers := startBroker(t, broker.WithTopics(1, "big")).Addrs()
+	p := newProducer(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	big := randBytes(3_000_000, 7)
