@@ -265,18 +265,10 @@ func TestDashboardAndDocsMatchExportedMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline three times")
 	}
-	b, err := broker.Start(broker.WithDefaultPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t, broker.WithDefaultPartitions(2))
 	lapo := demoSeries(t, "lapo", b.Addrs())
 	run := runSeries(t, b.Addrs()) // reads the trajectories the LAPO demo left
-	b2, err := broker.Start(broker.WithDefaultPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b2.Close()
+	b2 := startBroker(t, broker.WithDefaultPartitions(2))
 	attnsr := demoSeries(t, "attnsr", b2.Addrs())
 	pod := podSeries(t)
 

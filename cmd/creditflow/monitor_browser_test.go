@@ -51,11 +51,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	b, err := broker.Start(broker.WithDefaultPartitions(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t, broker.WithDefaultPartitions(4))
 	topics := stage.DefaultTopics()
 	replayTopic := topics.Samples + ".lambda-0"
 

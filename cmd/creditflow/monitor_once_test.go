@@ -177,11 +177,7 @@ func TestMonitorOnceAgainstIndependentReading(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b, err := broker.Start(broker.WithDefaultPartitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t, broker.WithDefaultPartitions(3))
 	o := demo.Defaults()
 	// 40 groups: policy versions 0, 1 and 2; of 3 members, so that some
 	// groups have every reward equal.
