@@ -9,6 +9,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/producers"
 )
@@ -227,7 +228,7 @@ func TestAssemblerDeterministic(t *testing.T) {
 // message limit; a group with Reassembly reads it whole, and a restart
 // from its commit never loses the record.
 func TestGroupReassemblesOnDefaultBroker(t *testing.T) {
-	brokers := startBroker(t, broker.WithTopics(1, "big")).Addrs()
+	brokers := brokertest.Start(t, broker.WithTopics(1, "big")).Addrs()
 	p := newProducer(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 )
@@ -15,7 +16,7 @@ import (
 // TestAnnounceCommand runs `creditflow announce` as a user would and reads
 // the announcement back with a follower.
 func TestAnnounceCommand(t *testing.T) {
-	b := startBroker(t)
+	b := brokertest.Start(t)
 	brokers := strings.Join(b.Addrs(), ",")
 	if err := runAnnounce([]string{"--brokers", brokers}); err == nil || !strings.Contains(err.Error(), "--version") {
 		t.Fatalf("announce without --version: %v", err)

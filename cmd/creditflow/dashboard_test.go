@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/demo"
 )
 
@@ -265,10 +266,10 @@ func TestDashboardAndDocsMatchExportedMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline three times")
 	}
-	b := startBroker(t, broker.WithDefaultPartitions(2))
+	b := brokertest.Start(t, broker.WithDefaultPartitions(2))
 	lapo := demoSeries(t, "lapo", b.Addrs())
 	run := runSeries(t, b.Addrs()) // reads the trajectories the LAPO demo left
-	b2 := startBroker(t, broker.WithDefaultPartitions(2))
+	b2 := brokertest.Start(t, broker.WithDefaultPartitions(2))
 	attnsr := demoSeries(t, "attnsr", b2.Addrs())
 	pod := podSeries(t)
 

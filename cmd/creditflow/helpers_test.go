@@ -5,20 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/creditflow/creditflow/internal/broker"
 )
-
-// startBroker starts an embedded broker, closed at the end of the test.
-func startBroker(t *testing.T, opts ...broker.Option) *broker.Broker {
-	t.Helper()
-	b, err := broker.Start(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return b
-}
 
 // walkRepo calls fn with the path (relative to the repository root) and the
 // text of every file that want accepts, skipping hidden folders and

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/offline"
@@ -24,7 +25,7 @@ func TestReplayJSONLReadsV1Records(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := startBroker(t)
+	b := brokertest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const topic = "scored.v1"
