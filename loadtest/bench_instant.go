@@ -25,7 +25,7 @@ type benchInstantScorer struct{ info gpu.ModelInfo }
 func newBenchInstantScorer() benchInstantScorer {
 	return benchInstantScorer{info: gpu.ModelInfo{
 		Protocol: gpu.ProtocolVersion, Name: "bench-instant-scorer", Architecture: "none",
-		Layers: 28, VocabSize: 151936, MaxContext: 1 << 20,
+		Layers: 28, VocabSize: benchVocabSize, MaxContext: 1 << 20,
 		PlaceholderIDs: synth.Tokens("[DELETE]"),
 	}}
 }

@@ -70,7 +70,7 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 		return 0, 0, errors.New("overhead: the consumer groups did not settle")
 	}
 
-	prod, err := producers.New(producers.Config{Brokers: e.brokers})
+	prod, err := producers.New(e.producerConfig())
 	if err != nil {
 		return 0, 0, err
 	}

@@ -52,7 +52,7 @@ func (e *benchEnv) topics(ctx context.Context, p int) (stage.Topics, error) {
 
 // produceAll writes keyed values to topic, in order, 256 to a call.
 func (e *benchEnv) produceAll(ctx context.Context, topic, schema string, keys, values [][]byte) error {
-	p, err := producers.New(producers.Config{Brokers: e.brokers})
+	p, err := producers.New(e.producerConfig())
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, repl
 	group := e.name("passthrough")
 	commitEvery := stage.DefaultConfig().CommitInterval
 	for r := 0; r < replicas; r++ {
-		prod, err := producers.New(producers.Config{Brokers: e.brokers})
+		prod, err := producers.New(e.producerConfig())
 		if err != nil {
 			return rate{}, err
 		}
@@ -308,7 +308,7 @@ func (e *benchEnv) startStage(ctx context.Context, which, method string, topics 
 	}
 	s.cfg = cfg
 	for r := 0; r < replicas; r++ {
-		prod, err := producers.New(producers.Config{Brokers: e.brokers})
+		prod, err := producers.New(e.producerConfig())
 		if err != nil {
 			s.stop()
 			return nil, err
@@ -390,4 +390,15 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// producerConfig is the configuration of every producer in the bench (the
+// input's writer, the passthrough's, the stages'): the stages' own
+// (stage.Config.ProducerConfig: lz4 compression, batches under the message
+// limit), so that every phase compresses, batches and fetches alike, as the
+// stages do when deployed.
+func (e *benchEnv) producerConfig() producers.Config {
+	c := stage.DefaultConfig()
+	c.Brokers, c.Security = e.brokers, benchSec
+	return c.ProducerConfig()
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"strings"
+	"math/rand/v2"
 
 	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/schemas"
@@ -13,13 +13,18 @@ import (
 type benchSize struct {
 	Name   string // as in --sizes and in the JSON "size" field
 	Method string // lapo | attnsr
-	Tokens int    // target tokens per trajectory (0: the synthetic search-QA shape as it is)
+	Tokens int    // tokens per trajectory: observations are padded up to it (0: the synthetic shape as it is)
 	Steps  int    // attnsr: steps (turns) per trajectory
 }
 
 // benchSizes are the sizes the bench knows, the default (search-QA) first.
+// The search-QA size is the synthetic search-QA world (1–3 searches) with its
+// observations padded to 1,300 tokens per trajectory, the length of a real
+// search-QA rollout: the synthetic worlds themselves are kept short for the
+// built-in tiny model (about 450 tokens), which would make the default size
+// a third of what the bench is meant to measure.
 var benchSizes = []benchSize{
-	{Name: "search-qa", Method: "lapo"},
+	{Name: "search-qa", Method: "lapo", Tokens: 1300},
 	{Name: "8k", Method: "lapo", Tokens: 8 << 10},
 	{Name: "32k", Method: "lapo", Tokens: 32 << 10},
 	{Name: "128k", Method: "lapo", Tokens: 128 << 10},
@@ -55,7 +60,7 @@ func (s benchSize) trajectory(seed uint64, g, i int) schemas.Trajectory {
 		forceSteps(&t, s.Steps)
 	}
 	if s.Tokens > 0 {
-		padObservations(&t, s.Tokens)
+		padObservations(&t, s.Tokens, seed<<32^uint64(g*benchGroupSize+i))
 	}
 	return t
 }
@@ -69,13 +74,17 @@ func trajectoryTokens(t *schemas.Trajectory) int {
 	return n
 }
 
-// benchFiller is the prose observations are padded with (byte tokens, like
-// every synthetic workload of the tiny model's tokenizer).
-var benchFiller = synth.Tokens(strings.Repeat("records show the archive lists lisbon, the danube and kyoto in the year ", 8))
+// benchVocabSize is the instant scorer's vocabulary (a Qwen-sized one).
+const benchVocabSize = 151936
 
 // padObservations lengthens the observations of the non-final turns until
 // the trajectory has target tokens (a long search result or tool output).
-func padObservations(t *schemas.Trajectory, target int) {
+// The padding is tokenizer-like: ids of a Zipf distribution over the whole
+// vocabulary (a few ids are frequent, most are rare), seeded per trajectory,
+// so that the records compress about as real ones do (lz4 ≈ 2×) rather than
+// like a repeated phrase of byte tokens (≈ 10× and more), which would make
+// the broker's and the compressor's share of every phase unrealistically small.
+func padObservations(t *schemas.Trajectory, target int, seed uint64) {
 	extra := target - trajectoryTokens(t)
 	var obs []int
 	for k, tu := range t.Turns {
@@ -86,6 +95,7 @@ func padObservations(t *schemas.Trajectory, target int) {
 	if extra <= 0 || len(obs) == 0 {
 		return
 	}
+	z := rand.NewZipf(rand.New(rand.NewPCG(seed, 0x7061640a)), 1.1, 8, benchVocabSize-1)
 	for j, k := range obs {
 		n := extra / len(obs)
 		if j == 0 {
@@ -95,7 +105,7 @@ func padObservations(t *schemas.Trajectory, target int) {
 		grown := make([]int32, len(o), len(o)+n)
 		copy(grown, o)
 		for len(grown) < len(o)+n {
-			grown = append(grown, benchFiller[(len(grown)-len(o))%len(benchFiller)])
+			grown = append(grown, int32(z.Uint64()))
 		}
 		t.Turns[k].Observation = grown
 	}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -87,6 +88,11 @@ type Groups[T any] struct {
 	watermark  int64
 	closed     map[string]ClosedGroup
 	closedFIFO []string
+	// earliest is at most the smallest FirstEventMs of the open groups (it
+	// may lag behind when the earliest group closes), so that Observe scans
+	// the open groups only when one of them may have expired: once per
+	// expiry instead of once per record.
+	earliest int64
 }
 
 // NewGroups returns an empty table.
@@ -127,12 +133,19 @@ func (g *Groups[T]) Observe(eventMs int64) []Expired[T] {
 func (g *Groups[T]) AdvanceIdle(toMs int64) []Expired[T] { return g.Observe(toMs) }
 
 func (g *Groups[T]) expire() []Expired[T] {
+	if len(g.open) == 0 || g.watermark-g.earliest < g.cfg.TimeoutMs {
+		return nil // no open group's first event is old enough
+	}
 	var out []Expired[T]
+	earliest := int64(math.MaxInt64)
 	for _, grp := range g.open {
 		if g.watermark-grp.FirstEventMs >= g.cfg.TimeoutMs {
 			out = append(out, Expired[T]{Group: grp, Partial: len(grp.Members) >= g.cfg.MinGroupSize})
+		} else {
+			earliest = min(earliest, grp.FirstEventMs)
 		}
 	}
+	g.earliest = earliest
 	sort.Slice(out, func(i, j int) bool { return out[i].Group.FirstOffset < out[j].Group.FirstOffset })
 	for _, e := range out {
 		g.close(e.Group)
@@ -154,6 +167,9 @@ func (g *Groups[T]) Add(promptID string, groupSize int, m Member[T]) (Verdict, *
 	grp, ok := g.open[promptID]
 	if !ok {
 		grp = &Group[T]{PromptID: promptID, GroupSize: groupSize, FirstOffset: m.Offset, FirstEventMs: m.EventMs}
+		if len(g.open) == 0 || m.EventMs < g.earliest {
+			g.earliest = m.EventMs
+		}
 		g.open[promptID] = grp
 	} else {
 		if grp.GroupSize != groupSize {

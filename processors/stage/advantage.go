@@ -120,6 +120,7 @@ type partition struct {
 	snapKey      string
 	decoded      []decodedRef // members holding a decoded record, oldest first
 	decodedBytes int
+	heldBytes    int // record bytes of the open members (entry.held)
 	lastSnap     []byte
 }
 
@@ -269,6 +270,8 @@ func (p *partition) handle(rec consumers.Record) {
 	})
 	switch verdict {
 	case state.Added:
+		grp.Members[len(grp.Members)-1].Value.held = true
+		p.heldBytes += len(rec.Value)
 		p.keepDecoded(decodedRef{g: grp, i: len(grp.Members) - 1, offset: rec.Offset, n: len(rec.Value)})
 	case state.Duplicate:
 		m.duplicates.Inc()
@@ -356,6 +359,7 @@ func memberOffsets(g *state.Group[entry]) []int64 {
 func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, phase string) {
 	cfg := p.a.cfg
 	m := cfg.Metrics
+	p.release(g)
 	// Output order (sample index, trajectory id). The numbers depend on no
 	// order: credit.ComputeGroup sums over the members in trajectory_id order.
 	members := append([]state.Member[entry](nil), g.Members...)

@@ -10,20 +10,41 @@ import (
 
 // entry is a member held in an open group: its record as read, what the
 // canonical member order needs and, while it is among the most recently read
-// decodedBudget bytes of records, its decoded record. Older open members
-// hold only their bytes (about the record's size instead of more than twice
-// it) and finalize decodes them again; a group whose members arrive close
-// together is decoded once. See docs/performance.md.
+// members of the decoded window, its decoded record. Older open members
+// hold only their bytes (about the record's size instead of about three
+// times it) and finalize decodes them again; a group whose members arrive
+// close together is decoded once. See docs/performance.md.
 type entry struct {
 	rec         consumers.Record
 	sampleIndex int32
+	held        bool // counted in the partition's heldBytes
 	read        time.Time
 	scored      *schemas.Scored // nil once dropped from the decoded window
 }
 
-// decodedBudget bounds the record bytes whose decoded form open members keep,
-// per partition (a variable for the tests).
-var decodedBudget = 16 << 20
+// The decoded window of a partition holds the decoded records of the most
+// recently read members, up to decodedShare of the open members' record
+// bytes, at least decodedFloor and at most decodedBudget bytes of records.
+// A decoded record costs about 1.7 times its record, so with a third of the
+// open bytes decoded an open member holds under 2 times its record once
+// more than decodedFloor×3 bytes of members are open; below that, memory is
+// bounded by decodedFloor; above 3×decodedBudget, the share falls further.
+var (
+	decodedBudget = 16 << 20 // a variable for the tests
+	decodedFloor  = 2 << 20
+)
+
+const decodedShare = 3 // the window is at most 1/decodedShare of the open bytes (above the floor)
+
+// release takes a finalized group's members out of the open bytes.
+func (p *partition) release(g *state.Group[entry]) {
+	for i := range g.Members {
+		if e := &g.Members[i].Value; e.held {
+			e.held = false
+			p.heldBytes -= len(e.rec.Value)
+		}
+	}
+}
 
 // decodedRef names a member that holds its decoded record.
 type decodedRef struct {
@@ -34,12 +55,13 @@ type decodedRef struct {
 }
 
 // keepDecoded adds a member to the decoded window and drops the decoded
-// records of the oldest members beyond decodedBudget.
+// records of the oldest members beyond the window's budget.
 func (p *partition) keepDecoded(r decodedRef) {
 	p.decoded = append(p.decoded, r)
 	p.decodedBytes += r.n
+	budget := min(decodedBudget, max(decodedFloor, p.heldBytes/decodedShare))
 	drop := 0
-	for p.decodedBytes > decodedBudget && drop < len(p.decoded)-1 {
+	for p.decodedBytes > budget && drop < len(p.decoded)-1 {
 		old := p.decoded[drop]
 		if old.i < len(old.g.Members) && old.g.Members[old.i].Offset == old.offset {
 			old.g.Members[old.i].Value.scored = nil
