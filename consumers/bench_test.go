@@ -9,6 +9,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/producers"
 )
@@ -17,17 +18,8 @@ import (
 // 4 partitions, commit every 100 records), and the same records read with
 // ReadPartitionRange (no group) as the baseline in the same run.
 func BenchmarkGroupConsume(b *testing.B) {
-	br, err := broker.Start(broker.WithTopics(4, "bench"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer br.Close()
-	brokers := br.Addrs()
-	p, err := producers.New(producers.Config{Brokers: brokers})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
+	brokers := brokertest.Start(b, broker.WithTopics(4, "bench")).Addrs()
+	p := newProducer(b, brokers)
 	n := b.N * 1000
 	for i := 0; i < n; i += 1000 {
 		msgs := make([]producers.Message, 1000)

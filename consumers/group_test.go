@@ -16,21 +16,12 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/producers"
 )
 
-func startBroker(t *testing.T, opts ...broker.Option) *broker.Broker {
-	t.Helper()
-	b, err := broker.Start(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return b
-}
-
-func newProducer(t *testing.T, brokers []string) *producers.Producer {
+func newProducer(t testing.TB, brokers []string) *producers.Producer {
 	t.Helper()
 	p, err := producers.New(producers.Config{Brokers: brokers})
 	if err != nil {
@@ -127,7 +118,7 @@ func committed(t *testing.T, brokers []string, group, topic string, parts int) m
 }
 
 func TestResumeAfterRestart(t *testing.T) {
-	b := startBroker(t, broker.WithTopics(4, "events"))
+	b := brokertest.Start(t, broker.WithTopics(4, "events"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	const n = 400
@@ -223,7 +214,7 @@ func TestResumeAfterRestart(t *testing.T) {
 }
 
 func TestStaleCommitRejected(t *testing.T) {
-	b := startBroker(t, broker.WithTopics(1, "one"))
+	b := brokertest.Start(t, broker.WithTopics(1, "one"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	produceSeq(t, p, "one", 1, 0, 10)
@@ -298,7 +289,7 @@ func TestStaleCommitRejected(t *testing.T) {
 }
 
 func TestBackpressure(t *testing.T) {
-	b := startBroker(t, broker.WithTopics(1, "slow"))
+	b := brokertest.Start(t, broker.WithTopics(1, "slow"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	produceSeq(t, p, "slow", 1, 0, 2000)
@@ -375,7 +366,7 @@ func consumerRecords(t *testing.T, reg *prometheus.Registry) prometheus.Collecto
 // the rebalance timeout is dropped from the group; the group moves on
 // without it and its later commit is rejected by the coordinator.
 func TestStaleMemberRejectedByCoordinator(t *testing.T) {
-	b := startBroker(t, broker.WithTopics(1, "one"))
+	b := brokertest.Start(t, broker.WithTopics(1, "one"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	produceSeq(t, p, "one", 1, 0, 10)
@@ -450,7 +441,7 @@ var _ = sort.Ints
 // A handler error ends the generation; the member rejoins and the
 // partition is handed out again from the last commit.
 func TestHandlerErrorRestartsFromCommit(t *testing.T) {
-	b := startBroker(t, broker.WithTopics(1, "errs"))
+	b := brokertest.Start(t, broker.WithTopics(1, "errs"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	produceSeq(t, p, "errs", 1, 0, 20)
@@ -495,7 +486,7 @@ func TestHandlerErrorRestartsFromCommit(t *testing.T) {
 }
 
 func TestStartAtLatest(t *testing.T) {
-	b := startBroker(t, broker.WithTopics(1, "late"))
+	b := brokertest.Start(t, broker.WithTopics(1, "late"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	produceSeq(t, p, "late", 1, 0, 5)

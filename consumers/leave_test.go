@@ -11,6 +11,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 )
 
 // TestCloseLeavesWithoutRejoining: Close (what SIGTERM does) sends
@@ -25,7 +26,7 @@ import (
 // group did not finish within 5s"). The broker sees the requests here.
 func TestCloseLeavesWithoutRejoining(t *testing.T) {
 	const group, topic = "leave-group", "leave"
-	b := startBroker(t, broker.WithTopics(2, topic))
+	b := brokertest.Start(t, broker.WithTopics(2, topic))
 	var closing atomic.Bool
 	var joinsAfterClose, leaves atomic.Int32
 	b.Cluster().ControlKey(kmsg.JoinGroup.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/producers"
 )
@@ -227,17 +228,8 @@ func TestAssemblerDeterministic(t *testing.T) {
 // message limit; a group with Reassembly reads it whole, and a restart
 // from its commit never loses the record.
 func TestGroupReassemblesOnDefaultBroker(t *testing.T) {
-	b, err := broker.Start(broker.WithTopics(1, "big"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := b.Addrs()
-	p, err := producers.New(producers.Config{Brokers: brokers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	brokers := brokertest.Start(t, broker.WithTopics(1, "big")).Addrs()
+	p := newProducer(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	big := randBytes(3_000_000, 7)

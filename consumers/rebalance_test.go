@@ -12,6 +12,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/producers"
 )
 
@@ -114,7 +115,7 @@ func TestRebalanceUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("rebalance under load takes ~10s")
 	}
-	b := startBroker(t, broker.WithTopics(6, "load"))
+	b := brokertest.Start(t, broker.WithTopics(6, "load"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	const batches, per, keys = 60, 50, 23
@@ -173,7 +174,7 @@ func TestBrokerOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("outage test takes ~10s")
 	}
-	b := startBroker(t, broker.WithTopics(3, "flaky"))
+	b := brokertest.Start(t, broker.WithTopics(3, "flaky"))
 	brokers := b.Addrs()
 	p, err := producers.New(producers.Config{Brokers: brokers, RetryFor: 60 * time.Second, WriteTimeout: 2 * time.Second})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/producers"
 )
 
@@ -20,7 +21,7 @@ func TestUpstreamReaderStaleCommit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("upstream behaviour check")
 	}
-	b := startBroker(t, broker.WithTopics(2, "up"))
+	b := brokertest.Start(t, broker.WithTopics(2, "up"))
 	brokers := b.Addrs()
 	p := newProducer(t, brokers)
 	// Ten records in each partition.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 )
@@ -16,11 +16,7 @@ import (
 // TestAnnounceCommand runs `creditflow announce` as a user would and reads
 // the announcement back with a follower.
 func TestAnnounceCommand(t *testing.T) {
-	b, err := broker.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t)
 	brokers := strings.Join(b.Addrs(), ",")
 	if err := runAnnounce([]string{"--brokers", brokers}); err == nil || !strings.Contains(err.Error(), "--version") {
 		t.Fatalf("announce without --version: %v", err)
@@ -28,7 +24,7 @@ func TestAnnounceCommand(t *testing.T) {
 	r, w, _ := os.Pipe()
 	stdout := os.Stdout
 	os.Stdout = w
-	err = runAnnounce([]string{"--brokers", brokers, "--create-topic", "--version", "4", "--checkpoint", "/ckpt/4"})
+	err := runAnnounce([]string{"--brokers", brokers, "--create-topic", "--version", "4", "--checkpoint", "/ckpt/4"})
 	os.Stdout = stdout
 	w.Close()
 	out, _ := io.ReadAll(r)

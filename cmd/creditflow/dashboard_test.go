@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/demo"
 )
 
@@ -73,28 +74,14 @@ func dashboardSeries(t *testing.T) map[string]bool {
 // Python module of the repository (creditflow_wire).
 func docMetrics(t *testing.T) map[string]string {
 	t.Helper()
-	root := repoRoot(t)
 	modules := map[string]bool{}
 	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
+	walkRepo(t, func(rel string) bool {
+		if strings.HasSuffix(rel, ".py") {
+			modules[strings.TrimSuffix(filepath.Base(rel), ".py")] = true
 		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") && p != root {
-			return filepath.SkipDir
-		}
-		if strings.HasSuffix(p, ".py") {
-			modules[strings.TrimSuffix(d.Name(), ".py")] = true
-		}
-		if d.IsDir() || !strings.HasSuffix(p, ".md") {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		text := string(b)
+		return strings.HasSuffix(rel, ".md")
+	}, func(rel, text string) {
 		for _, loc := range metricName.FindAllStringIndex(text, -1) {
 			if end := loc[1]; end < len(text) && (text[end] == '_' || text[end] == '*') {
 				continue // a family pattern such as creditflow_lapo_*
@@ -103,11 +90,7 @@ func docMetrics(t *testing.T) map[string]string {
 				out[m] = rel
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for m := range out {
 		if modules[m] {
 			delete(out, m)
@@ -283,18 +266,10 @@ func TestDashboardAndDocsMatchExportedMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline three times")
 	}
-	b, err := broker.Start(broker.WithDefaultPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t, broker.WithDefaultPartitions(2))
 	lapo := demoSeries(t, "lapo", b.Addrs())
 	run := runSeries(t, b.Addrs()) // reads the trajectories the LAPO demo left
-	b2, err := broker.Start(broker.WithDefaultPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b2.Close()
+	b2 := brokertest.Start(t, broker.WithDefaultPartitions(2))
 	attnsr := demoSeries(t, "attnsr", b2.Addrs())
 	pod := podSeries(t)
 
@@ -371,41 +346,22 @@ func TestDashboardAndDocsMatchExportedMetrics(t *testing.T) {
 // metrics the code defines, whether or not a test run exports them.
 func sourceMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	root := repoRoot(t)
 	lit := regexp.MustCompile(`"(creditflow_[a-z0-9_]*[a-z0-9])"`)
 	prefix := regexp.MustCompile(`"(creditflow_[a-z0-9_]*_)"`)
 	word := regexp.MustCompile(`"([a-z][a-z0-9_]*[a-z0-9])"`)
 	out := map[string]bool{}
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && p != root {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		for _, m := range lit.FindAllStringSubmatch(string(b), -1) {
+	walkRepo(t, func(rel string) bool {
+		return strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go")
+	}, func(_, text string) {
+		for _, m := range lit.FindAllStringSubmatch(text, -1) {
 			out[m[1]] = true
 		}
 		// Names built as "creditflow_<thing>_" + "<rest>" in one file.
-		for _, pre := range prefix.FindAllStringSubmatch(string(b), -1) {
-			for _, rest := range word.FindAllStringSubmatch(string(b), -1) {
+		for _, pre := range prefix.FindAllStringSubmatch(text, -1) {
+			for _, rest := range word.FindAllStringSubmatch(text, -1) {
 				out[pre[1]+rest[1]] = true
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return out
 }

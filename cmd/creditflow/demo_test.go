@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -58,11 +58,7 @@ func TestDemoOnSharedBrokersKeepsOffLiveTopics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	b, err := broker.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t)
 	live := stage.DefaultTopics()
 	cfg := stage.DefaultConfig()
 	if err := producers.EnsureTopics(context.Background(), b.Addrs(), kafkasec.Config{}, cfg.TopicSpecs(2)...); err != nil {
@@ -89,11 +85,7 @@ func TestDemoOnFreshBrokersUsesStandardTopics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline")
 	}
-	b, err := broker.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t)
 	out, err := captureStdout(t, func() error {
 		return runDemo([]string{"--brokers", strings.Join(b.Addrs(), ","), "--groups", "2", "--bad", "0", "--json", "--timeout", "2m"})
 	})

@@ -18,30 +18,13 @@ func TestDocCitationsResolve(t *testing.T) {
 	page := regexp.MustCompile(`docs/([a-z-]+)\.md`)
 	spec := regexp.MustCompile(`\bSPEC\b`)
 	headings := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && p != root {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch filepath.Ext(p) {
+	walkRepo(t, func(rel string) bool {
+		switch filepath.Ext(rel) {
 		case ".go", ".md", ".py", ".sh", ".yaml", ".txt", ".tpl":
-		default:
-			return nil
+			return rel != "cmd/creditflow/docs_test.go" && rel != "cmd/creditflow/help_test.go"
 		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "cmd/creditflow/docs_test.go" || rel == "cmd/creditflow/help_test.go" {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		text := string(b)
+		return false
+	}, func(rel, text string) {
 		if loc := spec.FindStringIndex(text); loc != nil {
 			line := strings.Count(text[:loc[0]], "\n") + 1
 			t.Errorf("%s:%d cites SPEC; cite the project's docs (docs/method.md, docs/stream.md, docs/offline.md …)", rel, line)
@@ -69,9 +52,5 @@ func TestDocCitationsResolve(t *testing.T) {
 				t.Errorf("%s cites docs/%s.md §%s, which has no heading with §%s", rel, m[1], m[2], m[2])
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

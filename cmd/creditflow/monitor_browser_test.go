@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -51,11 +52,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	b, err := broker.Start(broker.WithDefaultPartitions(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t, broker.WithDefaultPartitions(4))
 	topics := stage.DefaultTopics()
 	replayTopic := topics.Samples + ".lambda-0"
 

@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/processors/stage"
 )
@@ -177,11 +178,7 @@ func TestMonitorOnceAgainstIndependentReading(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b, err := broker.Start(broker.WithDefaultPartitions(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t, broker.WithDefaultPartitions(3))
 	o := demo.Defaults()
 	// 40 groups: policy versions 0, 1 and 2; of 3 members, so that some
 	// groups have every reward equal.

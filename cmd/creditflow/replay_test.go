@@ -8,6 +8,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -17,11 +18,7 @@ import (
 // the live topics hold real records, and returns the broker's addresses.
 func livePipeline(t *testing.T) []string {
 	t.Helper()
-	b, err := broker.Start(broker.WithDefaultPartitions(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := brokertest.Start(t, broker.WithDefaultPartitions(2))
 	o := demo.Defaults()
 	o.Groups, o.Partitions, o.Bad, o.Scorers = 2, 2, 1, 1
 	o.Brokers = b.Addrs()

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/offline"
@@ -25,11 +25,7 @@ func TestReplayJSONLReadsV1Records(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := broker.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const topic = "scored.v1"

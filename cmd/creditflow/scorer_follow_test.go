@@ -12,7 +12,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/producers"
@@ -25,11 +25,7 @@ import (
 // version; an announcement whose checkpoint does not load keeps the
 // current weights and version.
 func TestScorerFollowsAnnouncements(t *testing.T) {
-	b, err := broker.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := brokertest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, policy.TopicSpec("")); err != nil {

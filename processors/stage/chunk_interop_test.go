@@ -44,9 +44,9 @@ func testSample(id string, n int) schemas.Sample {
 // puts back together byte for byte.
 func TestOutsideReadersAndChunks(t *testing.T) {
 	kcat, _ := exec.LookPath("kcat")
-	py := pythonWith("confluent_kafka")
+	py := pythonWith("confluent_kafka", "numpy")
 	if kcat == "" && py == "" {
-		t.Skip("needs kcat or a python3 with confluent_kafka (Debian: kcat, python3-confluent-kafka)")
+		t.Skip("needs kcat or a python3 with confluent_kafka and numpy (Debian: kcat, python3-confluent-kafka, python3-numpy)")
 	}
 	b, err := broker.Start()
 	if err != nil {

@@ -229,6 +229,40 @@ _unpack_f = struct.Struct("<f").unpack_from
 _unpack_d = struct.Struct("<d").unpack_from
 
 
+def _dec_union(inner, path):
+    """Decoder of a ["null", T] union whose T decodes with `inner`."""
+    def dec_union(b, mv, pos, p=path):
+        i, pos = _read_varint(b, pos, 10)
+        if i == 0:
+            return None, pos
+        if i == 1:
+            return inner(b, mv, pos)
+        raise DecodeError("%s: union index %d out of range [0, 2)" % (p, i))
+    return dec_union
+
+
+def _dec_array(item, path):
+    """Decoder of an array whose items decode with `item` (blocks with or without sizes)."""
+    def dec_array(b, mv, pos, p=path):
+        out = []
+        while True:
+            n, pos = _read_varint(b, pos, 10)
+            if n == 0:
+                return out, pos
+            if n < 0:
+                n = -n
+                size, pos = _read_varint(b, pos, 10)
+                if size < 0 or size > len(b) - pos:
+                    raise DecodeError("%s: block size %d does not fit" % (p, size))
+            if n > len(b) - pos:
+                raise DecodeError("%s: block count %d does not fit in the %d bytes that remain"
+                                  % (p, n, len(b) - pos))
+            for _ in range(n):
+                v, pos = item(b, mv, pos)
+                out.append(v)
+    return dec_array
+
+
 def _dec_compile(node, named, path):
     """Compiles a decoder: fn(buf, mv, pos) -> (value, pos). buf is bytes, mv its memoryview."""
     if isinstance(node, str):
@@ -236,16 +270,7 @@ def _dec_compile(node, named, path):
             return named[node][0]
         node = {"type": node}
     if isinstance(node, list):
-        inner = _dec_compile(node[1], named, path)
-
-        def dec_union(b, mv, pos, p=path):
-            i, pos = _read_varint(b, pos, 10)
-            if i == 0:
-                return None, pos
-            if i == 1:
-                return inner(b, mv, pos)
-            raise DecodeError("%s: union index %d out of range [0, 2)" % (p, i))
-        return dec_union
+        return _dec_union(_dec_compile(node[1], named, path), path)
     t = node["type"]
     if t == "null":
         return lambda b, mv, pos: (None, pos)
@@ -291,26 +316,7 @@ def _dec_compile(node, named, path):
             return mv[pos:end], end
         return dec_bytes
     if t == "array":
-        item = _dec_compile(node["items"], named, path + "[]")
-
-        def dec_array(b, mv, pos, p=path):
-            out = []
-            while True:
-                n, pos = _read_varint(b, pos, 10)
-                if n == 0:
-                    return out, pos
-                if n < 0:
-                    n = -n
-                    size, pos = _read_varint(b, pos, 10)
-                    if size < 0 or size > len(b) - pos:
-                        raise DecodeError("%s: block size %d does not fit" % (p, size))
-                if n > len(b) - pos:
-                    raise DecodeError("%s: block count %d does not fit in the %d bytes that remain"
-                                      % (p, n, len(b) - pos))
-                for _ in range(n):
-                    v, pos = item(b, mv, pos)
-                    out.append(v)
-        return dec_array
+        return _dec_array(_dec_compile(node["items"], named, path + "[]"), path)
     raise ValueError("schema type %r is not used by creditflow schemas" % (t,))
 
 
@@ -370,39 +376,11 @@ def _dec_node(wnode, rnode, named, path):
     if isinstance(wnode, list):
         inner_w = wnode[1]
         inner_r = rnode[1] if isinstance(rnode, list) else inner_w
-        inner = _dec_node(inner_w, inner_r, named, path)
-
-        def dec_union(b, mv, pos, p=path):
-            i, pos = _read_varint(b, pos, 10)
-            if i == 0:
-                return None, pos
-            if i == 1:
-                return inner(b, mv, pos)
-            raise DecodeError("%s: union index %d out of range [0, 2)" % (p, i))
-        return dec_union
+        return _dec_union(_dec_node(inner_w, inner_r, named, path), path)
     if isinstance(wnode, dict) and wnode.get("type") == "array":
         ri = rnode["items"] if isinstance(rnode, dict) and rnode.get("type") == "array" else wnode["items"]
         if _find_record(wnode["items"]) is not None:
-            item = _dec_node(wnode["items"], ri, named, path + "[]")
-
-            def dec_array(b, mv, pos, p=path):
-                out = []
-                while True:
-                    n, pos = _read_varint(b, pos, 10)
-                    if n == 0:
-                        return out, pos
-                    if n < 0:
-                        n = -n
-                        size, pos = _read_varint(b, pos, 10)
-                        if size < 0 or size > len(b) - pos:
-                            raise DecodeError("%s: block size %d does not fit" % (p, size))
-                    if n > len(b) - pos:
-                        raise DecodeError("%s: block count %d does not fit in the %d bytes that remain"
-                                          % (p, n, len(b) - pos))
-                    for _ in range(n):
-                        v, pos = item(b, mv, pos)
-                        out.append(v)
-            return dec_array
+            return _dec_array(_dec_node(wnode["items"], ri, named, path + "[]"), path)
     return _dec_compile(wnode, named, path)
 
 

@@ -3,7 +3,7 @@ message"): creditflow writes such a record as chunk messages with the record's k
 a slice of the value and the headers creditflow-chunk (b"<index>/<count>"),
 creditflow-chunk-of (hex SHA-256 of the whole value) and creditflow-chunk-bytes (its length).
 Reassembler puts them back together; split cuts a value. SampleStream uses Reassembler.
-(examples/python/creditflow_chunks.py is the same code for readers without this package.)
+(examples/python/creditflow_chunks.py uses it in a plain confluent-kafka reader and writer.)
 """
 
 import hashlib

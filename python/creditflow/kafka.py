@@ -236,12 +236,17 @@ class PolicyWatcher:
         return True
 
     def _handle(self, msg):
-        if msg.value() is None:
+        self.handle(msg.value())
+
+    def handle(self, value):
+        """Applies one value of the policy topic (what the thread does with each message)."""
+        if value is None:
             return  # a tombstone (compaction clean-up) announces nothing
         try:
-            a = decode_policy(msg.value())
-        except WireError:
+            a = decode_policy(value)
+        except (WireError, UnicodeDecodeError) as e:
             self.bad += 1
+            self._on_bad(e)
             return
         with self._lock:
             if self.version is not None and a["version"] <= self.version:
@@ -290,8 +295,9 @@ class PolicyWatcher:
             while not self._stop.is_set():
                 try:
                     self.poll_once(self.poll_interval)
-                except KafkaException:
-                    time.sleep(self.poll_interval)
+                except KafkaException as e:
+                    self._on_read_error(e)
+                    self._stop.wait(self.poll_interval)
         self._thread = threading.Thread(target=run, name="creditflow-policy-watcher", daemon=True)
         self._thread.start()
         return self
@@ -301,6 +307,12 @@ class PolicyWatcher:
         if self._thread is not None:
             self._thread.join(5)
         self._consumer.close()
+
+    def _on_bad(self, err):
+        """Called for each undecodable value, after counting it (subclasses log it)."""
+
+    def _on_read_error(self, err):
+        """Called when reading the topic failed; the thread retries (subclasses log it)."""
 
 
 # ----- trainers ------------------------------------------------------------------------------

@@ -148,6 +148,23 @@ class Watcher(unittest.TestCase):
         self.assertEqual((w.version, w.checkpoint, w.bad), (7, "", 1))
         self.assertEqual([a["version"] for a in changes], [5, 7])
 
+    def test_refuses_other_records(self):
+        # The scorer pod (gpu/pod/cfpod/follow.py) follows announcements with this watcher.
+        import creditflow
+        errors = []
+        with mock.patch.object(kafka, "Consumer", ScriptedConsumer):
+            w = kafka.PolicyWatcher("127.0.0.1:1")
+        w._on_bad = errors.append
+        b = creditflow.encode_policy(3, "x", 1)
+        bads = (b[:-1], b + b"\x00", b[:2] + bytes(8) + b[10:], wire.codec("Sample").header + b[10:])
+        for v in bads:
+            w.handle(v)
+        self.assertEqual((w.version, w.bad, len(errors)), (None, len(bads), len(bads)))
+        self.assertTrue(all(isinstance(e, wire.WireError) for e in errors), errors)
+        for v, ck in ((0, ""), (7, "/ckpt/7"), (1 << 40, "s3://bucket/\u00fc")):
+            w.handle(creditflow.encode_policy(v, ck, 1764500000000))
+            self.assertEqual((w.version, w.checkpoint), (v, ck))
+
 
 if __name__ == "__main__":
     unittest.main()

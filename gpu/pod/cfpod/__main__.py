@@ -106,7 +106,8 @@ def main(argv=None):
             from .follow import PolicyFollower
             follower = PolicyFollower(pod, a.policy_brokers, a.policy_topic).start()
         except ImportError as e:
-            log.error("cannot follow policy announcements: confluent-kafka is not installed", error=str(e))
+            log.error("cannot follow policy announcements: install confluent-kafka and the creditflow package (python/)",
+                      error=str(e))
             return 2
         log.info("following policy announcements", brokers=a.policy_brokers, topic=a.policy_topic)
 

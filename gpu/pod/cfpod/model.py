@@ -127,6 +127,21 @@ class Model(_RowScoring, _StepGraphs):
         rot = torch.cat([-x[..., h:], x[..., :h]], -1)
         return x * cos[:, None, :] + rot * sin[:, None, :]
 
+    def _qkv(self, W, x, cos, sin):
+        """Queries [n, Hq, D], keys and values [n, Hkv, D] of layer weights W for the hidden
+        states x [n, hidden]: the input norm, the projections (biases where the checkpoint has
+        them), q/k norms (Qwen3) and RoPE on q and k."""
+        c = self.cfg
+        h = self._rms(x, W["input_layernorm.weight"])
+        n = h.shape[0]
+        k = F.linear(h, W["self_attn.k_proj.weight"], W.get("self_attn.k_proj.bias")).view(n, c.kv_heads, c.head_dim)
+        v = F.linear(h, W["self_attn.v_proj.weight"], W.get("self_attn.v_proj.bias")).view(n, c.kv_heads, c.head_dim)
+        q = F.linear(h, W["self_attn.q_proj.weight"], W.get("self_attn.q_proj.bias")).view(n, c.heads, c.head_dim)
+        if c.qk_norm:
+            q = self._rms(q, W["self_attn.q_norm.weight"])
+            k = self._rms(k, W["self_attn.k_norm.weight"])
+        return self._rope(q, cos, sin), self._rope(k, cos, sin), v
+
     def _attend(self, q, K, V, allowed, causal0=False):
         """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D]; returns
         [T, Hq*D]. allowed(s, e) gives the bool mask [e-s, S] of the keys queries s..e-1 may
@@ -188,16 +203,7 @@ class Model(_RowScoring, _StepGraphs):
         qpos = pos
         for li in range(nl):
             W = self.layer_w[li]
-            h = self._rms(x, W["input_layernorm.weight"])
-            n = h.shape[0]
-            k = F.linear(h, W["self_attn.k_proj.weight"], W.get("self_attn.k_proj.bias")).view(n, c.kv_heads, c.head_dim)
-            v = F.linear(h, W["self_attn.v_proj.weight"], W.get("self_attn.v_proj.bias")).view(n, c.kv_heads, c.head_dim)
-            q = F.linear(h, W["self_attn.q_proj.weight"], W.get("self_attn.q_proj.bias")).view(n, c.heads, c.head_dim)
-            if c.qk_norm:
-                q = self._rms(q, W["self_attn.q_norm.weight"])
-                k = self._rms(k, W["self_attn.k_norm.weight"])
-            q = self._rope(q, cos, sin)
-            k = self._rope(k, cos, sin)
+            q, k, v = self._qkv(W, x, cos, sin)
             cache.k[li][:, pos0:pos0 + T] = k.permute(1, 0, 2)
             cache.v[li][:, pos0:pos0 + T] = v.permute(1, 0, 2)
             if on_q is not None:

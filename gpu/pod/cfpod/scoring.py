@@ -246,16 +246,7 @@ class _RowScoring:
             return anc_t[node_t[qi]][:, node_t] & (kidx[None, :] <= qi[:, None])
         for li in range(c.layers):
             W = self.layer_w[li]
-            h = self._rms(x, W["input_layernorm.weight"])
-            n = h.shape[0]
-            k = F.linear(h, W["self_attn.k_proj.weight"], W.get("self_attn.k_proj.bias")).view(n, c.kv_heads, c.head_dim)
-            v = F.linear(h, W["self_attn.v_proj.weight"], W.get("self_attn.v_proj.bias")).view(n, c.kv_heads, c.head_dim)
-            q = F.linear(h, W["self_attn.q_proj.weight"], W.get("self_attn.q_proj.bias")).view(n, c.heads, c.head_dim)
-            if c.qk_norm:
-                q = self._rms(q, W["self_attn.q_norm.weight"])
-                k = self._rms(k, W["self_attn.k_norm.weight"])
-            q = self._rope(q, cos, sin)
-            k = self._rope(k, cos, sin)
+            q, k, v = self._qkv(W, x, cos, sin)
             if li == c.layers - 1:  # the last layer only for the wanted positions
                 x, q, qidx = x[out_t], q[out_t], out_t
             a = self._attend(q, k.permute(1, 0, 2), v.permute(1, 0, 2), allowed)
