@@ -73,20 +73,35 @@ func appendScoreRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error)
 					}
 					ctx = buf
 				}
-				dst = append(dst, `{"context":`...)
-				dst = appendTokens(dst, ctx)
+				// An empty array is left out, as encoding/json does
+				// (absent is empty).
+				dst = append(dst, '{')
+				if len(ctx) > 0 {
+					dst = appendTokens(append(dst, `"context":`...), ctx)
+				}
+			}
+			// sep is the separator before the next field: none right
+			// after the row's opening brace.
+			sep := func() {
+				if dst[len(dst)-1] != '{' {
+					dst = append(dst, ',')
+				}
 			}
 			if !shared {
-				dst = append(dst, `,"target":`...)
-				dst = appendTokens(dst, r.Target)
-				dst = appendSpan(append(dst, `,"span":`...), r.Span)
+				if len(r.Target) > 0 {
+					sep()
+					dst = appendTokens(append(dst, `"target":`...), r.Target)
+				}
+				sep()
+				dst = appendSpan(append(dst, `"span":`...), r.Span)
 			}
 			if r.Temperature != 0 {
 				temp, err := json.Marshal(r.Temperature)
 				if err != nil {
 					return nil, err
 				}
-				dst = append(dst, `,"temperature":`...)
+				sep()
+				dst = append(dst, `"temperature":`...)
 				dst = append(dst, temp...)
 			}
 			dst = append(dst, '}')
