@@ -82,8 +82,15 @@ class ServerTest(unittest.TestCase):
                           info["placeholder_ids"], info["protocol"]),
                          ("LlamaForCausalLM", 3, 97, 2048, [96], PROTOCOL_VERSION))
         self.assertGreaterEqual(info["policy_version"], 4)
-        st, text, _ = self.call("GET", "/metrics", token=None, header=False)
-        self.assertEqual(st, 200)
+        # A request is counted after its answer is written, so the counter can trail the
+        # answer by a moment: read /metrics until it shows the info request (at most 5 s).
+        deadline = time.monotonic() + 5
+        while True:
+            st, text, _ = self.call("GET", "/metrics", token=None, header=False)
+            self.assertEqual(st, 200)
+            if 'creditflow_scorer_server_requests_total{op="info",status="200"}' in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         self.assertIn("# TYPE creditflow_scorer_server_requests_total counter", text)
         self.assertIn('creditflow_scorer_server_requests_total{op="info",status="200"}', text)
         self.assertIn("creditflow_scorer_pod_policy_version", text)
