@@ -104,7 +104,7 @@ func benchCmd(args []string) (int, error) {
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "give up on one phase after this long")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.StringVar(&o.brokers, "brokers", "", "a real cluster's bootstrap list host:port,... (plaintext; default: an embedded broker)")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, and the instant scorer's (a child process) to this file + \".scorer\"")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	if err := fs.Parse(args); err != nil {
@@ -175,7 +175,11 @@ func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResu
 		env.brokers = b.Addrs()
 		return b.Close, nil
 	}
-	client, stopScorer, err := startInstantScorer(ctx)
+	scorerProfile := ""
+	if o.cpuProfile != "" {
+		scorerProfile = o.cpuProfile + ".scorer"
+	}
+	client, stopScorer, err := startInstantScorer(ctx, scorerProfile)
 	if err != nil {
 		return res, err
 	}

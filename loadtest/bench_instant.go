@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -81,6 +82,17 @@ const benchScorerCmd = "bench-scorer"
 func benchScorerServe(args []string) (int, error) {
 	ctx, stop := signalContext()
 	defer stop()
+	if len(args) == 2 && args[0] == "--cpuprofile" {
+		f, err := os.Create(args[1])
+		if err != nil {
+			return 1, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 1, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 1, err
@@ -95,13 +107,18 @@ func benchScorerServe(args []string) (int, error) {
 
 // startInstantScorer starts the fixture in a child process and returns a
 // protocol client for it (the client the stage uses in production), and a
-// stop function.
-func startInstantScorer(ctx context.Context) (*gpu.Client, func(), error) {
+// stop function. With a non-empty cpuProfile the child writes its CPU
+// profile there.
+func startInstantScorer(ctx context.Context, cpuProfile string) (*gpu.Client, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(exe, benchScorerCmd)
+	args := []string{benchScorerCmd}
+	if cpuProfile != "" {
+		args = append(args, "--cpuprofile", cpuProfile)
+	}
+	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
