@@ -18,6 +18,7 @@ type endpoint struct {
 	outstanding atomic.Int64 // tokens in flight
 	healthy     atomic.Bool
 	rowPieces   atomic.Bool // its /v1/info advertises FeatureRowPieces
+	binary      atomic.Bool // its /v1/info advertises FeatureBinary
 	mu          sync.Mutex
 	fails       int
 	probing     bool

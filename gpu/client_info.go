@@ -45,6 +45,7 @@ func (c *Client) fetchInfo(ctx context.Context, ep *endpoint) (ModelInfo, error)
 			Message: fmt.Sprintf("scorer speaks protocol %q, client speaks %q", info.Protocol, ProtocolVersion)}
 	}
 	ep.rowPieces.Store(slices.Contains(info.Features, FeatureRowPieces))
+	ep.binary.Store(slices.Contains(info.Features, FeatureBinary))
 	return info, nil
 }
 

@@ -56,9 +56,9 @@ func (c *Client) send(op string, items []*item) {
 		defer stop()
 	}
 
-	// bodies[1] is the compact form, sent to endpoints that advertise
-	// FeatureRowPieces; each form is encoded when first needed.
-	var bodies [2][]byte
+	// The request body in each form an endpoint may take (wireForm), each
+	// encoded when first needed.
+	var bodies [4][]byte
 	tokens := 0
 	tried := map[*endpoint]bool{}
 	var last *attemptError
@@ -72,12 +72,9 @@ func (c *Client) send(op string, items []*item) {
 		}
 		ep := c.pick(tried)
 		tried[ep] = true
-		form := 0
-		if op == "score" && ep.rowPieces.Load() {
-			form = 1
-		}
+		form := formOf(op, ep)
 		if bodies[form] == nil {
-			b, n, err := c.encode(op, items, form == 1)
+			b, n, err := c.encode(op, items, form)
 			if err != nil {
 				for _, it := range items {
 					it.finish(itemResult{err: err})
@@ -86,7 +83,7 @@ func (c *Client) send(op string, items []*item) {
 			}
 			bodies[form], tokens = b, n
 		}
-		raw, aerr := c.attempt(ctx, ep, op, bodies[form], tokens)
+		raw, aerr := c.attempt(ctx, ep, op, form, bodies[form], tokens)
 		if aerr == nil {
 			if derr := c.deliver(op, items, raw); derr != nil {
 				aerr = &attemptError{kind: "protocol", retryable: true, err: fmt.Errorf("scorer %s: %w", ep.url, derr)}

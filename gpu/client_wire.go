@@ -14,9 +14,29 @@ import (
 	"time"
 )
 
-// encode writes the request body of items; compact selects the compact
-// score rows (FeatureRowPieces) for an endpoint that advertises them.
-func (c *Client) encode(op string, items []*item, compact bool) ([]byte, int, error) {
+// wireForm is the form of a request body an endpoint takes: bit 1 compact
+// score rows (FeatureRowPieces), bit 2 binary bodies (FeatureBinary).
+type wireForm int
+
+const (
+	formCompact wireForm = 1 << iota
+	formBinary
+)
+
+// formOf is the form of op's requests to ep, from its advertised features.
+func formOf(op string, ep *endpoint) wireForm {
+	var f wireForm
+	if op == "score" && ep.rowPieces.Load() {
+		f |= formCompact
+	}
+	if ep.binary.Load() {
+		f |= formBinary
+	}
+	return f
+}
+
+// encode writes the request body of items in form.
+func (c *Client) encode(op string, items []*item, form wireForm) ([]byte, int, error) {
 	tokens := 0
 	for _, it := range items {
 		tokens += it.tokens
@@ -28,12 +48,18 @@ func (c *Client) encode(op string, items []*item, compact bool) ([]byte, int, er
 		for _, it := range items {
 			sets = append(sets, it.sets...)
 		}
-		b, err := appendScoreRequest(make([]byte, 0, 64+6*tokens), sets, compact)
+		var b []byte
+		var err error
+		if form&formBinary != 0 {
+			b, err = appendRowsRequest(make([]byte, 0, 64+5*tokens), sets, form&formCompact != 0)
+		} else {
+			b, err = appendScoreRequest(make([]byte, 0, 64+6*tokens), sets, form&formCompact != 0)
+		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
 		}
 		return b, tokens, nil
-	default:
+	default: // attention requests are JSON in every form (binary is the answer's)
 		var jobs []AttentionJob
 		for _, it := range items {
 			jobs = append(jobs, it.jobs...)
@@ -66,8 +92,14 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 	return req, nil
 }
 
-// attempt sends one request to ep and returns the 200 body.
-func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, body []byte, tokens int) ([]byte, *attemptError) {
+// answer is a 200 body; binary when it is a binary graphs body.
+type answer struct {
+	data   []byte
+	binary bool
+}
+
+// attempt sends one request in form to ep and returns the 200 body.
+func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wireForm, body []byte, tokens int) (answer, *attemptError) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
 	defer cancel()
 	path := PathScore
@@ -76,7 +108,14 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, body []by
 	}
 	req, err := c.newRequest(actx, http.MethodPost, ep.url+path, body)
 	if err != nil {
-		return nil, &attemptError{kind: "protocol", err: fmt.Errorf("scorer %s: building request: %w", ep.url, err)}
+		return answer{}, &attemptError{kind: "protocol", err: fmt.Errorf("scorer %s: building request: %w", ep.url, err)}
+	}
+	if form&formBinary != 0 {
+		if op == "score" {
+			req.Header.Set("Content-Type", MediaTypeRows)
+		} else {
+			req.Header.Set("Accept", MediaTypeGraphs+", application/json")
+		}
 	}
 	ep.outstanding.Add(int64(tokens))
 	c.metrics.inFlight.WithLabelValues(ep.url).Inc()
@@ -90,21 +129,21 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, body []by
 	}()
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, classifyTransport(ctx, actx, ep, err)
+		return answer{}, classifyTransport(ctx, actx, ep, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, classifyTransport(ctx, actx, ep, err)
+		return answer{}, classifyTransport(ctx, actx, ep, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		if v := resp.Header.Get(ProtocolHeader); v != "" && v != ProtocolVersion {
-			return nil, &attemptError{kind: "status", status: resp.StatusCode, err: &StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: CodeVersionMismatch,
+			return answer{}, &attemptError{kind: "status", status: resp.StatusCode, err: &StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: CodeVersionMismatch,
 				Message: fmt.Sprintf("scorer answers with protocol %q, client speaks %q", v, ProtocolVersion)}}
 		}
-		return data, nil
+		return answer{data: data, binary: isMediaType(resp.Header.Get("Content-Type"), MediaTypeGraphs)}, nil
 	}
-	return nil, classifyStatus(ep, resp.StatusCode, data)
+	return answer{}, classifyStatus(ep, resp.StatusCode, data)
 }
 
 func classifyTransport(ctx, actx context.Context, ep *endpoint, err error) *attemptError {
@@ -136,11 +175,11 @@ func classifyStatus(ep *endpoint, status int, data []byte) *attemptError {
 }
 
 // deliver decodes a 200 body and hands each item its results.
-func (c *Client) deliver(op string, items []*item, data []byte) error {
+func (c *Client) deliver(op string, items []*item, a answer) error {
 	switch op {
 	case "score":
 		var resp ScoreResponse
-		if err := json.Unmarshal(data, &resp); err != nil {
+		if err := json.Unmarshal(a.data, &resp); err != nil {
 			return fmt.Errorf("undecodable score response: %w", err)
 		}
 		n := 0
@@ -172,7 +211,13 @@ func (c *Client) deliver(op string, items []*item, data []byte) error {
 		}
 	default:
 		var resp AttentionResponse
-		if err := json.Unmarshal(data, &resp); err != nil {
+		var err error
+		if a.binary {
+			resp, err = decodeGraphs(a.data)
+		} else {
+			err = json.Unmarshal(a.data, &resp)
+		}
+		if err != nil {
 			return fmt.Errorf("undecodable attention response: %w", err)
 		}
 		n := 0

@@ -252,8 +252,8 @@ func setsFromWire(req ScoreRequest) []RowSet {
 func validateWireTemperatures(req ScoreRequest) error {
 	for i, s := range req.Sets {
 		for j, r := range s.Rows {
-			if r.Temperature != nil && !(*r.Temperature > 0) {
-				return rejectf(i, s.ID, "set %d row %d: temperature %v must be > 0 (leave it out for 1)", i, j, *r.Temperature)
+			if t := r.Temperature; t != nil && (!(*t > 0) || math.IsInf(*t, 0)) {
+				return rejectf(i, s.ID, "set %d row %d: temperature %v must be a finite number > 0 (leave it out for 1)", i, j, *t)
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"crypto/subtle"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,139 +36,6 @@ type Server struct {
 	draining atomic.Bool
 	metrics  *serverMetrics
 	handler  http.Handler
-}
-
-// ServerOption configures a Server.
-type ServerOption func(*serverConfig)
-
-type serverConfig struct {
-	certFile, keyFile string
-	tlsConfig         *tls.Config
-	token             string
-	maxRequestBytes   int64
-	maxRows           int
-	maxTokens         int
-	maxConcurrent     int
-	shutdownTimeout   time.Duration
-	log               zerolog.Logger
-	registry          *prometheus.Registry
-}
-
-// WithTLS serves HTTPS with the PEM certificate and key files.
-func WithTLS(certFile, keyFile string) ServerOption {
-	return func(c *serverConfig) { c.certFile, c.keyFile = certFile, keyFile }
-}
-
-// WithServerTLSConfig serves HTTPS with cfg (it must hold the certificates,
-// e.g. for client-certificate authentication). WithTLS files are added to it.
-func WithServerTLSConfig(cfg *tls.Config) ServerOption {
-	return func(c *serverConfig) { c.tlsConfig = cfg }
-}
-
-// WithServerToken requires "Authorization: Bearer <token>" on /v1/ paths.
-// An empty token disables the check. /healthz and /metrics stay open.
-func WithServerToken(token string) ServerOption {
-	return func(c *serverConfig) { c.token = token }
-}
-
-// WithMaxRequestBytes bounds a request body (default 64 MiB); larger ones get 413.
-func WithMaxRequestBytes(n int64) ServerOption {
-	return func(c *serverConfig) {
-		if n > 0 {
-			c.maxRequestBytes = n
-		}
-	}
-}
-
-// WithMaxRows bounds the rows of a score request and the jobs of an
-// attention request (default 65,536); more get 413.
-func WithMaxRows(n int) ServerOption {
-	return func(c *serverConfig) {
-		if n > 0 {
-			c.maxRows = n
-		}
-	}
-}
-
-// WithMaxTokens bounds the tokens of a request (context plus target of every
-// row; tokens of every job), default 4,194,304; more get 413.
-func WithMaxTokens(n int) ServerOption {
-	return func(c *serverConfig) {
-		if n > 0 {
-			c.maxTokens = n
-		}
-	}
-}
-
-// WithMaxConcurrentRequests bounds the score and attention requests served
-// at once (default 64); past it the server answers 503 overloaded at once.
-func WithMaxConcurrentRequests(n int) ServerOption {
-	return func(c *serverConfig) {
-		if n > 0 {
-			c.maxConcurrent = n
-		}
-	}
-}
-
-// WithShutdownTimeout bounds how long a graceful shutdown waits for
-// in-flight requests (default 30 s).
-func WithShutdownTimeout(d time.Duration) ServerOption {
-	return func(c *serverConfig) {
-		if d > 0 {
-			c.shutdownTimeout = d
-		}
-	}
-}
-
-// WithServerLogger sets the request logger (default: no logs).
-func WithServerLogger(l zerolog.Logger) ServerOption {
-	return func(c *serverConfig) { c.log = l }
-}
-
-// WithServerRegistry registers the server's metrics with reg and serves reg
-// on /metrics (default: a fresh registry holding the server's metrics).
-func WithServerRegistry(reg *prometheus.Registry) ServerOption {
-	return func(c *serverConfig) { c.registry = reg }
-}
-
-type serverMetrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	inFlight prometheus.Gauge
-	items    *prometheus.CounterVec
-	tokens   *prometheus.CounterVec
-}
-
-func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
-	m := &serverMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "creditflow_scorer_server_requests_total",
-			Help: "Scorer protocol requests answered, by op and HTTP status.",
-		}, []string{"op", "status"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "creditflow_scorer_server_request_duration_seconds",
-			Help:    "Time to answer a scorer protocol request, by op.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
-		}, []string{"op"}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "creditflow_scorer_server_in_flight_requests",
-			Help: "Score and attention requests being served.",
-		}),
-		items: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "creditflow_scorer_server_items_total",
-			Help: "Row sets (score) and jobs (attention) served.",
-		}, []string{"op"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "creditflow_scorer_server_tokens_total",
-			Help: "Tokens received in served requests, by op.",
-		}, []string{"op"}),
-	}
-	m.requests = shared(reg, m.requests)
-	m.duration = shared(reg, m.duration)
-	m.inFlight = shared(reg, m.inFlight)
-	m.items = shared(reg, m.items)
-	m.tokens = shared(reg, m.tokens)
-	return m
 }
 
 // NewServer serves s.
@@ -371,7 +237,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info.Protocol = ProtocolVersion
-	info.Features = append(info.Features[:len(info.Features):len(info.Features)], FeatureRowPieces)
+	info.Features = append(info.Features[:len(info.Features):len(info.Features)], FeatureRowPieces, FeatureBinary)
 	writeJSON(sw, http.StatusOK, info)
 	s.logRequest(r, "info", sw.status, start, 0, 0, "")
 }
@@ -398,7 +264,9 @@ func errorStatus(err error) (int, ErrorBody) {
 }
 
 // serveWork is the common path of score and attention requests.
-func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, req any, count func() (items, rows, tokens int), run func(ctx context.Context) (any, error)) {
+// decode reads the request body into the request; run computes the answer,
+// JSON unless it is a rawBody.
+func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, decode func(io.Reader) error, count func() (items, rows, tokens int), run func(ctx context.Context) (any, error)) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, status: 200}
 	items, tokens := 0, 0
@@ -426,15 +294,14 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, re
 	defer s.metrics.inFlight.Dec()
 
 	body := http.MaxBytesReader(sw, r.Body, s.cfg.maxRequestBytes)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(req); err != nil {
+	if err := decode(body); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
 				Error: fmt.Sprintf("request body exceeds the scorer's limit of %d bytes; send fewer rows per request", s.cfg.maxRequestBytes)})
 			return
 		}
-		fail(http.StatusBadRequest, ErrorBody{Code: CodeBadRequest, Error: "request body is not valid JSON for " + op + ": " + err.Error()})
+		fail(http.StatusBadRequest, ErrorBody{Code: CodeBadRequest, Error: err.Error()})
 		return
 	}
 	if _, err := io.Copy(io.Discard, body); err != nil {
@@ -465,13 +332,58 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, re
 		fail(status, b)
 		return
 	}
-	writeJSON(sw, http.StatusOK, resp)
+	if raw, ok := resp.(rawBody); ok {
+		sw.Header().Set("Content-Type", raw.mediaType)
+		sw.Header().Set(ProtocolHeader, ProtocolVersion)
+		sw.WriteHeader(http.StatusOK)
+		_, _ = sw.Write(raw.data)
+	} else {
+		writeJSON(sw, http.StatusOK, resp)
+	}
 	s.logRequest(r, op, http.StatusOK, start, items, tokens, "")
+}
+
+// rawBody is an answer written as is (a binary body).
+type rawBody struct {
+	mediaType string
+	data      []byte
+}
+
+// decodeJSON reads a JSON request body into req.
+func decodeJSON(op string, req any) func(io.Reader) error {
+	return func(body io.Reader) error {
+		if err := json.NewDecoder(body).Decode(req); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return err
+			}
+			return fmt.Errorf("request body is not valid JSON for %s: %w", op, err)
+		}
+		return nil
+	}
+}
+
+// decodeScoreRequest reads a score request in the form its Content-Type
+// names: binary rows (FeatureBinary) or JSON.
+func decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.Reader) error {
+	if !isMediaType(r.Header.Get("Content-Type"), MediaTypeRows) {
+		return decodeJSON("score", req)
+	}
+	return func(body io.Reader) error {
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return err
+		}
+		if *req, err = decodeRowsRequest(data); err != nil {
+			return fmt.Errorf("request body is not a valid %s score request: %w", MediaTypeRows, err)
+		}
+		return nil
+	}
 }
 
 func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 	var req ScoreRequest
-	s.serveWork(w, r, "score", &req, func() (int, int, int) {
+	s.serveWork(w, r, "score", decodeScoreRequest(r, &req), func() (int, int, int) {
 		rows, tokens := 0, 0
 		for i := range req.Sets {
 			set := &req.Sets[i]
@@ -517,7 +429,8 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 	var req AttentionRequest
-	s.serveWork(w, r, "attention", &req, func() (int, int, int) {
+	binaryAnswer := accepts(r.Header.Get("Accept"), MediaTypeGraphs)
+	s.serveWork(w, r, "attention", decodeJSON("attention", &req), func() (int, int, int) {
 		tokens := 0
 		for _, j := range req.Jobs {
 			tokens += len(j.Tokens)
@@ -547,6 +460,9 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		out := AttentionResponse{Results: make([]WireJobResult, len(res)), PolicyVersion: version}
 		for i, g := range res {
 			out.Results[i] = graphsToWire(g)
+		}
+		if binaryAnswer {
+			return rawBody{mediaType: MediaTypeGraphs, data: appendGraphs(nil, out)}, nil
 		}
 		return out, nil
 	})

@@ -129,76 +129,107 @@ func readVarint(b []byte, pos, maxBytes int) (int64, int, error) {
 // bytes (only possible with "null" items, which creditflow schemas do not use).
 const maxItemsZeroSize = 1 << 16
 
+// checkPath names the value being checked, formatted only when an error
+// needs it: a root name, then fields and item indexes pushed and popped as
+// check descends.
+type checkPath struct {
+	root  string
+	elems []pathElem
+}
+
+type pathElem struct {
+	field string // "" for an item
+	index int64
+}
+
+func newCheckPath(root string) checkPath {
+	return checkPath{root: root, elems: make([]pathElem, 0, 8)}
+}
+
+func (p *checkPath) String() string {
+	out := p.root
+	for _, e := range p.elems {
+		if e.field == "" {
+			out = fmt.Sprintf("%s[%d]", out, e.index)
+		} else {
+			out += "." + e.field
+		}
+	}
+	return out
+}
+
 // check walks one value of shape s starting at pos and returns the position
 // after it.
-func (s *shape) check(b []byte, pos int, path string) (int, error) {
+func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 	switch s.kind {
 	case "null":
 		return pos, nil
 	case "boolean":
 		if pos >= len(b) {
-			return pos, fmt.Errorf("%s: boolean past the end", path)
+			return pos, fmt.Errorf("%s: boolean past the end", at.String())
 		}
 		if b[pos] > 1 {
-			return pos, fmt.Errorf("%s: boolean byte %#x is neither 0 nor 1", path, b[pos])
+			return pos, fmt.Errorf("%s: boolean byte %#x is neither 0 nor 1", at.String(), b[pos])
 		}
 		return pos + 1, nil
 	case "int", "enum":
 		v, p, err := readVarint(b, pos, 5)
 		if err != nil {
-			return p, fmt.Errorf("%s: %w", path, err)
+			return p, fmt.Errorf("%s: %w", at.String(), err)
 		}
 		if v < math.MinInt32 || v > math.MaxInt32 {
-			return p, fmt.Errorf("%s: int %d out of 32-bit range", path, v)
+			return p, fmt.Errorf("%s: int %d out of 32-bit range", at.String(), v)
 		}
 		if s.kind == "enum" && (v < 0 || v >= int64(s.symbols)) {
-			return p, fmt.Errorf("%s: enum index %d out of range", path, v)
+			return p, fmt.Errorf("%s: enum index %d out of range", at.String(), v)
 		}
 		return p, nil
 	case "long":
 		_, p, err := readVarint(b, pos, 10)
 		if err != nil {
-			return p, fmt.Errorf("%s: %w", path, err)
+			return p, fmt.Errorf("%s: %w", at.String(), err)
 		}
 		return p, nil
 	case "float", "double", "fixed":
 		n := s.minBytes
 		if len(b)-pos < n {
-			return pos, fmt.Errorf("%s: %s needs %d bytes, %d remain", path, s.kind, n, len(b)-pos)
+			return pos, fmt.Errorf("%s: %s needs %d bytes, %d remain", at.String(), s.kind, n, len(b)-pos)
 		}
 		return pos + n, nil
 	case "bytes", "string":
 		n, p, err := readVarint(b, pos, 10)
 		if err != nil {
-			return p, fmt.Errorf("%s: length: %w", path, err)
+			return p, fmt.Errorf("%s: length: %w", at.String(), err)
 		}
 		if n < 0 || n > int64(len(b)-p) {
-			return p, fmt.Errorf("%s: length %d does not fit in the %d bytes that remain", path, n, len(b)-p)
+			return p, fmt.Errorf("%s: length %d does not fit in the %d bytes that remain", at.String(), n, len(b)-p)
 		}
 		return p + int(n), nil
 	case "union":
 		i, p, err := readVarint(b, pos, 10)
 		if err != nil {
-			return p, fmt.Errorf("%s: union index: %w", path, err)
+			return p, fmt.Errorf("%s: union index: %w", at.String(), err)
 		}
 		if i < 0 || i >= int64(len(s.branches)) {
-			return p, fmt.Errorf("%s: union index %d out of range [0, %d)", path, i, len(s.branches))
+			return p, fmt.Errorf("%s: union index %d out of range [0, %d)", at.String(), i, len(s.branches))
 		}
-		return s.branches[i].check(b, p, path)
+		return s.branches[i].check(b, p, at)
 	case "record":
 		var err error
 		for _, f := range s.fields {
-			if pos, err = f.items.check(b, pos, path+"."+f.name); err != nil {
+			at.elems = append(at.elems, pathElem{field: f.name})
+			if pos, err = f.items.check(b, pos, at); err != nil {
 				return pos, err
 			}
+			at.elems = at.elems[:len(at.elems)-1]
 		}
 		return pos, nil
 	case "array":
-		item := 0
+		item := int64(0)
 		for {
 			n, p, err := readVarint(b, pos, 10)
 			if err != nil {
-				return p, fmt.Errorf("%s: block count: %w", path, err)
+				return p, fmt.Errorf("%s: block count: %w", at.String(), err)
 			}
 			pos = p
 			if n == 0 {
@@ -206,15 +237,15 @@ func (s *shape) check(b []byte, pos int, path string) (int, error) {
 			}
 			if n < 0 {
 				if n == math.MinInt64 {
-					return pos, fmt.Errorf("%s: block count out of range", path)
+					return pos, fmt.Errorf("%s: block count out of range", at.String())
 				}
 				n = -n
 				size, p, err := readVarint(b, pos, 10)
 				if err != nil {
-					return p, fmt.Errorf("%s: block size: %w", path, err)
+					return p, fmt.Errorf("%s: block size: %w", at.String(), err)
 				}
 				if size < 0 || size > int64(len(b)-p) {
-					return p, fmt.Errorf("%s: block size %d does not fit in the %d bytes that remain", path, size, len(b)-p)
+					return p, fmt.Errorf("%s: block size %d does not fit in the %d bytes that remain", at.String(), size, len(b)-p)
 				}
 				pos = p
 			}
@@ -223,15 +254,17 @@ func (s *shape) check(b []byte, pos int, path string) (int, error) {
 				limit = int64((len(b) - pos) / s.items.minBytes)
 			}
 			if n > limit {
-				return pos, fmt.Errorf("%s: block count %d does not fit in the %d bytes that remain", path, n, len(b)-pos)
+				return pos, fmt.Errorf("%s: block count %d does not fit in the %d bytes that remain", at.String(), n, len(b)-pos)
 			}
 			for i := int64(0); i < n; i++ {
-				if pos, err = s.items.check(b, pos, fmt.Sprintf("%s[%d]", path, item)); err != nil {
+				at.elems = append(at.elems, pathElem{index: item})
+				if pos, err = s.items.check(b, pos, at); err != nil {
 					return pos, err
 				}
+				at.elems = at.elems[:len(at.elems)-1]
 				item++
 			}
 		}
 	}
-	return pos, fmt.Errorf("%s: unsupported schema kind %q", path, s.kind)
+	return pos, fmt.Errorf("%s: unsupported schema kind %q", at.String(), s.kind)
 }

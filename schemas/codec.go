@@ -295,7 +295,8 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 		avro, shp = w.avro, w.shape
 	}
 	body := b[headerSize:]
-	end, cerr := shp.check(body, 0, c.name)
+	at := newCheckPath(c.name)
+	end, cerr := shp.check(body, 0, &at)
 	if cerr != nil {
 		return nil, undecodable("%v", cerr)
 	}

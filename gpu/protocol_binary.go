@@ -1,0 +1,426 @@
+package gpu
+
+// Binary bodies (feature "binary", docs/scorer-protocol.md "Binary bodies"):
+// the score request and the attention answer as little-endian binary, which
+// both ends read and write without parsing text. A binary request decodes to
+// exactly the ScoreRequest its JSON form decodes to, so everything after
+// decoding is shared; a binary graphs answer carries the JSON answer's
+// float64 values bit for bit.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"mime"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// FeatureBinary is the /v1/info feature of a server that accepts binary
+// score requests and answers attention requests in binary when asked.
+const FeatureBinary = "binary"
+
+// Media types of the binary bodies.
+const (
+	MediaTypeRows   = "application/vnd.creditflow.rows"   // POST /v1/score request body
+	MediaTypeGraphs = "application/vnd.creditflow.graphs" // POST /v1/attention answer body (Accept)
+)
+
+const (
+	magicRows   = "CFR1"
+	magicGraphs = "CFG1"
+)
+
+// Set and row flags of the rows request.
+const (
+	setTokens = 1 << iota
+	setTarget
+	setSpan
+)
+
+const (
+	rowContext = 1 << iota
+	rowPieces
+	rowTarget
+	rowSpan
+	rowTemperature
+)
+
+const graphsPolicyVersion = 1
+
+// isMediaType reports whether the header value v (Content-Type, or one
+// entry of Accept) names the media type t, ignoring parameters and case.
+func isMediaType(v, t string) bool {
+	mt, _, err := mime.ParseMediaType(v)
+	return err == nil && strings.EqualFold(mt, t)
+}
+
+// accepts reports whether an Accept header value lists the media type t.
+func accepts(accept, t string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		if isMediaType(strings.TrimSpace(part), t) {
+			return true
+		}
+	}
+	return false
+}
+
+func appendU32(dst []byte, v int) []byte { return binary.LittleEndian.AppendUint32(dst, uint32(v)) }
+
+func appendIDs(dst []byte, ids []int32) []byte {
+	dst = appendU32(dst, len(ids))
+	for _, v := range ids {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
+	}
+	return dst
+}
+
+func appendPair(dst []byte, a, b int) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(int32(a)))
+	return binary.LittleEndian.AppendUint32(dst, uint32(int32(b)))
+}
+
+// appendRowsRequest appends the binary score request of sets: the same
+// fields appendScoreRequest writes as JSON (compact as there), so that the
+// server decodes both to the same ScoreRequest.
+func appendRowsRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error) {
+	dst = append(dst, magicRows...)
+	dst = appendU32(dst, len(sets))
+	var buf []int32
+	for i := range sets {
+		s := &sets[i]
+		dst = appendU32(dst, len(s.ID))
+		dst = append(dst, s.ID...)
+		pieces := compact && s.Pieces != nil
+		shared := pieces && sharedTarget(s)
+		var flags byte
+		if pieces {
+			flags |= setTokens
+		}
+		if shared {
+			flags |= setTarget | setSpan
+		}
+		dst = append(dst, flags)
+		if pieces {
+			dst = appendIDs(dst, s.Tokens)
+		}
+		if shared {
+			dst = appendIDs(dst, s.Rows[0].Target)
+			dst = appendPair(dst, s.Rows[0].Span[0], s.Rows[0].Span[1])
+		}
+		dst = appendU32(dst, len(s.Rows))
+		for j, r := range s.Rows {
+			var flags byte
+			ps := s.rowPieces(j)
+			ctx := r.Context
+			switch {
+			case pieces && ps != nil:
+				flags |= rowPieces
+			case ps != nil:
+				var err error
+				if buf, err = s.appendRowContext(buf[:0], j); err != nil {
+					return nil, err
+				}
+				ctx = buf
+				fallthrough
+			default:
+				if len(ctx) > 0 { // as in JSON: an empty context is left out
+					flags |= rowContext
+				}
+			}
+			if !shared {
+				if len(r.Target) > 0 {
+					flags |= rowTarget
+				}
+				flags |= rowSpan
+			}
+			if r.Temperature != 0 {
+				flags |= rowTemperature
+			}
+			dst = append(dst, flags)
+			if flags&rowContext != 0 {
+				dst = appendIDs(dst, ctx)
+			}
+			if flags&rowPieces != 0 {
+				dst = appendU32(dst, len(ps))
+				for _, p := range ps {
+					if p.Literal != nil {
+						dst = appendIDs(append(dst, 1), p.Literal)
+					} else {
+						dst = appendPair(append(dst, 0), p.Start, p.End)
+					}
+				}
+			}
+			if flags&rowTarget != 0 {
+				dst = appendIDs(dst, r.Target)
+			}
+			if flags&rowSpan != 0 {
+				dst = appendPair(dst, r.Span[0], r.Span[1])
+			}
+			if flags&rowTemperature != 0 {
+				dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(r.Temperature))
+			}
+		}
+	}
+	return dst, nil
+}
+
+// binReader reads a binary body; the first error sticks and every later
+// read returns zero values.
+type binReader struct {
+	b   []byte
+	err error
+}
+
+var errShort = errors.New("body ends early")
+
+func (r *binReader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *binReader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b) {
+		r.fail(errShort)
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *binReader) u8() byte {
+	if b := r.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *binReader) u32() uint32 {
+	if b := r.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *binReader) i32() int { return int(int32(r.u32())) }
+
+func (r *binReader) u64() uint64 {
+	if b := r.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+// count reads a count of items of at least minBytes each and checks that
+// the rest of the body can hold them (so that no count allocates more than
+// the body's size).
+func (r *binReader) count(what string, minBytes int) int {
+	n := r.u32()
+	if r.err == nil && uint64(n)*uint64(minBytes) > uint64(len(r.b)) {
+		r.fail(fmt.Errorf("%s count %d is larger than the %d bytes that follow", what, n, len(r.b)))
+		return 0
+	}
+	return int(n)
+}
+
+// ids reads an id array (present, so never nil).
+func (r *binReader) ids(what string) Tokens {
+	n := r.count(what, 4)
+	raw := r.take(4 * n)
+	if r.err != nil {
+		return nil
+	}
+	out := make(Tokens, n)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out
+}
+
+func (r *binReader) pair() *[2]int {
+	a := r.i32()
+	b := r.i32()
+	return &[2]int{a, b}
+}
+
+func (r *binReader) flags(what string, known byte) byte {
+	f := r.u8()
+	if r.err == nil && f&^known != 0 {
+		r.fail(fmt.Errorf("%s has unknown flag bits %#x", what, f&^known))
+	}
+	return f
+}
+
+func (r *binReader) magic(m string) {
+	if got := r.take(len(m)); r.err == nil && string(got) != m {
+		r.fail(fmt.Errorf("body starts with %q, not %q", got, m))
+	}
+}
+
+func (r *binReader) end() {
+	if r.err == nil && len(r.b) > 0 {
+		r.fail(fmt.Errorf("%d bytes follow the end of the body", len(r.b)))
+	}
+}
+
+// decodeRowsRequest reads a binary score request into the ScoreRequest its
+// JSON form gives: present arrays non-nil (empty ones too), absent ones nil.
+func decodeRowsRequest(b []byte) (ScoreRequest, error) {
+	r := &binReader{b: b}
+	r.magic(magicRows)
+	n := r.count("set", 9) // id length, flags, row count
+	req := ScoreRequest{Sets: make([]WireRowSet, 0, n)}
+	for i := 0; i < n && r.err == nil; i++ {
+		var s WireRowSet
+		id := r.take(r.count(fmt.Sprintf("set %d id byte", i), 1))
+		if r.err == nil && !utf8.Valid(id) {
+			r.fail(fmt.Errorf("set %d id is not UTF-8", i))
+		}
+		s.ID = string(id)
+		f := r.flags(fmt.Sprintf("set %d", i), setTokens|setTarget|setSpan)
+		if f&setTokens != 0 {
+			s.Tokens = r.ids(fmt.Sprintf("set %d tokens", i))
+		}
+		if f&setTarget != 0 {
+			s.Target = r.ids(fmt.Sprintf("set %d target", i))
+		}
+		if f&setSpan != 0 {
+			s.Span = r.pair()
+		}
+		rows := r.count(fmt.Sprintf("set %d row", i), 1)
+		s.Rows = make([]WireRow, 0, rows)
+		for j := 0; j < rows && r.err == nil; j++ {
+			s.Rows = append(s.Rows, r.row(i, j))
+		}
+		req.Sets = append(req.Sets, s)
+	}
+	r.end()
+	if r.err != nil {
+		return ScoreRequest{}, r.err
+	}
+	return req, nil
+}
+
+func (r *binReader) row(i, j int) WireRow {
+	var w WireRow
+	what := fmt.Sprintf("set %d row %d", i, j)
+	f := r.flags(what, rowContext|rowPieces|rowTarget|rowSpan|rowTemperature)
+	if f&rowContext != 0 {
+		w.Context = r.ids(what + " context")
+	}
+	if f&rowPieces != 0 {
+		n := r.count(what+" piece", 9) // kind and a span, or kind and a count and ids
+		w.Pieces = make([]Piece, 0, n)
+		for k := 0; k < n && r.err == nil; k++ {
+			switch kind := r.u8(); kind {
+			case 0:
+				p := r.pair()
+				w.Pieces = append(w.Pieces, Piece{Start: p[0], End: p[1]})
+			case 1:
+				w.Pieces = append(w.Pieces, Piece{Literal: r.ids(fmt.Sprintf("%s piece %d", what, k))})
+			default:
+				r.fail(fmt.Errorf("%s piece %d has kind %d (0 = span, 1 = literal ids)", what, k, kind))
+			}
+		}
+	}
+	if f&rowTarget != 0 {
+		w.Target = r.ids(what + " target")
+	}
+	if f&rowSpan != 0 {
+		w.Span = r.pair()
+	}
+	if f&rowTemperature != 0 {
+		t := math.Float64frombits(r.u64())
+		w.Temperature = &t
+	}
+	return w
+}
+
+// appendGraphs appends the binary form of an attention answer.
+func appendGraphs(dst []byte, resp AttentionResponse) []byte {
+	n := len(magicGraphs) + 1 + 8 + 4
+	for _, res := range resp.Results {
+		n += 4
+		for _, g := range res.Graphs {
+			n += 8 + 16*len(g.AA)*len(g.AA)
+		}
+	}
+	dst = slices.Grow(dst, n)
+	dst = append(dst, magicGraphs...)
+	if resp.PolicyVersion != nil {
+		dst = append(dst, graphsPolicyVersion)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(*resp.PolicyVersion))
+	} else {
+		dst = append(dst, 0)
+	}
+	dst = appendU32(dst, len(resp.Results))
+	for _, res := range resp.Results {
+		dst = appendU32(dst, len(res.Graphs))
+		for _, g := range res.Graphs {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(int32(g.Layer)))
+			dst = appendU32(dst, len(g.AA))
+			for _, m := range [][][]float64{g.AA, g.AO} {
+				for _, row := range m {
+					for _, v := range row {
+						dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v))
+					}
+				}
+			}
+		}
+	}
+	return dst
+}
+
+// decodeGraphs reads a binary attention answer. Each graph's rows are
+// slices of one allocation.
+func decodeGraphs(b []byte) (AttentionResponse, error) {
+	r := &binReader{b: b}
+	r.magic(magicGraphs)
+	var resp AttentionResponse
+	if r.flags("answer", graphsPolicyVersion)&graphsPolicyVersion != 0 {
+		v := int64(r.u64())
+		resp.PolicyVersion = &v
+	}
+	n := r.count("job", 4)
+	resp.Results = make([]WireJobResult, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		ng := r.count(fmt.Sprintf("job %d graph", i), 8)
+		res := WireJobResult{Graphs: make([]WireGraph, 0, ng)}
+		for l := 0; l < ng && r.err == nil; l++ {
+			g := WireGraph{Layer: r.i32()}
+			k := r.u32()
+			if r.err == nil && uint64(k)*uint64(k)*16 > uint64(len(r.b)) {
+				r.fail(fmt.Errorf("job %d graph %d: %d×%d graphs are larger than the %d bytes that follow", i, l, k, k, len(r.b)))
+				break
+			}
+			K := int(k)
+			flat := make([]float64, 2*K*K)
+			raw := r.take(16 * K * K)
+			if r.err != nil {
+				break
+			}
+			for x := range flat {
+				flat[x] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*x:]))
+			}
+			g.AA, g.AO = make([][]float64, K), make([][]float64, K)
+			for j := 0; j < K; j++ {
+				g.AA[j] = flat[j*K : (j+1)*K : (j+1)*K]
+				g.AO[j] = flat[K*K+j*K : K*K+(j+1)*K : K*K+(j+1)*K]
+			}
+			res.Graphs = append(res.Graphs, g)
+		}
+		resp.Results = append(resp.Results, res)
+	}
+	r.end()
+	if r.err != nil {
+		return AttentionResponse{}, r.err
+	}
+	return resp, nil
+}
