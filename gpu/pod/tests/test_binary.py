@@ -2,6 +2,7 @@
 the same validated model input as the JSON form of the request, and every malformed body is a
 400 bad_request."""
 
+import random
 import struct
 import unittest
 
@@ -140,6 +141,19 @@ class MalformedRows(unittest.TestCase):
                 with self.assertRaises(Reject) as cm:
                     decode_rows(bodies[name])
                 self.assertIn(want, cm.exception.message)
+
+    def test_random_corruption_is_a_400_or_valid(self):
+        """Flipped bytes never escape as anything but a Reject, through decoding and validation."""
+        rng = random.Random(7)
+        good = encode_rows(SETS)
+        for _ in range(3000):
+            body = bytearray(good)
+            for _ in range(rng.randint(1, 3)):
+                body[rng.randrange(len(body))] = rng.randrange(256)
+            try:
+                parse_score_request(decode_rows(bytes(body)), INFO)
+            except Reject as e:
+                self.assertEqual((e.status, e.code), (400, "bad_request"))
 
     def test_empty_request(self):
         self.assertEqual(decode_rows(b"CFR1\0\0\0\0"), {"sets": []})
