@@ -72,21 +72,22 @@ class _Reader:
 
     def __init__(self, body):
         self.buf = memoryview(body)
+        self.end = len(self.buf)
         self.off = 0
 
     def left(self):
-        return len(self.buf) - self.off
+        return self.end - self.off
 
-    def _need(self, n, what):
-        if n > self.left():
-            raise bad(f"binary score request ends early: {what} needs {n} bytes at offset {self.off}, "
-                      f"{self.left()} left")
+    def _early(self, n, what):
+        return bad(f"binary score request ends early: {what} needs {n} bytes at offset {self.off}, "
+                   f"{self.left()} left")
 
     def _unpack(self, st, what):
-        self._need(st.size, what)
-        v, = st.unpack_from(self.buf, self.off)
-        self.off += st.size
-        return v
+        off = self.off
+        if off + st.size > self.end:
+            raise self._early(st.size, what)
+        self.off = off + st.size
+        return st.unpack_from(self.buf, off)[0]
 
     def u8(self, what):
         return self._unpack(_U8, what)
@@ -110,10 +111,11 @@ class _Reader:
         return n
 
     def raw(self, n, what):
-        self._need(n, what)
-        b = self.buf[self.off:self.off + n]
-        self.off += n
-        return b
+        off = self.off
+        if off + n > self.end:
+            raise self._early(n, what)
+        self.off = off + n
+        return self.buf[off:off + n]
 
     def ids(self, what):
         """An id array: u32 n, then n little-endian int32."""
