@@ -12,8 +12,9 @@ PROTOCOL_VERSION = "creditflow.scorer/v1"
 PROTOCOL_HEADER = "Creditflow-Scorer-Protocol"
 
 # Features within v1 that /v1/info advertises: "row_pieces" = compact score rows (set-level
-# "tokens", "target", "span"; rows with "pieces" instead of "context").
-FEATURES = ("row_pieces",)
+# "tokens", "target", "span"; rows with "pieces" instead of "context"); "binary" = binary
+# score requests and attention answers (binary.py).
+FEATURES = ("row_pieces", "binary")
 
 PATH_INFO, PATH_SCORE, PATH_ATTENTION = "/v1/info", "/v1/score", "/v1/attention"
 PATH_HEALTH, PATH_METRICS, PATH_ADMIN_LOAD = "/healthz", "/metrics", "/v1/admin/load"
@@ -39,10 +40,48 @@ def bad(message, item=None, id_=""):
     return Reject(400, "bad_request", message, item, id_)
 
 
+class Tokens:
+    """A token array already decoded from a binary body (binary.py): a list of ints. JSON
+    never yields this type, so a JSON request cannot pass a token array that skipped the
+    base64 rules; decode_tokens takes it as it is."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __eq__(self, other):
+        return isinstance(other, Tokens) and self.ids == other.ids
+
+    def __repr__(self):
+        return f"Tokens({self.ids!r})"
+
+
+def _is_token_array(v):
+    return isinstance(v, (str, Tokens))
+
+
+def _estimated_tokens(v):
+    """The tokens of a token array for the limits, before decoding: base64 holds 3 bytes per
+    4 characters, 4 bytes per token."""
+    if isinstance(v, str):
+        return len(v) * 3 // 16
+    if isinstance(v, Tokens):
+        return len(v)
+    return 0
+
+
 def decode_tokens(v, what):
-    """A token array on the wire: base64 (standard alphabet, padded) of little-endian int32."""
+    """A token array on the wire: base64 (standard alphabet, padded) of little-endian int32,
+    or Tokens from a binary body. Returns a list of ints (the caller must not change it:
+    a Tokens' list is returned as it is)."""
     if v is None:
         return []
+    if isinstance(v, Tokens):
+        return v.ids
     if not isinstance(v, str):
         raise bad(f"{what}: token array must be a base64 string of little-endian int32")
     try:
@@ -88,7 +127,7 @@ def _row_context(s, r, i, j, sid, shared):
         raise bad(f"set {i} row {j}: pieces must be a list", i, sid)
     ctx = []
     for k, p in enumerate(pieces):
-        if isinstance(p, str):
+        if _is_token_array(p):
             ctx.extend(decode_tokens(p, f"set {i} row {j} piece {k}"))
             continue
         a, b = _range(p, f"set {i} row {j} piece {k}")
@@ -113,15 +152,15 @@ def parse_score_request(req, info, limits=None):
             for r in rows if isinstance(rows, list) else []:
                 n_rows += 1
                 if isinstance(r, dict):
-                    n_tok += sum(len(x) * 3 // 16 for x in (r.get("context"), r.get("target")) if isinstance(x, str))
+                    n_tok += _estimated_tokens(r.get("context")) + _estimated_tokens(r.get("target"))
                     ps = r.get("pieces")
                     for p in ps if isinstance(ps, list) else []:
-                        if isinstance(p, str):
-                            n_tok += len(p) * 3 // 16
+                        if _is_token_array(p):
+                            n_tok += _estimated_tokens(p)
                         elif isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p):
                             n_tok += max(0, p[1] - p[0])
-                    if r.get("target") is None and isinstance(s.get("target"), str):
-                        n_tok += len(s["target"]) * 3 // 16
+                    if r.get("target") is None:
+                        n_tok += _estimated_tokens(s.get("target"))
         limits(n_rows, n_tok)
     V, MC = info["vocab_size"], info["max_context"]
     out = []

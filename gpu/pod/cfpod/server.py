@@ -7,7 +7,12 @@ Guarantees (the same as the Go server's):
   status the protocol assigns: 400 invalid input (bad_request) or a missing/different
   protocol header (version_mismatch), 401 missing or wrong bearer token, 404, 405, 413 over
   a limit (too_large), 503 over the concurrency limit or shutting down (overloaded), 500
-  otherwise; every JSON answer carries the Creditflow-Scorer-Protocol header;
+  otherwise; every JSON answer and every binary answer carries the
+  Creditflow-Scorer-Protocol header;
+- feature "binary" (binary.py): a score request with Content-Type
+  application/vnd.creditflow.rows is decoded into the JSON request's structure and served by
+  the same code from there on; an attention request whose Accept lists
+  application/vnd.creditflow.graphs gets its 200 answer as that body (errors stay JSON);
 - requests over the concurrency limit are refused at once, never queued; model work runs
   one request at a time (one device stream), in arrival order of the lock;
 - the bearer token is compared in constant time and never logged; /healthz and /metrics
@@ -24,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
+from .binary import MEDIA_GRAPHS, MEDIA_ROWS, accepts, decode_rows, encode_graphs, media_type
 from .log import Logger  # noqa: F401
 from .model import ModelError
 from .pod import POLICY_VERSION_FILE, Loaded, Pod, read_policy_version  # noqa: F401
@@ -47,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        if content_type == "application/json":
+        if content_type in ("application/json", MEDIA_GRAPHS):
             self.send_header(PROTOCOL_HEADER, PROTOCOL_VERSION)
         if status == 503:
             self.send_header("Retry-After", "1")
@@ -193,16 +199,15 @@ class Handler(BaseHTTPRequestHandler):
                 raise Reject(503, "overloaded", f"scorer is serving its limit of {pod.max_concurrent} concurrent "
                                                 "requests; retry later or on another endpoint")
             entered = True
-            body = self._read_body()
-            try:
-                req = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise bad(f"request body is not valid JSON for {op}: {e}") from None
+            req = self._decode_request(op, self._read_body())
             if isinstance(req, dict):
                 lst = req.get("sets", req.get("jobs"))
                 items = len(lst) if isinstance(lst, list) else 0
             resp = fn(req)
-            self._send(200, resp)
+            if op == "attention" and accepts(self.headers.get("Accept"), MEDIA_GRAPHS):
+                self._send(200, encode_graphs(resp), MEDIA_GRAPHS)
+            else:
+                self._send(200, resp)
             self._done(op, 200, start, items)
         except Reject as r:
             if not entered:
@@ -223,6 +228,16 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             if entered:
                 pod.leave()
+
+    def _decode_request(self, op, body):
+        """The request body as json.loads gives it; a binary score body (Content-Type
+        application/vnd.creditflow.rows) decodes to the same structure (binary.decode_rows)."""
+        if op == "score" and media_type(self.headers.get("Content-Type")) == MEDIA_ROWS:
+            return decode_rows(body)
+        try:
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise bad(f"request body is not valid JSON for {op}: {e}") from None
 
     def _admin_load(self):
         """POST /v1/admin/load {"model": folder (default: the current one), "policy_version": n

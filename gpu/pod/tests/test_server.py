@@ -13,7 +13,10 @@ import unittest
 import torch
 
 from cfpod.model import Model
+from cfpod.protocol import parse_score_request
 from cfpod.server import PROTOCOL_HEADER, PROTOCOL_VERSION, Logger, Pod, make_server
+from tests.binwire import decode_graphs, encode_rows, json_rows
+from tests.test_binary import malformed_bodies
 from tests.util import DEVICE, ON_CPU, TOL, small_config, write_checkpoint
 
 TOKEN = "s3cret"
@@ -53,9 +56,9 @@ class ServerTest(unittest.TestCase):
         cls.srv.server_close()
         shutil.rmtree(cls.dir)
 
-    def call(self, method, path, body=None, token=TOKEN, header=True, raw=None):
+    def call(self, method, path, body=None, token=TOKEN, header=True, raw=None, headers=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        h = {}
+        h = dict(headers or {})
         if token:
             h["Authorization"] = f"Bearer {token}"
         if header:
@@ -243,6 +246,113 @@ class ServerTest(unittest.TestCase):
         # Back to the first model for the other tests.
         st, _, _ = self.call("POST", "/v1/admin/load", {"model": self.folder, "policy_version": 4}, token="admin")
         self.assertEqual(st, 200)
+
+    # ----- binary bodies (feature "binary") ----------------------------------------------
+
+    BINARY_SETS = [
+        {"id": "full", "rows": [{"context": [1, 2, 3, 4, 5], "target": [6, 7, 8], "span": (0, 3)},
+                                {"context": [1, 2, 3, 96, 5], "target": [6, 7, 8], "span": (1, 3),
+                                 "temperature": 0.7}]},
+        {"id": "compact", "tokens": [1, 2, 3, 4, 5, 6, 7, 8], "target": [9, 10, 11], "span": (0, 3), "rows": [
+            {"pieces": [(0, 8)], "temperature": 0.7},
+            {"pieces": [(0, 3), [96], (5, 8)], "temperature": 0.7},
+            {"pieces": [(0, 5)], "span": (1, 2)},
+            {"pieces": [], "span": (1, 3), "temperature": 1.5},
+            {"context": [4, 4], "target": [1], "span": (0, 1)}]},
+    ]
+    ROWS = {"Content-Type": "application/vnd.creditflow.rows"}
+
+    def test_info_advertises_binary(self):
+        self.assertIn("binary", self.call("GET", "/v1/info")[1]["features"])
+
+    def test_binary_score_answers_as_json(self):
+        st, want, _ = self.call("POST", "/v1/score", json_rows(self.BINARY_SETS))
+        self.assertEqual(st, 200, want)
+        for ctype in ("application/vnd.creditflow.rows", "Application/VND.Creditflow.Rows; version=1"):
+            with self.subTest(ctype=ctype):
+                st, got, r = self.call("POST", "/v1/score", raw=encode_rows(self.BINARY_SETS),
+                                       headers={"Content-Type": ctype})
+                self.assertEqual(st, 200, got)
+                self.assertEqual(r.getheader("Content-Type"), "application/json")
+                self.assertEqual(r.getheader(PROTOCOL_HEADER), PROTOCOL_VERSION)
+                if ON_CPU:
+                    self.assertEqual(got, want)  # scores to the bit, usage, policy_version
+                else:
+                    self.assertEqual({k: v for k, v in got.items() if k != "results"},
+                                     {k: v for k, v in want.items() if k != "results"})
+                    for g, w in zip(got["results"], want["results"]):
+                        self.assertClose(g["scores"], w["scores"])
+        # And they are the model's scores of the expanded rows.
+        cur = self.pod.current
+        rows = [r for _, rs in parse_score_request(json_rows(self.BINARY_SETS), cur.info) for r in rs]
+        self.assertClose([x for res in got["results"] for x in res["scores"]], cur.model.score_rows(rows)[0])
+
+    def test_binary_score_errors_are_json(self):
+        # Invalid rows: the JSON path's answer, item and id included.
+        sets = [self.BINARY_SETS[0], {"id": "bad", "rows": [{"context": [1], "target": [500], "span": (0, 1)}]}]
+        st, b, r = self.call("POST", "/v1/score", raw=encode_rows(sets), headers=self.ROWS)
+        self.assertEqual((st, b["code"], b["item"], b["id"]), (400, "bad_request", 1, "bad"), b)
+        self.assertEqual(b, self.call("POST", "/v1/score", json_rows(sets))[1])
+        # Limits apply to the decoded rows and to the body's bytes.
+        many = [{"rows": [{"context": [1], "target": [2], "span": (0, 1)}]}] * 51
+        st, b, _ = self.call("POST", "/v1/score", raw=encode_rows(many), headers=self.ROWS)
+        self.assertEqual((st, b["code"]), (413, "too_large"), b)
+        st, b, _ = self.call("POST", "/v1/score", raw=b"CFR1" + b"\0" * 200000, headers=self.ROWS)
+        self.assertEqual((st, b["code"]), (413, "too_large"), b)
+        # A JSON body sent as binary is a malformed binary body.
+        st, b, _ = self.call("POST", "/v1/score", raw=json.dumps(json_rows(sets)).encode(), headers=self.ROWS)
+        self.assertEqual((st, b["code"]), (400, "bad_request"), b)
+
+    def test_malformed_binary_bodies_are_400_never_500(self):
+        for name, body in malformed_bodies():
+            with self.subTest(name=name):
+                st, b, r = self.call("POST", "/v1/score", raw=body, headers=self.ROWS)
+                self.assertEqual((st, b["code"]), (400, "bad_request"), b)
+                self.assertTrue(b["error"].startswith("binary score request"), b)
+                self.assertEqual(r.getheader(PROTOCOL_HEADER), PROTOCOL_VERSION)
+        # The server still serves after all of them.
+        self.assertEqual(self.call("POST", "/v1/score", raw=encode_rows(self.BINARY_SETS), headers=self.ROWS)[0], 200)
+
+    def test_attention_binary_graphs_equal_the_json_answer(self):
+        toks = list(range(60))
+        req = {"jobs": [{"id": "j", "tokens": b64(toks), "layers": [2, 0],
+                         "steps": [{"action": [5, 20], "observation": [20, 30]},
+                                   {"action": [30, 40], "observation": None},
+                                   {"action": [40, 60], "observation": [60, 60]}]},
+                        {"id": "k", "tokens": b64([3, 1, 4, 1, 5]), "layers": [1],
+                         "steps": [{"action": [0, 2]}]}]}
+        st, want, r = self.call("POST", "/v1/attention", req)
+        self.assertEqual((st, r.getheader("Content-Type")), (200, "application/json"), want)
+        self.assertIn("policy_version", want)
+        for accept in ("application/vnd.creditflow.graphs",
+                       "application/json, Application/Vnd.Creditflow.Graphs;q=0.9"):
+            with self.subTest(accept=accept):
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                c.request("POST", "/v1/attention", body=json.dumps(req).encode(),
+                          headers={"Authorization": f"Bearer {TOKEN}", PROTOCOL_HEADER: PROTOCOL_VERSION,
+                                   "Accept": accept})
+                r = c.getresponse()
+                body = r.read()
+                c.close()
+                self.assertEqual(r.status, 200, body[:200])
+                self.assertEqual(r.getheader("Content-Type"), "application/vnd.creditflow.graphs")
+                self.assertEqual(r.getheader(PROTOCOL_HEADER), PROTOCOL_VERSION)
+                got = decode_graphs(body)
+                if ON_CPU:
+                    self.assertEqual(got, want)  # every float64 and the policy version
+                else:
+                    shape = lambda a: (a["policy_version"], [[g["layer"] for g in j["graphs"]]  # noqa: E731
+                                                             for j in a["results"]])
+                    self.assertEqual(shape(got), shape(want))
+                    for gj, wj in zip(got["results"], want["results"]):
+                        for g, w in zip(gj["graphs"], wj["graphs"]):
+                            self.assertClose(g["aa"], w["aa"])
+                            self.assertClose(g["ao"], w["ao"])
+        # Errors stay JSON.
+        bad_req = {"jobs": [{"tokens": b64([1, 2]), "steps": [{"action": [0, 1]}], "layers": [7]}]}
+        st, b, r = self.call("POST", "/v1/attention", bad_req,
+                             headers={"Accept": "application/vnd.creditflow.graphs"})
+        self.assertEqual((st, b["code"], r.getheader("Content-Type")), (400, "bad_request", "application/json"))
 
     def test_nan_scores_travel_as_null(self):
         m = self.pod.current.model
