@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // ProtocolVersion names the wire protocol spoken by Server and Client
@@ -103,9 +104,15 @@ func (s *Score) UnmarshalJSON(b []byte) error {
 		*s = Score(math.NaN())
 		return nil
 	}
-	var f float64
-	if err := json.Unmarshal(b, &f); err != nil {
-		return err
+	// encoding/json has checked that b is a JSON number, which ParseFloat
+	// reads as encoding/json would (the nearest float64).
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || strings.Trim(string(b), "0123456789+-.eE") != "" { // not a plain decimal
+		var v float64 // anything else (out of range, or not via a decoder) as encoding/json reads it
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		f = v
 	}
 	*s = Score(f)
 	return nil

@@ -3,7 +3,9 @@ package gpu
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 )
 
@@ -83,6 +85,25 @@ func BenchmarkScoreRequestAppend(b *testing.B) {
 	for b.Loop() {
 		if _, err := appendScoreRequest(make([]byte, 0, 64+6*40000), sets, false); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Score reads every JSON number as encoding/json reads it into a float64.
+func TestScoreUnmarshalMatchesFloat64(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	nums := []string{"0", "-0", "1e400", "-1e400", "4.9e-324", "2e-324", "1.7976931348623157e308", "123456789012345678901234567890", "0.1", "1E5", "-2.5e-3"}
+	for i := 0; i < 2000; i++ {
+		f := r.NormFloat64() * float64(r.Int64N(1<<40))
+		nums = append(nums, strconv.FormatFloat(f, 'g', -1, 64), strconv.FormatFloat(f, 'e', r.IntN(25), 64), strconv.FormatFloat(f, 'f', r.IntN(20), 64))
+	}
+	for _, n := range nums {
+		var want float64
+		werr := json.Unmarshal([]byte(n), &want)
+		var got []Score
+		gerr := json.Unmarshal([]byte("["+n+"]"), &got)
+		if (werr == nil) != (gerr == nil) || (werr == nil && math.Float64bits(float64(got[0])) != math.Float64bits(want)) {
+			t.Fatalf("%s: Score %v (%v), float64 %v (%v)", n, got, gerr, want, werr)
 		}
 	}
 }

@@ -255,7 +255,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 	scoredTopic := ""
 	for rep := 0; rep < max(1, o.repeat); rep++ {
 		for k := 0; k < 2; k++ { // short: twice per round
-			pt, err := e.passthrough(ctx, input.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().MaxInFlight, 1, n, nil)
+			pt, err := e.passthrough(ctx, input.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), 1, n, nil)
 			if err != nil {
 				return fail(err)
 			}

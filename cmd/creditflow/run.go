@@ -122,6 +122,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
+		fs.IntVar(&cfg.MaxInFlightBytes, "max-inflight-bytes", cfg.MaxInFlightBytes, "score stage: record bytes in flight per partition (at least one record)")
 	})
 	fs.inGroup(groupCredit, func() {
 		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr")

@@ -62,7 +62,8 @@ type Config struct {
 	// advantage stage follows the topic itself.
 	Policy *policy.Follower
 
-	MaxInFlight    int           // score stage: trajectories being scored per partition (default 64)
+	MaxInFlight      int           // score stage: trajectories being scored per partition (default 256)
+	MaxInFlightBytes int           // score stage: their record bytes per partition (default 32 MiB; at least one record)
 	CommitInterval time.Duration // how often offsets (and snapshots) are committed (default 500ms)
 	SessionTimeout time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
 	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
@@ -73,6 +74,30 @@ type Config struct {
 
 	Logger  zerolog.Logger
 	Metrics *Metrics
+}
+
+// The score stage's window per partition: trajectories read and not yet
+// written, by count and by record bytes. A deep window keeps the scorers
+// busy (every trajectory waits for its scorer call; 64 held the instant
+// scorer of the bench to 0.4 of a passthrough's rate, 256 to 0.55); the
+// bytes bound keeps long trajectories' windows to a few tens of MiB
+// (about 60 trajectories of 128k tokens).
+const (
+	DefaultMaxInFlight      = 256
+	DefaultMaxInFlightBytes = 32 << 20
+)
+
+// scoreReadBuffer is the score stage consumer's buffer per partition (each
+// of its read channels): up to 64 records, fewer with a smaller window.
+func (c *Config) scoreReadBuffer() int { return min(c.MaxInFlight, 64) }
+
+// ScoreReadBuffer is scoreReadBuffer for a configuration with defaults
+// applied, for a comparison that reads alike (the bench's passthrough).
+func (c Config) ScoreReadBuffer() int {
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	return c.scoreReadBuffer()
 }
 
 // DefaultConfig is a complete configuration for the embedded default.
@@ -86,7 +111,8 @@ func DefaultConfig() Config {
 		Limits:           schemas.DefaultLimits(),
 		MaxPolicyLag:     PolicyLagOff,
 		SuccessThreshold: 1.0,
-		MaxInFlight:      64,
+		MaxInFlight:      DefaultMaxInFlight,
+		MaxInFlightBytes: DefaultMaxInFlightBytes,
 		Compression:      DefaultCompression,
 		MaxMessageBytes:  DefaultMaxMessageBytes,
 		CommitInterval:   500 * time.Millisecond,
@@ -132,7 +158,10 @@ func (c *Config) Check() error {
 		seen[l] = true
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 64
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxInFlightBytes <= 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
 	if c.CommitInterval <= 0 {
 		c.CommitInterval = 500 * time.Millisecond

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -69,7 +70,7 @@ func (s *ScoreStage) Info() gpu.ModelInfo { return s.info }
 func (s *ScoreStage) Run(ctx context.Context) error {
 	g, err := consumers.NewGroup(consumers.Config{
 		Brokers: s.cfg.Brokers, GroupID: s.cfg.GroupID + ".score", Topics: []string{s.cfg.Topics.Trajectories},
-		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.MaxInFlight, SessionTimeout: s.cfg.SessionTimeout,
+		Security: s.cfg.Security, StartAt: "earliest", Buffer: s.cfg.scoreReadBuffer(), SessionTimeout: s.cfg.SessionTimeout,
 		MaxBytes: s.cfg.fetchBytes(), Reassembly: s.cfg.reassembly("score", s.prod, s.log),
 	}, consumers.WithLogger(s.log), consumers.WithRegisterer(s.cfg.Metrics.reg))
 	if err != nil {
@@ -91,30 +92,49 @@ func (s *ScoreStage) claim(ctx context.Context, claim consumers.Claim, commit co
 	log := s.log.With().Str("topic", claim.Topic).Int("partition", claim.Partition).Logger()
 	log.Info().Int64("start_offset", claim.StartOffset).Int32("generation", claim.Generation).Msg("partition assigned")
 	jobs := make(chan *scoreJob, s.cfg.MaxInFlight)
+	win := newWindow(s.cfg.MaxInFlightBytes)
 	emitted := make(chan error, 1)
-	go func() { emitted <- s.emit(ctx, jobs, commit) }()
+	go func() { emitted <- s.emit(ctx, jobs, commit, win) }()
+	// MaxInFlight workers score the jobs: long-lived goroutines keep the
+	// stacks that decoding and the scorer client grow (a goroutine per record
+	// grew and copied its stack every time).
+	work := make(chan *scoreJob, s.cfg.MaxInFlight)
+	var workers sync.WaitGroup
+	for range s.cfg.MaxInFlight {
+		workers.Go(func() {
+			for j := range work {
+				s.process(ctx, j)
+			}
+		})
+	}
 	inflight := s.cfg.Metrics.inflight.WithLabelValues("score")
+	recordsIn := s.cfg.Metrics.recordsIn.WithLabelValues("score")
 feed:
 	for rec := range claim.Records {
-		s.cfg.Metrics.recordsIn.WithLabelValues("score").Inc()
+		recordsIn.Inc()
+		if !win.acquire(ctx, len(rec.Value)) {
+			break feed
+		}
 		j := &scoreJob{rec: rec, read: time.Now(), done: make(chan struct{})}
 		select {
 		case jobs <- j:
 			inflight.Inc()
-			go s.process(ctx, j)
+			work <- j // never blocks long: jobs holds at most MaxInFlight unfinished
 		case <-ctx.Done():
 			break feed
 		}
 	}
 	close(jobs)
+	close(work)
 	err := <-emitted
+	workers.Wait()
 	log.Info().Msg("partition released")
 	return err
 }
 
 // emit writes finished jobs in input order, batching those already done,
 // and commits after they are acknowledged.
-func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit consumers.CommitFunc) error {
+func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit consumers.CommitFunc, win *window) error {
 	m := s.cfg.Metrics
 	inflight := m.inflight.WithLabelValues("score")
 	var next *scoreJob
@@ -184,6 +204,7 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 			}
 			m.latency.WithLabelValues("score").Observe(now.Sub(b.read).Seconds())
 			inflight.Dec()
+			win.release(len(b.rec.Value))
 		}
 		toCommit = batch[len(batch)-1].rec.Offset + 1
 		if now.Sub(lastCommit) >= s.cfg.CommitInterval {
