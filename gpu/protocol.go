@@ -236,10 +236,13 @@ func setsToWire(sets []RowSet) ScoreRequest {
 	return req
 }
 
+// setsFromWire converts resolved wire sets (resolveWireSets); a set with
+// compact rows stays compact (Tokens and Pieces).
 func setsFromWire(req ScoreRequest) []RowSet {
 	sets := make([]RowSet, len(req.Sets))
 	for i, s := range req.Sets {
 		rows := make([]Row, len(s.Rows))
+		var pieces [][]Piece
 		for j, r := range s.Rows {
 			rows[j] = Row{Context: r.Context, Target: r.Target}
 			if r.Span != nil {
@@ -248,8 +251,17 @@ func setsFromWire(req ScoreRequest) []RowSet {
 			if r.Temperature != nil {
 				rows[j].Temperature = *r.Temperature
 			}
+			if r.Pieces != nil {
+				if pieces == nil {
+					pieces = make([][]Piece, len(s.Rows))
+				}
+				pieces[j] = r.Pieces
+			}
 		}
 		sets[i] = RowSet{ID: s.ID, Rows: rows}
+		if pieces != nil {
+			sets[i].Tokens, sets[i].Pieces = s.Tokens, pieces
+		}
 	}
 	return sets
 }

@@ -56,12 +56,13 @@ func (p *Piece) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// expandWireSets resolves compact rows into full contexts, targets and spans,
-// in place: a row with pieces gets the concatenation of its pieces as its
-// context; a row without a target takes its set's target and span. Invalid
-// pieces (a span out of [0, len(tokens)] or reversed, pieces and a context
-// in one row) are a bad request naming the set and row.
-func expandWireSets(req *ScoreRequest) error {
+// resolveWireSets checks compact rows and gives every row its target and
+// span, in place, leaving pieces as they are (the scorer expands them, see
+// ExpandSet: a Scorer takes compact sets): a row without a target takes its
+// set's target and span. Invalid pieces (a span out of [0, len(tokens)] or
+// reversed, pieces and a context in one row) and a row without a span are a
+// bad request naming the set and row.
+func resolveWireSets(req *ScoreRequest) error {
 	for i := range req.Sets {
 		s := &req.Sets[i]
 		for j := range s.Rows {
@@ -70,27 +71,12 @@ func expandWireSets(req *ScoreRequest) error {
 				if r.Context != nil {
 					return rejectf(i, s.ID, "set %d row %d has both \"context\" and \"pieces\"; send one", i, j)
 				}
-				n := 0
 				for k, p := range r.Pieces {
-					if p.Literal != nil {
-						n += len(p.Literal)
-						continue
-					}
-					if p.Start < 0 || p.End < p.Start || p.End > len(s.Tokens) {
+					if p.Literal == nil && (p.Start < 0 || p.End < p.Start || p.End > len(s.Tokens)) {
 						return rejectf(i, s.ID, "set %d row %d piece %d: span [%d, %d) is not a range inside the set's %d tokens (0 <= start <= end <= len)",
 							i, j, k, p.Start, p.End, len(s.Tokens))
 					}
-					n += p.End - p.Start
 				}
-				ctx := make(Tokens, 0, n)
-				for _, p := range r.Pieces {
-					if p.Literal != nil {
-						ctx = append(ctx, p.Literal...)
-					} else {
-						ctx = append(ctx, s.Tokens[p.Start:p.End]...)
-					}
-				}
-				r.Context, r.Pieces = ctx, nil
 			}
 			if r.Target == nil && s.Target != nil {
 				r.Target = s.Target
@@ -102,7 +88,6 @@ func expandWireSets(req *ScoreRequest) error {
 				return rejectf(i, s.ID, "set %d row %d has no span (give one in the row or, with the set's target, in the set)", i, j)
 			}
 		}
-		s.Tokens, s.Target, s.Span = nil, nil, nil
 	}
 	return nil
 }

@@ -10,6 +10,10 @@ func (s *RowSet) rowPieces(j int) []Piece {
 	return nil
 }
 
+// ContextLen is the length of row j's context (its pieces' lengths added
+// up, for a compact row).
+func (s *RowSet) ContextLen(j int) int { return s.rowContextLen(j) }
+
 // rowContextLen is the length of row j's context.
 func (s *RowSet) rowContextLen(j int) int {
 	ps := s.rowPieces(j)

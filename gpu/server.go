@@ -394,7 +394,7 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		}
 		return len(req.Sets), rows, tokens
 	}, func(ctx context.Context) (any, error) {
-		if err := expandWireSets(&req); err != nil {
+		if err := resolveWireSets(&req); err != nil {
 			return nil, err
 		}
 		if err := validateWireTemperatures(req); err != nil {

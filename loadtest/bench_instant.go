@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -38,13 +40,9 @@ func (s benchInstantScorer) Info(context.Context) (gpu.ModelInfo, error) { retur
 func (s benchInstantScorer) ScoreRows(_ context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
 	out := make([]gpu.RowScores, len(sets))
 	for i, set := range sets {
-		set, err := gpu.ExpandSet(set) // the server has expanded compact rows; in process they may still be pieces
-		if err != nil {
-			return nil, err
-		}
 		out[i].Scores = make([]float64, len(set.Rows))
 		for j, r := range set.Rows {
-			h := (len(r.Context)*31 + len(r.Target)*7 + r.Span[0]*3 + r.Span[1]) % 97
+			h := (set.ContextLen(j)*31 + len(r.Target)*7 + r.Span[0]*3 + r.Span[1]) % 97
 			out[i].Scores[j] = -1 - float64(h)/48.5
 		}
 	}
@@ -133,7 +131,17 @@ func startInstantScorer(ctx context.Context, cpuProfile string) (*gpu.Client, fu
 		stop()
 		return nil, nil, fmt.Errorf("the instant scorer did not say its address: %w", err)
 	}
-	client, err := gpu.NewClient([]string{"http://" + strings.TrimSpace(addr)}, gpu.WithLogger(nopLog()))
+	opts := []gpu.ClientOption{gpu.WithLogger(nopLog())}
+	if v, _ := strconv.Atoi(os.Getenv("XEP")); v > 0 {
+		opts = append(opts, gpu.WithMaxInFlight(v))
+	}
+	if v, _ := strconv.Atoi(os.Getenv("XB")); v > 0 {
+		opts = append(opts, gpu.WithTokenBudget(v))
+	}
+	if v, _ := strconv.Atoi(os.Getenv("XW")); v > 0 {
+		opts = append(opts, gpu.WithMaxWait(time.Duration(v)*time.Millisecond))
+	}
+	client, err := gpu.NewClient([]string{"http://" + strings.TrimSpace(addr)}, opts...)
 	if err != nil {
 		stop()
 		return nil, nil, err
