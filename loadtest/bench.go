@@ -73,18 +73,19 @@ type BenchResult struct {
 }
 
 type benchOptions struct {
-	records    int
-	sizes      string
-	method     string
-	partitions int
-	openGroups int
-	repeat     int
-	scaling    bool
-	timeout    time.Duration
-	seed       uint64
-	brokers    string
-	cpuProfile string
-	memProfile string
+	records      int
+	sizes        string
+	method       string
+	partitions   int
+	openGroups   int
+	repeat       int
+	scaling      bool
+	timeout      time.Duration
+	seed         uint64
+	brokers      string
+	cpuProfile   string
+	profilePhase string
+	memProfile   string
 }
 
 func benchCmd(args []string) (int, error) {
@@ -105,6 +106,7 @@ func benchCmd(args []string) (int, error) {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.StringVar(&o.brokers, "brokers", "", "a real cluster's bootstrap list host:port,... (plaintext; default: an embedded broker)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, and the instant scorer's (a child process) to this file + \".scorer\"")
+	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score or advantage) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +128,12 @@ func benchCmd(args []string) (int, error) {
 	if len(sizes) == 0 {
 		return 2, fmt.Errorf("no size to run (sizes %q, method %q)", o.sizes, o.method)
 	}
-	if o.cpuProfile != "" {
+	switch o.profilePhase {
+	case "", "passthrough", "score", "advantage":
+	default:
+		return 2, fmt.Errorf("--profile-phase %q: use passthrough, score or advantage", o.profilePhase)
+	}
+	if o.cpuProfile != "" && o.profilePhase == "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return 2, err
@@ -159,7 +166,8 @@ func benchCmd(args []string) (int, error) {
 func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResult, error) {
 	start := time.Now()
 	res := BenchResult{Partitions: o.partitions, GOMAXPROCS: runtime.GOMAXPROCS(0), Sizes: []SizeResult{}}
-	env := &benchEnv{partitions: o.partitions, timeout: o.timeout, log: nopLog(), prog: newBenchProgress()}
+	env := &benchEnv{partitions: o.partitions, timeout: o.timeout, log: nopLog(), prog: newBenchProgress(),
+		profilePhase: o.profilePhase, cpuProfile: o.cpuProfile}
 	defer env.prog.close()
 	// An embedded broker keeps every record in this process's memory: each
 	// size gets a fresh one.
