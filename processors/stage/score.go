@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -95,18 +94,6 @@ func (s *ScoreStage) claim(ctx context.Context, claim consumers.Claim, commit co
 	win := newWindow(s.cfg.MaxInFlightBytes)
 	emitted := make(chan error, 1)
 	go func() { emitted <- s.emit(ctx, jobs, commit, win) }()
-	// MaxInFlight workers score the jobs: long-lived goroutines keep the
-	// stacks that decoding and the scorer client grow (a goroutine per record
-	// grew and copied its stack every time).
-	work := make(chan *scoreJob, s.cfg.MaxInFlight)
-	var workers sync.WaitGroup
-	for range s.cfg.MaxInFlight {
-		workers.Go(func() {
-			for j := range work {
-				s.process(ctx, j)
-			}
-		})
-	}
 	inflight := s.cfg.Metrics.inflight.WithLabelValues("score")
 	recordsIn := s.cfg.Metrics.recordsIn.WithLabelValues("score")
 feed:
@@ -119,15 +106,13 @@ feed:
 		select {
 		case jobs <- j:
 			inflight.Inc()
-			work <- j // never blocks long: jobs holds at most MaxInFlight unfinished
+			go s.process(ctx, j)
 		case <-ctx.Done():
 			break feed
 		}
 	}
 	close(jobs)
-	close(work)
 	err := <-emitted
-	workers.Wait()
 	log.Info().Msg("partition released")
 	return err
 }
