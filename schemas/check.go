@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // shape is a compiled Avro schema used to check a binary body before it is
@@ -166,52 +167,52 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 		return pos, nil
 	case "boolean":
 		if pos >= len(b) {
-			return pos, fmt.Errorf("%s: boolean past the end", at.String())
+			return pos, checkMsg(at, "boolean past the end")
 		}
 		if b[pos] > 1 {
-			return pos, fmt.Errorf("%s: boolean byte %#x is neither 0 nor 1", at.String(), b[pos])
+			return pos, checkErr1(at, "boolean byte %#x is neither 0 nor 1", int64(b[pos]))
 		}
 		return pos + 1, nil
 	case "int", "enum":
 		v, p, err := readVarint(b, pos, 5)
 		if err != nil {
-			return p, fmt.Errorf("%s: %w", at.String(), err)
+			return p, checkWrap(at, "", err)
 		}
 		if v < math.MinInt32 || v > math.MaxInt32 {
-			return p, fmt.Errorf("%s: int %d out of 32-bit range", at.String(), v)
+			return p, checkErr1(at, "int %d out of 32-bit range", v)
 		}
 		if s.kind == "enum" && (v < 0 || v >= int64(s.symbols)) {
-			return p, fmt.Errorf("%s: enum index %d out of range", at.String(), v)
+			return p, checkErr1(at, "enum index %d out of range", v)
 		}
 		return p, nil
 	case "long":
 		_, p, err := readVarint(b, pos, 10)
 		if err != nil {
-			return p, fmt.Errorf("%s: %w", at.String(), err)
+			return p, checkWrap(at, "", err)
 		}
 		return p, nil
 	case "float", "double", "fixed":
 		n := s.minBytes
 		if len(b)-pos < n {
-			return pos, fmt.Errorf("%s: %s needs %d bytes, %d remain", at.String(), s.kind, n, len(b)-pos)
+			return pos, checkErr2(at, s.kind+" needs %d bytes, %d remain", int64(n), int64(len(b)-pos))
 		}
 		return pos + n, nil
 	case "bytes", "string":
 		n, p, err := readVarint(b, pos, 10)
 		if err != nil {
-			return p, fmt.Errorf("%s: length: %w", at.String(), err)
+			return p, checkWrap(at, "length: ", err)
 		}
 		if n < 0 || n > int64(len(b)-p) {
-			return p, fmt.Errorf("%s: length %d does not fit in the %d bytes that remain", at.String(), n, len(b)-p)
+			return p, checkErr2(at, "length %d does not fit in the %d bytes that remain", n, int64(len(b)-p))
 		}
 		return p + int(n), nil
 	case "union":
 		i, p, err := readVarint(b, pos, 10)
 		if err != nil {
-			return p, fmt.Errorf("%s: union index: %w", at.String(), err)
+			return p, checkWrap(at, "union index: ", err)
 		}
 		if i < 0 || i >= int64(len(s.branches)) {
-			return p, fmt.Errorf("%s: union index %d out of range [0, %d)", at.String(), i, len(s.branches))
+			return p, checkErr2(at, "union index %d out of range [0, %d)", i, int64(len(s.branches)))
 		}
 		return s.branches[i].check(b, p, at)
 	case "record":
@@ -229,7 +230,7 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 		for {
 			n, p, err := readVarint(b, pos, 10)
 			if err != nil {
-				return p, fmt.Errorf("%s: block count: %w", at.String(), err)
+				return p, checkWrap(at, "block count: ", err)
 			}
 			pos = p
 			if n == 0 {
@@ -237,15 +238,15 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 			}
 			if n < 0 {
 				if n == math.MinInt64 {
-					return pos, fmt.Errorf("%s: block count out of range", at.String())
+					return pos, checkMsg(at, "block count out of range")
 				}
 				n = -n
 				size, p, err := readVarint(b, pos, 10)
 				if err != nil {
-					return p, fmt.Errorf("%s: block size: %w", at.String(), err)
+					return p, checkWrap(at, "block size: ", err)
 				}
 				if size < 0 || size > int64(len(b)-p) {
-					return p, fmt.Errorf("%s: block size %d does not fit in the %d bytes that remain", at.String(), size, len(b)-p)
+					return p, checkErr2(at, "block size %d does not fit in the %d bytes that remain", size, int64(len(b)-p))
 				}
 				pos = p
 			}
@@ -254,7 +255,7 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 				limit = int64((len(b) - pos) / s.items.minBytes)
 			}
 			if n > limit {
-				return pos, fmt.Errorf("%s: block count %d does not fit in the %d bytes that remain", at.String(), n, len(b)-pos)
+				return pos, checkErr2(at, "block count %d does not fit in the %d bytes that remain", n, int64(len(b)-pos))
 			}
 			for i := int64(0); i < n; i++ {
 				at.elems = append(at.elems, pathElem{index: item})
@@ -266,5 +267,28 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 			}
 		}
 	}
-	return pos, fmt.Errorf("%s: unsupported schema kind %q", at.String(), s.kind)
+	return pos, checkMsg(at, "unsupported schema kind "+strconv.Quote(s.kind))
+}
+
+// The errors of check, built out of line: formatting them in check itself
+// gave it a 960-byte frame, zeroed on each of its dozens of calls per record.
+
+//go:noinline
+func checkMsg(at *checkPath, msg string) error {
+	return fmt.Errorf("%s: %s", at.String(), msg)
+}
+
+//go:noinline
+func checkWrap(at *checkPath, prefix string, err error) error {
+	return fmt.Errorf("%s: %s%w", at.String(), prefix, err)
+}
+
+//go:noinline
+func checkErr1(at *checkPath, format string, v int64) error {
+	return fmt.Errorf("%s: "+format, at.String(), v)
+}
+
+//go:noinline
+func checkErr2(at *checkPath, format string, v, w int64) error {
+	return fmt.Errorf("%s: "+format, at.String(), v, w)
 }
