@@ -168,10 +168,34 @@ func appendRowsRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error) 
 }
 
 // binReader reads a binary body; the first error sticks and every later
-// read returns zero values.
+// read returns zero values. Errors name the place being read (unit index,
+// row, piece), formatted only when one occurs.
 type binReader struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	unit    string // "set" or "job"; "" before the first
+	i, j, k int    // unit, row and piece index; -1 when not in one
+}
+
+// where names the place being read, then what.
+func (r *binReader) where(what string) string {
+	var b strings.Builder
+	if r.unit != "" && r.i >= 0 {
+		fmt.Fprintf(&b, "%s %d", r.unit, r.i)
+		if r.j >= 0 {
+			fmt.Fprintf(&b, " row %d", r.j)
+		}
+		if r.k >= 0 {
+			fmt.Fprintf(&b, " piece %d", r.k)
+		}
+	}
+	if what != "" {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(what)
+	}
+	return b.String()
 }
 
 var errShort = errors.New("body ends early")
@@ -224,7 +248,7 @@ func (r *binReader) u64() uint64 {
 func (r *binReader) count(what string, minBytes int) int {
 	n := r.u32()
 	if r.err == nil && uint64(n)*uint64(minBytes) > uint64(len(r.b)) {
-		r.fail(fmt.Errorf("%s count %d is larger than the %d bytes that follow", what, n, len(r.b)))
+		r.fail(fmt.Errorf("%s count %d is larger than the %d bytes that follow", r.where(what), n, len(r.b)))
 		return 0
 	}
 	return int(n)
@@ -253,7 +277,7 @@ func (r *binReader) pair() *[2]int {
 func (r *binReader) flags(what string, known byte) byte {
 	f := r.u8()
 	if r.err == nil && f&^known != 0 {
-		r.fail(fmt.Errorf("%s has unknown flag bits %#x", what, f&^known))
+		r.fail(fmt.Errorf("%s has unknown flag bits %#x", r.where(what), f&^known))
 	}
 	return f
 }
@@ -273,31 +297,34 @@ func (r *binReader) end() {
 // decodeRowsRequest reads a binary score request into the ScoreRequest its
 // JSON form gives: present arrays non-nil (empty ones too), absent ones nil.
 func decodeRowsRequest(b []byte) (ScoreRequest, error) {
-	r := &binReader{b: b}
+	r := &binReader{b: b, i: -1, j: -1, k: -1}
 	r.magic(magicRows)
 	n := r.count("set", 9) // id length, flags, row count
 	req := ScoreRequest{Sets: make([]WireRowSet, 0, n)}
+	r.unit = "set"
 	for i := 0; i < n && r.err == nil; i++ {
+		r.i, r.j, r.k = i, -1, -1
 		var s WireRowSet
-		id := r.take(r.count(fmt.Sprintf("set %d id byte", i), 1))
+		id := r.take(r.count("id byte", 1))
 		if r.err == nil && !utf8.Valid(id) {
-			r.fail(fmt.Errorf("set %d id is not UTF-8", i))
+			r.fail(fmt.Errorf("%s is not UTF-8", r.where("id")))
 		}
 		s.ID = string(id)
-		f := r.flags(fmt.Sprintf("set %d", i), setTokens|setTarget|setSpan)
+		f := r.flags("", setTokens|setTarget|setSpan)
 		if f&setTokens != 0 {
-			s.Tokens = r.ids(fmt.Sprintf("set %d tokens", i))
+			s.Tokens = r.ids("tokens")
 		}
 		if f&setTarget != 0 {
-			s.Target = r.ids(fmt.Sprintf("set %d target", i))
+			s.Target = r.ids("target")
 		}
 		if f&setSpan != 0 {
 			s.Span = r.pair()
 		}
-		rows := r.count(fmt.Sprintf("set %d row", i), 1)
+		rows := r.count("row", 1)
 		s.Rows = make([]WireRow, 0, rows)
 		for j := 0; j < rows && r.err == nil; j++ {
-			s.Rows = append(s.Rows, r.row(i, j))
+			r.j, r.k = j, -1
+			s.Rows = append(s.Rows, r.row())
 		}
 		req.Sets = append(req.Sets, s)
 	}
@@ -308,30 +335,31 @@ func decodeRowsRequest(b []byte) (ScoreRequest, error) {
 	return req, nil
 }
 
-func (r *binReader) row(i, j int) WireRow {
+func (r *binReader) row() WireRow {
 	var w WireRow
-	what := fmt.Sprintf("set %d row %d", i, j)
-	f := r.flags(what, rowContext|rowPieces|rowTarget|rowSpan|rowTemperature)
+	f := r.flags("", rowContext|rowPieces|rowTarget|rowSpan|rowTemperature)
 	if f&rowContext != 0 {
-		w.Context = r.ids(what + " context")
+		w.Context = r.ids("context")
 	}
 	if f&rowPieces != 0 {
-		n := r.count(what+" piece", 9) // kind and a span, or kind and a count and ids
+		n := r.count("piece", 9) // kind and a span, or kind and a count and ids
 		w.Pieces = make([]Piece, 0, n)
 		for k := 0; k < n && r.err == nil; k++ {
+			r.k = k
 			switch kind := r.u8(); kind {
 			case 0:
 				p := r.pair()
 				w.Pieces = append(w.Pieces, Piece{Start: p[0], End: p[1]})
 			case 1:
-				w.Pieces = append(w.Pieces, Piece{Literal: r.ids(fmt.Sprintf("%s piece %d", what, k))})
+				w.Pieces = append(w.Pieces, Piece{Literal: r.ids("")})
 			default:
-				r.fail(fmt.Errorf("%s piece %d has kind %d (0 = span, 1 = literal ids)", what, k, kind))
+				r.fail(fmt.Errorf("%s has kind %d (0 = span, 1 = literal ids)", r.where(""), kind))
 			}
 		}
+		r.k = -1
 	}
 	if f&rowTarget != 0 {
-		w.Target = r.ids(what + " target")
+		w.Target = r.ids("target")
 	}
 	if f&rowSpan != 0 {
 		w.Span = r.pair()
@@ -381,7 +409,7 @@ func appendGraphs(dst []byte, resp AttentionResponse) []byte {
 // decodeGraphs reads a binary attention answer. Each graph's rows are
 // slices of one allocation.
 func decodeGraphs(b []byte) (AttentionResponse, error) {
-	r := &binReader{b: b}
+	r := &binReader{b: b, i: -1, j: -1, k: -1}
 	r.magic(magicGraphs)
 	var resp AttentionResponse
 	if r.flags("answer", graphsPolicyVersion)&graphsPolicyVersion != 0 {
@@ -391,7 +419,8 @@ func decodeGraphs(b []byte) (AttentionResponse, error) {
 	n := r.count("job", 4)
 	resp.Results = make([]WireJobResult, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
-		ng := r.count(fmt.Sprintf("job %d graph", i), 8)
+		r.unit, r.i = "job", i
+		ng := r.count("graph", 8)
 		res := WireJobResult{Graphs: make([]WireGraph, 0, ng)}
 		for l := 0; l < ng && r.err == nil; l++ {
 			g := WireGraph{Layer: r.i32()}
