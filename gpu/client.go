@@ -71,7 +71,7 @@ func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
 	}
 	cfg := clientConfig{
 		requestTimeout: 30 * time.Second,
-		budget:         32768,
+		budget:         DefaultTokenBudget,
 		maxWait:        5 * time.Millisecond,
 		retry:          RetryPolicy{MaxAttempts: 4, BaseBackoff: 20 * time.Millisecond, MaxBackoff: time.Second},
 		unhealthyAfter: 3,

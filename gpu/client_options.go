@@ -81,7 +81,16 @@ func WithRequestTimeout(d time.Duration) ClientOption {
 	}
 }
 
-// WithTokenBudget bounds the tokens of a coalesced request (default 32,768).
+// DefaultTokenBudget is the tokens (rows' context plus target, as the
+// server's limit counts them) of a coalesced request. At 32,768 a
+// search-QA request carried about 8 trajectories (≈ 3,900 row tokens each)
+// and the per-request cost of HTTP on both ends was the largest part of the
+// score stage's client cost; 65,536 halves the requests. A pod that shares
+// prefixes forwards well under the budget's count for LAPO rows.
+const DefaultTokenBudget = 65536
+
+// WithTokenBudget bounds the tokens of a coalesced request (default
+// DefaultTokenBudget).
 func WithTokenBudget(tokens int) ClientOption {
 	return func(c *clientConfig) error {
 		if tokens <= 0 {

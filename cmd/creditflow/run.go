@@ -93,6 +93,7 @@ per-token advantages on the samples topic. Settings come from flags, CREDITFLOW_
 variables and --config (in increasing order of precedence: file, environment, flags). SIGTERM drains
 in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/method.md, docs/kafka.md.`)
 	var which, layers, scorers, scorerModel, scorerToken, scorerCA, metricsAddr, logLevel *string
+	var scorerBudget *int
 	var create *int
 	var shutdown, startup *time.Duration
 	fs.inGroup(groupGeneral, func() {
@@ -121,6 +122,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		scorerModel = fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
 		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
+		scorerBudget = fs.Int("scorer-token-budget", gpu.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
 		fs.IntVar(&cfg.MaxInFlightBytes, "max-inflight-bytes", cfg.MaxInFlightBytes, "score stage: record bytes in flight per partition (at least one record)")
 	})
@@ -219,7 +221,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			}
 			scorer = gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
 		} else {
-			opts := []gpu.ClientOption{gpu.WithLogger(log), gpu.WithRegisterer(reg)}
+			opts := []gpu.ClientOption{gpu.WithLogger(log), gpu.WithRegisterer(reg), gpu.WithTokenBudget(*scorerBudget)}
 			if *scorerToken != "" {
 				b, err := os.ReadFile(*scorerToken)
 				if err != nil {
