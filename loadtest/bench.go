@@ -134,15 +134,11 @@ func benchCmd(args []string) (int, error) {
 		return 2, fmt.Errorf("--profile-phase %q: use passthrough, score or advantage", o.profilePhase)
 	}
 	if o.cpuProfile != "" && o.profilePhase == "" {
-		f, err := os.Create(o.cpuProfile)
+		stopProfile, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return 2, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return 2, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -433,3 +429,16 @@ func (p *benchProgress) stop() {
 }
 
 func (p *benchProgress) close() { p.stopOnce.Do(func() { close(p.done) }) }
+
+// startCPUProfile writes this process's CPU profile to path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,15 +80,11 @@ func benchScorerServe(args []string) (int, error) {
 	ctx, stop := signalContext()
 	defer stop()
 	if len(args) == 2 && args[0] == "--cpuprofile" {
-		f, err := os.Create(args[1])
+		stopProfile, err := startCPUProfile(args[1])
 		if err != nil {
 			return 1, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return 1, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

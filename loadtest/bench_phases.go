@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -145,13 +144,9 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 	defer e.prog.stop()
 	if e.profilePhase == phase && e.cpuProfile != "" && !e.profiled {
 		// --profile-phase: the CPU profile covers this phase's first run only.
-		if f, err := os.Create(e.cpuProfile); err == nil {
-			if pprof.StartCPUProfile(f) == nil {
-				e.profiled = true
-				defer func() { pprof.StopCPUProfile(); f.Close() }()
-			} else {
-				f.Close()
-			}
+		if stopProfile, err := startCPUProfile(e.cpuProfile); err == nil {
+			e.profiled = true
+			defer stopProfile()
 		}
 	}
 	var t10 time.Time
