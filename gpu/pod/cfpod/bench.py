@@ -85,7 +85,7 @@ def main(argv=None):
     p.add_argument("--size", default="0.5b", choices=sorted(SIZES))
     p.add_argument("--trajectories", type=int, default=64)
     p.add_argument("--naive-trajectories", type=int, default=16, help="row-by-row baseline on this many")
-    p.add_argument("--budget", type=int, default=32768, help="tokens per request (the Go client's default)")
+    p.add_argument("--budget", type=int, default=65536, help="tokens per request (the Go client's default)")
     p.add_argument("--attention-lengths", default="8192,32768")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true")
