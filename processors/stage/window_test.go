@@ -1,0 +1,47 @@
+package stage
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// The window admits records while their bytes fit, a record larger than the
+// whole bound only into an empty window, and waits for releases otherwise.
+func TestWindowBoundsBytes(t *testing.T) {
+	ctx := context.Background()
+	w := newWindow(100)
+	if !w.acquire(ctx, 60) || !w.acquire(ctx, 40) {
+		t.Fatal("100 bytes did not fit a 100-byte window")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- w.acquire(ctx, 1) }()
+	select {
+	case <-got:
+		t.Fatal("a full window admitted one more byte")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.release(40)
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("acquire failed after a release")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a release did not wake the waiting acquire")
+	}
+	w.release(60)
+	w.release(1)
+	if !w.acquire(ctx, 500) {
+		t.Fatal("a record larger than the bound did not enter the empty window")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	if w.acquire(cctx, 1) {
+		t.Fatal("acquire into a window over its bound succeeded")
+	}
+	w.release(500)
+	if w.held != 0 {
+		t.Fatalf("window holds %d bytes after every release", w.held)
+	}
+}
