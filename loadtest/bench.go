@@ -89,7 +89,7 @@ type benchOptions struct {
 }
 
 func benchCmd(args []string) (int, error) {
-	o := benchOptions{records: 2000, partitions: 2, openGroups: 10000, repeat: 2, timeout: 90 * time.Second, seed: 7}
+	o := benchOptions{records: 2000, partitions: 2, openGroups: 10000, repeat: 3, timeout: 90 * time.Second, seed: 7}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.IntVar(&o.records, "records", o.records, "trajectories of the default (search-qa) size; other sizes get about the same bytes")
 	var names []string
