@@ -64,9 +64,9 @@ type Config struct {
 
 	MaxInFlight      int           // score stage: trajectories being scored per partition (default 256)
 	MaxInFlightBytes int           // score stage: their record bytes per partition (default 32 MiB; at least one record)
-	CommitInterval time.Duration // how often offsets (and snapshots) are committed (default 500ms)
-	SessionTimeout time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
-	IdleAfter      time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
+	CommitInterval   time.Duration // how often offsets (and snapshots) are committed (default 500ms)
+	SessionTimeout   time.Duration // consumer group session: how soon a dead member's partitions move (default 10s)
+	IdleAfter        time.Duration // advantage stage: a partition idle this long advances its event time by processing time (default: the window timeout; 0 keeps it)
 
 	// Kafka record sizes and compression (docs/kafka.md).
 	Compression     string // producer compression: lz4 (default), zstd, snappy, gzip or none
