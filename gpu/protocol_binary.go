@@ -296,12 +296,21 @@ func (r *binReader) end() {
 
 // decodeRowsRequest reads a binary score request into the ScoreRequest its
 // JSON form gives: present arrays non-nil (empty ones too), absent ones nil.
-func decodeRowsRequest(b []byte) (ScoreRequest, error) {
+// A row takes as little as one byte on the wire and a set nine, but each is
+// about a hundred bytes in memory, so the scorer's limits are applied while
+// reading: more than maxRows sets or rows, or more than maxPieces pieces in
+// all, is a CodeTooLarge rejection before they are allocated.
+func decodeRowsRequest(b []byte, maxRows, maxPieces int) (ScoreRequest, error) {
 	r := &binReader{b: b, i: -1, j: -1, k: -1}
 	r.magic(magicRows)
 	n := r.count("set", 9) // id length, flags, row count
+	if r.err == nil && n > maxRows {
+		r.fail(overLimit(fmt.Sprintf("request holds %d sets, more than the scorer's limit of %d rows; split it", n, maxRows)))
+		n = 0
+	}
 	req := ScoreRequest{Sets: make([]WireRowSet, 0, n)}
 	r.unit = "set"
+	rowsLeft, piecesLeft := maxRows, maxPieces
 	for i := 0; i < n && r.err == nil; i++ {
 		r.i, r.j, r.k = i, -1, -1
 		var s WireRowSet
@@ -321,10 +330,14 @@ func decodeRowsRequest(b []byte) (ScoreRequest, error) {
 			s.Span = r.pair()
 		}
 		rows := r.count("row", 1)
+		if rowsLeft -= rows; r.err == nil && rowsLeft < 0 {
+			r.fail(overLimit(fmt.Sprintf("request holds more rows than the scorer's limit of %d; split it", maxRows)))
+			break
+		}
 		s.Rows = make([]WireRow, 0, rows)
 		for j := 0; j < rows && r.err == nil; j++ {
 			r.j, r.k = j, -1
-			s.Rows = append(s.Rows, r.row())
+			s.Rows = append(s.Rows, r.row(&piecesLeft, maxPieces))
 		}
 		req.Sets = append(req.Sets, s)
 	}
@@ -335,14 +348,25 @@ func decodeRowsRequest(b []byte) (ScoreRequest, error) {
 	return req, nil
 }
 
-func (r *binReader) row() WireRow {
+// overLimit is a request over one of the scorer's limits (413).
+func overLimit(msg string) error {
+	return &RejectedError{Code: CodeTooLarge, Message: msg, Item: -1}
+}
+
+// row reads one row, taking its pieces from *piecesLeft (of maxPieces); a
+// rejection when they run out.
+func (r *binReader) row(piecesLeft *int, maxPieces int) WireRow {
 	var w WireRow
 	f := r.flags("", rowContext|rowPieces|rowTarget|rowSpan|rowTemperature)
 	if f&rowContext != 0 {
 		w.Context = r.ids("context")
 	}
 	if f&rowPieces != 0 {
-		n := r.count("piece", 9) // kind and a span, or kind and a count and ids
+		n := r.count("piece", 5) // kind and a span, or kind and a count and ids (an empty literal: 5 bytes)
+		if *piecesLeft -= n; r.err == nil && *piecesLeft < 0 {
+			r.fail(overLimit(fmt.Sprintf("request holds more row pieces than the scorer's limit of %d tokens; split it", maxPieces)))
+			return w
+		}
 		w.Pieces = make([]Piece, 0, n)
 		for k := 0; k < n && r.err == nil; k++ {
 			r.k = k
@@ -371,12 +395,17 @@ func (r *binReader) row() WireRow {
 	return w
 }
 
-// appendGraphs appends the binary form of an attention answer.
-func appendGraphs(dst []byte, resp AttentionResponse) []byte {
+// appendGraphs appends the binary form of an attention answer. The form
+// holds only K×K graphs, so a graph of another shape (which JSON would
+// carry, for the client to reject) is an error here rather than reshaped.
+func appendGraphs(dst []byte, resp AttentionResponse) ([]byte, error) {
 	n := len(magicGraphs) + 1 + 8 + 4
-	for _, res := range resp.Results {
+	for i, res := range resp.Results {
 		n += 4
-		for _, g := range res.Graphs {
+		for l, g := range res.Graphs {
+			if !square(g.AA, len(g.AA)) || !square(g.AO, len(g.AA)) {
+				return dst, fmt.Errorf("scorer answered job %d graph %d with attention that is not two %d×%d matrices", i, l, len(g.AA), len(g.AA))
+			}
 			n += 8 + 16*len(g.AA)*len(g.AA)
 		}
 	}
@@ -403,7 +432,20 @@ func appendGraphs(dst []byte, resp AttentionResponse) []byte {
 			}
 		}
 	}
-	return dst
+	return dst, nil
+}
+
+// square reports whether m is k×k.
+func square(m [][]float64, k int) bool {
+	if len(m) != k {
+		return false
+	}
+	for _, row := range m {
+		if len(row) != k {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeGraphs reads a binary attention answer. Each graph's rows are
@@ -425,7 +467,8 @@ func decodeGraphs(b []byte) (AttentionResponse, error) {
 		for l := 0; l < ng && r.err == nil; l++ {
 			g := WireGraph{Layer: r.i32()}
 			k := r.u32()
-			if r.err == nil && uint64(k)*uint64(k)*16 > uint64(len(r.b)) {
+			// k×k×16 > len(r.b), without overflow for any k.
+			if r.err == nil && k != 0 && uint64(k) > uint64(len(r.b))/16/uint64(k) {
 				r.fail(fmt.Errorf("job %d graph %d: %d×%d graphs are larger than the %d bytes that follow", i, l, k, k, len(r.b)))
 				break
 			}

@@ -3,7 +3,9 @@ package gpu
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -65,11 +67,18 @@ func randomSets(r *rand.Rand, n int) []RowSet {
 	return sets
 }
 
+// noLimit: no row or piece limit while decoding.
+const noLimit = math.MaxInt32
+
 // A binary score request decodes to exactly the ScoreRequest its JSON form
 // decodes to, in the full and the compact form.
 func TestRowsRequestMatchesJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	cases := [][]RowSet{nil, {}, {{}}, {{ID: "x", Rows: []Row{{}}}}}
+	cases := [][]RowSet{nil, {}, {{}}, {{ID: "x", Rows: []Row{{}}}},
+		// an empty literal (the smallest piece, 5 bytes) last in the body
+		{{Tokens: []int32{1, 2}, Rows: []Row{{Target: []int32{3}}}, Pieces: [][]Piece{{{Start: 0, End: 2}, {Literal: []int32{}}}}}},
+		{{Tokens: []int32{}, Rows: []Row{{}}, Pieces: [][]Piece{{{Literal: []int32{}}}}}},
+	}
 	for k := 0; k < 200; k++ {
 		cases = append(cases, randomSets(r, r.IntN(5)))
 	}
@@ -87,7 +96,7 @@ func TestRowsRequestMatchesJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := decodeRowsRequest(bin)
+			got, err := decodeRowsRequest(bin, noLimit, noLimit)
 			if err != nil {
 				t.Fatalf("case %d compact=%v: %v", i, compact, err)
 			}
@@ -109,11 +118,11 @@ func TestRowsRequestRejectsMalformedBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := decodeRowsRequest(valid); err != nil {
+	if _, err := decodeRowsRequest(valid, noLimit, noLimit); err != nil {
 		t.Fatal(err)
 	}
 	for n := 0; n < len(valid); n++ {
-		if _, err := decodeRowsRequest(valid[:n]); err == nil {
+		if _, err := decodeRowsRequest(valid[:n], noLimit, noLimit); err == nil {
 			t.Fatalf("a body cut to %d of %d bytes decoded", n, len(valid))
 		}
 	}
@@ -128,9 +137,54 @@ func TestRowsRequestRejectsMalformedBodies(t *testing.T) {
 		"id not UTF-8":     {'C', 'F', 'R', '1', 1, 0, 0, 0, 1, 0, 0, 0, 0xff, 0, 0, 0, 0, 0},
 	}
 	for name, b := range bad {
-		if req, err := decodeRowsRequest(b); err == nil {
+		if req, err := decodeRowsRequest(b, noLimit, noLimit); err == nil {
 			t.Errorf("%s: decoded to %+v", name, req)
 		}
+	}
+}
+
+// The scorer's limits apply while a binary request is read: too many sets,
+// rows or pieces is a CodeTooLarge rejection, whatever the body's size.
+func TestRowsRequestLimits(t *testing.T) {
+	sets := []RowSet{compactOf(makeSets(1, 3, 2)[0]), compactOf(makeSets(1, 3, 2)[0])}
+	b, err := appendRowsRequest(nil, sets, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := decodeRowsRequest(b, noLimit, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, pieces := 0, 0
+	for _, s := range req.Sets {
+		rows += len(s.Rows)
+		for _, w := range s.Rows {
+			pieces += len(w.Pieces)
+		}
+	}
+	if rows < 4 || pieces < 4 {
+		t.Fatalf("fixture has %d rows and %d pieces; want several", rows, pieces)
+	}
+	if _, err := decodeRowsRequest(b, rows, pieces); err != nil {
+		t.Errorf("at its limits exactly: %v", err)
+	}
+	for name, lim := range map[string][2]int{"rows": {rows - 1, pieces}, "pieces": {rows, pieces - 1}, "sets": {1, noLimit}} {
+		_, err := decodeRowsRequest(b, lim[0], lim[1])
+		var rej *RejectedError
+		if !errors.As(err, &rej) || rej.Code != CodeTooLarge {
+			t.Errorf("one over the %s limit: %v; want a %s rejection", name, err, CodeTooLarge)
+		}
+	}
+	// A million one-byte rows are refused before a hundred bytes each are allocated.
+	huge := append([]byte(magicRows), 1, 0, 0, 0, 0, 0, 0, 0, 0)
+	huge = binary.LittleEndian.AppendUint32(huge, 1<<20)
+	huge = append(huge, make([]byte, 1<<20)...)
+	var rej *RejectedError
+	if _, err := decodeRowsRequest(huge, 65536, noLimit); !errors.As(err, &rej) || rej.Code != CodeTooLarge {
+		t.Errorf("2^20 empty rows: %v", err)
+	}
+	if _, err := decodeRowsRequest(huge, noLimit, noLimit); err != nil {
+		t.Errorf("2^20 empty rows without a limit: %v", err)
 	}
 }
 
@@ -140,15 +194,83 @@ func FuzzDecodeRowsRequest(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := decodeRowsRequest(b)
+		req, err := decodeRowsRequest(b, 4096, 4096)
 		if err != nil {
 			return
 		}
-		// What decodes re-encodes to the same JSON request as its JSON form would give.
-		if _, err := json.Marshal(req); err != nil {
+		// What decodes is a request that JSON carries unchanged (the server
+		// rejects temperatures that are not finite, which JSON cannot carry).
+		for _, s := range req.Sets {
+			for _, w := range s.Rows {
+				if w.Temperature != nil && (math.IsNaN(*w.Temperature) || math.IsInf(*w.Temperature, 0)) {
+					return
+				}
+			}
+		}
+		js, err := json.Marshal(req)
+		if err != nil {
 			t.Fatal(err)
 		}
+		var back ScoreRequest
+		if err := json.Unmarshal(js, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.Sets == nil {
+			back.Sets = []WireRowSet{}
+		}
+		if !reflect.DeepEqual(back, req) { // reflect compares floats by ==: -0 and 0 alike
+			t.Fatalf("JSON changed the request:\n got %+v\nwant %+v", back, req)
+		}
 	})
+}
+
+// A graphs body decodes only when it is exactly the encoding of what it
+// decodes to; no length in it can panic or allocate past the body.
+func FuzzDecodeGraphs(f *testing.F) {
+	b, _ := appendGraphs(nil, AttentionResponse{Results: []WireJobResult{{Graphs: []WireGraph{{Layer: 1, AA: [][]float64{{1}}, AO: [][]float64{{2}}}}}}})
+	f.Add(b)
+	for _, k := range []uint32{1 << 30, 1 << 31, 3 << 30, 1<<32 - 1, 1 << 16} {
+		f.Add(binary.LittleEndian.AppendUint32(append([]byte(magicGraphs), 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0), k))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		resp, err := decodeGraphs(b)
+		if err != nil {
+			return
+		}
+		again, err := appendGraphs(nil, resp)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("decoded %x to %+v, which encodes to %x (%v)", b, resp, again, err)
+		}
+	})
+}
+
+// A graph whose sides overflow 64 bits when multiplied is an error, not a panic.
+func TestDecodeGraphsHugeSides(t *testing.T) {
+	for _, k := range []uint32{1 << 30, 1 << 31, 3 << 30, 1<<32 - 1} {
+		b := binary.LittleEndian.AppendUint32(append([]byte(magicGraphs), 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0), k)
+		if resp, err := decodeGraphs(b); err == nil {
+			t.Errorf("K = %d decoded to %+v", k, resp)
+		}
+	}
+}
+
+// The binary answer holds only square graphs: another shape is an error,
+// not reshaped.
+func TestAppendGraphsRejectsOtherShapes(t *testing.T) {
+	sq := [][]float64{{1, 2}, {3, 4}}
+	for name, g := range map[string]WireGraph{
+		"jagged AO":       {AA: sq, AO: [][]float64{{1}, {2, 3, 4}}},
+		"AO of other K":   {AA: sq, AO: [][]float64{{1}}},
+		"AA not square":   {AA: [][]float64{{1, 2, 3}, {4}}, AO: sq},
+		"AO with no rows": {AA: sq},
+	} {
+		if _, err := appendGraphs(nil, AttentionResponse{Results: []WireJobResult{{Graphs: []WireGraph{g}}}}); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
+	if _, err := appendGraphs(nil, AttentionResponse{Results: []WireJobResult{{Graphs: []WireGraph{{AA: sq, AO: sq}}}}}); err != nil {
+		t.Error(err)
+	}
 }
 
 // The binary graphs body carries every float64 bit for bit.
@@ -173,7 +295,10 @@ func TestGraphsRoundTrip(t *testing.T) {
 			}
 			resp.Results = append(resp.Results, res)
 		}
-		b := appendGraphs(nil, resp)
+		b, err := appendGraphs(nil, resp)
+		if err != nil {
+			t.Fatal(err)
+		}
 		got, err := decodeGraphs(b)
 		if err != nil {
 			t.Fatal(err)
@@ -216,6 +341,7 @@ type forms struct {
 	hideBinary bool
 	binary     atomic.Int64 // binary score requests or binary-accepting attention requests
 	json       atomic.Int64
+	binAnswers atomic.Int64 // attention answers sent as binary graphs
 }
 
 func (f *forms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -245,6 +371,9 @@ func (f *forms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.h.ServeHTTP(w, r)
+	if r.URL.Path == PathAttention && isMediaType(w.Header().Get("Content-Type"), MediaTypeGraphs) {
+		f.binAnswers.Add(1)
+	}
 }
 
 // The client speaks binary to servers that advertise it and JSON to the
@@ -280,6 +409,10 @@ func TestClientUsesBinaryBodiesPerEndpoint(t *testing.T) {
 	if bin.binary.Load() < 2 || bin.json.Load() != 0 {
 		t.Errorf("server with %q: %d binary, %d JSON requests; want only binary", FeatureBinary, bin.binary.Load(), bin.json.Load())
 	}
+	if bin.binAnswers.Load() < 1 || js.binAnswers.Load() != 0 {
+		t.Errorf("binary attention answers: %d from the server with %q, %d from the one without; want some and none",
+			bin.binAnswers.Load(), FeatureBinary, js.binAnswers.Load())
+	}
 	if js.binary.Load() != 0 || js.json.Load() < 2 {
 		t.Errorf("server without %q: %d binary, %d JSON requests; want only JSON", FeatureBinary, js.binary.Load(), js.json.Load())
 	}
@@ -307,7 +440,9 @@ func TestServerRejectsBadBinaryRequests(t *testing.T) {
 	if st, eb = post(t, url+PathScore, h, inf); st != 400 || !strings.Contains(eb.Error, "finite") {
 		t.Errorf("infinite temperature: %d %+v", st, eb)
 	}
-	if !bytes.HasPrefix(good, []byte(magicRows)) {
-		t.Fatal("binary request without its magic")
+	many, _ := appendRowsRequest(nil, makeSets(3, 2, 1), false)
+	url2, _ := serveScorer(t, NewServer(NewLocal(tiny()), WithMaxRows(5)))
+	if st, eb = post(t, url2+PathScore, h, many); st != http.StatusRequestEntityTooLarge || eb.Code != CodeTooLarge {
+		t.Errorf("more rows than a server of 5 takes: %d %+v", st, eb)
 	}
 }

@@ -301,6 +301,10 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 				Error: fmt.Sprintf("request body exceeds the scorer's limit of %d bytes; send fewer rows per request", s.cfg.maxRequestBytes)})
 			return
 		}
+		if rej := (*RejectedError)(nil); errors.As(err, &rej) { // over a limit while decoding
+			fail(errorStatus(rej))
+			return
+		}
 		fail(http.StatusBadRequest, ErrorBody{Code: CodeBadRequest, Error: err.Error()})
 		return
 	}
@@ -364,8 +368,9 @@ func decodeJSON(op string, req any) func(io.Reader) error {
 }
 
 // decodeScoreRequest reads a score request in the form its Content-Type
-// names: binary rows (FeatureBinary) or JSON.
-func decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.Reader) error {
+// names: binary rows (FeatureBinary), refused as soon as it passes the
+// server's row or token limit, or JSON.
+func (s *Server) decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.Reader) error {
 	if !isMediaType(r.Header.Get("Content-Type"), MediaTypeRows) {
 		return decodeJSON("score", req)
 	}
@@ -374,7 +379,10 @@ func decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.Reader) erro
 		if err != nil {
 			return err
 		}
-		if *req, err = decodeRowsRequest(data); err != nil {
+		if *req, err = decodeRowsRequest(data, s.cfg.maxRows, s.cfg.maxTokens); err != nil {
+			if rej := (*RejectedError)(nil); errors.As(err, &rej) {
+				return err
+			}
 			return fmt.Errorf("request body is not a valid %s score request: %w", MediaTypeRows, err)
 		}
 		return nil
@@ -383,7 +391,7 @@ func decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.Reader) erro
 
 func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 	var req ScoreRequest
-	s.serveWork(w, r, "score", decodeScoreRequest(r, &req), func() (int, int, int) {
+	s.serveWork(w, r, "score", s.decodeScoreRequest(r, &req), func() (int, int, int) {
 		rows, tokens := 0, 0
 		for i := range req.Sets {
 			set := &req.Sets[i]
@@ -462,7 +470,11 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 			out.Results[i] = graphsToWire(g)
 		}
 		if binaryAnswer {
-			return rawBody{mediaType: MediaTypeGraphs, data: appendGraphs(nil, out)}, nil
+			data, err := appendGraphs(nil, out)
+			if err != nil {
+				return nil, err
+			}
+			return rawBody{mediaType: MediaTypeGraphs, data: data}, nil
 		}
 		return out, nil
 	})
