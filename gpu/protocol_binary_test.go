@@ -168,12 +168,22 @@ func TestRowsRequestLimits(t *testing.T) {
 	if _, err := decodeRowsRequest(b, rows, pieces); err != nil {
 		t.Errorf("at its limits exactly: %v", err)
 	}
-	for name, lim := range map[string][2]int{"rows": {rows - 1, pieces}, "pieces": {rows, pieces - 1}, "sets": {1, noLimit}} {
-		_, err := decodeRowsRequest(b, lim[0], lim[1])
+	empty, err := appendRowsRequest(nil, []RowSet{{}, {}, {}}, true) // three sets of no rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		body      []byte
+		rows, pcs int
+	}{"rows": {b, rows - 1, pieces}, "pieces": {b, rows, pieces - 1}, "sets": {empty, 2, noLimit}} {
+		_, err := decodeRowsRequest(c.body, c.rows, c.pcs)
 		var rej *RejectedError
 		if !errors.As(err, &rej) || rej.Code != CodeTooLarge {
 			t.Errorf("one over the %s limit: %v; want a %s rejection", name, err, CodeTooLarge)
 		}
+	}
+	if _, err := decodeRowsRequest(empty, 3, noLimit); err != nil {
+		t.Errorf("three empty sets at a limit of 3: %v", err)
 	}
 	// A million one-byte rows are refused before a hundred bytes each are allocated.
 	huge := append([]byte(magicRows), 1, 0, 0, 0, 0, 0, 0, 0, 0)
