@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/compress"
 
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
@@ -69,10 +70,10 @@ func longTrajectory(n int, seed uint64, sample int) schemas.Trajectory {
 	return t
 }
 
-// longRecords encodes a group's first trajectory, its scored record (LAPO
-// Δ per search turn) and its sample (computed by the advantage stage's own
-// code over the group).
-func longRecords(tb testing.TB, n int) (traj, scored, smpBytes []byte) {
+// longGroup is a LAPO group of five trajectories of about n tokens (Δ per
+// search turn), scored, with its members and results computed by the
+// advantage stage's own code.
+func longGroup(tb testing.TB, n int) ([]*schemas.Scored, []credit.Member, []credit.Result, credit.Config) {
 	tb.Helper()
 	r := rand.New(rand.NewPCG(uint64(n), 5))
 	cfg := credit.DefaultConfig()
@@ -100,7 +101,15 @@ func longRecords(tb testing.TB, n int) (traj, scored, smpBytes []byte) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	smp := sample(scs[0], cms[0], res[0], cfg)
+	return scs, cms, res, cfg
+}
+
+// longRecords encodes a group's first trajectory, its scored record and its
+// sample (longGroup).
+func longRecords(tb testing.TB, n int) (traj, scored, smpBytes []byte) {
+	tb.Helper()
+	scs, cms, res, cfg := longGroup(tb, n)
+	smp := sample(scs[0], cms[0], res[0], cfg, nil)
 	var e error
 	traj, e = schemas.Trajectories().Encode(&scs[0].Trajectory)
 	if e != nil {
@@ -200,5 +209,41 @@ func TestLongRecordSizes(t *testing.T) {
 	}
 	if len(scored) < len(traj) {
 		t.Fatalf("scored record (%d bytes) smaller than its trajectory (%d)", len(scored), len(traj))
+	}
+}
+
+// BenchmarkLz4Batch compresses a produce batch of 50 search-QA samples
+// (≈ 1.2 MB) with kafka-go's own lz4 codec (4 MiB blocks) and with the one
+// the producers package installs in its place (64 KiB blocks, what Kafka's
+// Java producer writes). cpu_ms/MB as in BenchmarkCompression.
+//
+//	go test ./processors/stage -run '^$' -bench Lz4Batch
+func BenchmarkLz4Batch(b *testing.B) {
+	var batch []byte
+	for i := 0; i < 50; i++ {
+		_, _, smp := longRecords(b, 1300+i)
+		batch = append(batch, smp...)
+	}
+	for _, c := range []struct {
+		name  string
+		codec compress.Codec
+	}{{"kafka-go", &compress.Lz4Codec}, {"installed", kafka.Lz4.Codec()}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(batch)))
+			var out bytes.Buffer
+			cpu := cpuTime()
+			for i := 0; i < b.N; i++ {
+				out.Reset()
+				w := c.codec.NewWriter(&out)
+				_, _ = w.Write(batch)
+				_ = w.Close()
+			}
+			b.ReportMetric((cpuTime()-cpu).Seconds()*1e3/(float64(b.N)*float64(len(batch))/1e6), "cpu_ms/MB")
+			b.ReportMetric(float64(out.Len())/float64(len(batch)), "ratio")
+			back, err := io.ReadAll(c.codec.NewReader(bytes.NewReader(out.Bytes())))
+			if err != nil || !bytes.Equal(back, batch) {
+				b.Fatalf("round trip: %v", err)
+			}
+		})
 	}
 }
