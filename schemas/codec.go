@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/linkedin/goavro/v2"
@@ -65,6 +66,10 @@ type Codec[T any] interface {
 	// Encode returns the framed bytes of *v. The same value always gives the
 	// same bytes.
 	Encode(v *T) ([]byte, error)
+	// AppendEncode appends the framed bytes of *v to dst (the bytes Encode
+	// returns) and returns the extended slice, so that a caller can reuse
+	// one buffer for many records.
+	AppendEncode(dst []byte, v *T) ([]byte, error)
 	// Decode parses framed bytes. Errors are *DecodeError with reason
 	// ReasonUndecodable, ReasonUnknownSchema or ReasonTooLarge. The result
 	// does not alias b.
@@ -244,7 +249,14 @@ func (c *avroCodec[T]) Name() string         { return c.name }
 func (c *avroCodec[T]) Fingerprint() [8]byte { return c.fp }
 func (c *avroCodec[T]) Schema() string       { return c.schema }
 
-func (c *avroCodec[T]) Encode(v *T) (out []byte, err error) {
+func (c *avroCodec[T]) Encode(v *T) ([]byte, error) {
+	if v == nil {
+		return nil, fmt.Errorf("encode %s: nil record", c.name)
+	}
+	return c.AppendEncode(make([]byte, 0, headerSize+c.sizeHint(v)), v)
+}
+
+func (c *avroCodec[T]) AppendEncode(dst []byte, v *T) (out []byte, err error) {
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -256,7 +268,7 @@ func (c *avroCodec[T]) Encode(v *T) (out []byte, err error) {
 			out, err = nil, fmt.Errorf("encode %s: internal fault: %v", c.name, r)
 		}
 	}()
-	buf := make([]byte, 0, headerSize+c.sizeHint(v))
+	buf := slices.Grow(dst, headerSize+c.sizeHint(v))
 	buf = append(buf, magic0, magic1)
 	buf = append(buf, c.fp[:]...)
 	if c.appendBody != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 )
 
@@ -521,5 +522,42 @@ func TestRhoZeroAllowed(t *testing.T) {
 	cfg.Rho = -0.1
 	if cfg.Validate() == nil {
 		t.Error("ρ < 0 accepted")
+	}
+}
+
+// TestTokenBuffersReuse lays out members of growing and shrinking lengths
+// into one TokenBuffers and checks every layout against a fresh one: reused
+// memory must carry nothing over from the member before.
+func TestTokenBuffersReuse(t *testing.T) {
+	member := func(prompt, turns, act, obs int) Member {
+		m := Member{PromptTokens: prompt}
+		for k := 0; k < turns; k++ {
+			m.Turns = append(m.Turns, Turn{Kind: KindSearch, ActionTokens: act + k, ObservationTokens: obs})
+		}
+		m.Turns = append(m.Turns, Turn{Kind: KindAnswer, ActionTokens: act})
+		return m
+	}
+	result := func(m Member, seed float64) Result {
+		r := Result{Reward: seed}
+		for k := range m.Turns {
+			r.Turns = append(r.Turns, TurnResult{Advantage: seed + float64(k), StepReward: ptr(seed / float64(k+1))})
+		}
+		return r
+	}
+	lapo, ppo := DefaultConfig(), DefaultConfig()
+	ppo.Method, ppo.Output = MethodAttnSR, OutputPPO
+	var b TokenBuffers
+	for i, m := range []Member{member(0, 0, 0, 0), member(50, 6, 20, 40), member(3, 1, 2, 1), member(10, 3, 5, 0), member(200, 8, 30, 90), member(1, 0, 1, 0)} {
+		for _, cfg := range []Config{lapo, ppo, lapo} {
+			r := result(m, float64(i)+0.5)
+			wantAdv, wantMask, wantTR := TokenArrays(m, r, cfg)
+			adv, mask, tr := b.TokenArrays(m, r, cfg)
+			if !slices.Equal(adv, wantAdv) || !slices.Equal(mask, wantMask) || !slices.Equal(tr, wantTR) {
+				t.Fatalf("member %d, %s/%s: reused buffers differ from fresh ones", i, cfg.Method, cfg.Output)
+			}
+			if (adv == nil) != (wantAdv == nil) || (tr == nil) != (wantTR == nil) {
+				t.Fatalf("member %d: nil arrays differ", i)
+			}
+		}
 	}
 }

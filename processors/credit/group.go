@@ -323,13 +323,31 @@ func TokenLength(m Member) int {
 //     assistant token after it; a trajectory without assistant tokens
 //     carries no token rewards.
 func TokenArrays(m Member, r Result, cfg Config) (adv []float64, mask []uint8, tokenRewards []float64) {
+	return new(TokenBuffers).TokenArrays(m, r, cfg)
+}
+
+// TokenBuffers holds the arrays of TokenArrays for reuse: a caller that lays
+// out many members one after the other (the advantage stage, once per
+// sample) keeps one and writes no new memory per member. The arrays a call
+// returns are valid until the next call on the same TokenBuffers.
+type TokenBuffers struct {
+	adv, tokenRewards []float64
+	mask              []uint8
+	first             []int
+}
+
+// TokenArrays is the package function TokenArrays, in b's arrays.
+func (b *TokenBuffers) TokenArrays(m Member, r Result, cfg Config) (adv []float64, mask []uint8, tokenRewards []float64) {
 	n := TokenLength(m)
-	mask = make([]uint8, n)
+	b.mask = zeroed(b.mask, n)
+	mask = b.mask
 	ppo := cfg.Method == MethodAttnSR && cfg.Output == OutputPPO
 	if !ppo {
-		adv = make([]float64, n)
+		b.adv = zeroed(b.adv, n)
+		adv = b.adv
 	}
-	first := make([]int, len(m.Turns)) // index of a turn's first assistant token
+	b.first = zeroed(b.first, len(m.Turns))
+	first := b.first // index of a turn's first assistant token
 	pos := m.PromptTokens
 	for t, turn := range m.Turns {
 		first[t] = pos
@@ -344,7 +362,8 @@ func TokenArrays(m Member, r Result, cfg Config) (adv []float64, mask []uint8, t
 	if !ppo {
 		return adv, mask, nil
 	}
-	tokenRewards = make([]float64, n)
+	b.tokenRewards = zeroed(b.tokenRewards, n)
+	tokenRewards = b.tokenRewards
 	place := func(step int, v float64) {
 		for j := step; j >= 0; j-- {
 			if a := m.Turns[j].ActionTokens; a > 0 {
@@ -366,4 +385,15 @@ func TokenArrays(m Member, r Result, cfg Config) (adv []float64, mask []uint8, t
 	}
 	place(len(m.Turns)-1, r.Reward)
 	return nil, mask, tokenRewards
+}
+
+// zeroed returns s resized to n elements, all zero, reusing its memory
+// when it is large enough.
+func zeroed[E any](s []E, n int) []E {
+	if s == nil || cap(s) < n { // nil only for nil: an empty layout is an empty array
+		return make([]E, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }

@@ -122,6 +122,7 @@ type partition struct {
 	decodedBytes int
 	heldBytes    int // record bytes of the open members (entry.held)
 	lastSnap     []byte
+	scratch      sampleScratch // the arrays of the sample being built (finalize)
 }
 
 func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
@@ -404,8 +405,8 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	mean := 0.0
 	for i, r := range results {
 		mean += r.Reward
-		smp := sample(scs[i], cms[i], r, cfg.Credit)
-		b, err := schemas.Samples().Encode(&smp)
+		smp := sample(scs[i], cms[i], r, cfg.Credit, &p.scratch)
+		b, err := schemas.Samples().AppendEncode(sampleBuffer(), &smp)
 		if err != nil {
 			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample")
 			continue
@@ -430,7 +431,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	ev := p.ledger.Close(state.CloseEvent{Offset: off, Phase: phase, FirstOffset: g.FirstOffset, PromptID: g.PromptID,
 		Members: memberIDs(g), Finalized: true, BatchMean: mean,
 		EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
-	p.send(msgs, ev, memberOffsets(g), g.Members[0].Value.read)
+	p.send(msgs, ev, memberOffsets(g), g.Members[0].Value.read, true)
 }
 
 // incomplete dead-letters the members of a group that timed out too small.
@@ -460,14 +461,17 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 		msgs = append(msgs, msg)
 	}
 	p.log.Warn().Str("reason", reason).Str("detail", truncate(detail, 200)).Int("records", len(recs)).Msg("dead letter")
-	p.send(msgs, ev, offs, time.Now())
+	p.send(msgs, ev, offs, time.Now(), false)
 }
 
 // send writes msgs in the background; the partition loop learns of the ack.
-func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time) {
+// With recycle, the messages' values are sample buffers (sampleBuffer),
+// handed back once the broker acknowledged them.
+func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time, recycle bool) {
 	p.sem <- struct{}{}
 	go func() {
 		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
+		recycle := recycle && err == nil
 		if errors.As(err, new(*unwritableError)) {
 			// Retrying cannot help (the samples' limits keep records far below the
 			// broker's maximum, so this is a misconfigured topic or broker): say
@@ -479,6 +483,11 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 		if err == nil {
 			for _, msg := range msgs {
 				p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()
+				if recycle {
+					// Acknowledged: the producer holds no reference any more. (After
+					// an error it may: a cancelled write can still sit in a batch.)
+					recycleSampleBuffer(msg.Value)
+				}
 			}
 		}
 		p.acks <- ack{ev: ev, offsets: offsets, started: started, err: err}

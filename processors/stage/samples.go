@@ -2,6 +2,7 @@ package stage
 
 import (
 	"math"
+	"sync"
 
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
@@ -39,10 +40,25 @@ func member(s *schemas.Scored) credit.Member {
 	return m
 }
 
+// sampleScratch holds the per-token arrays of one sample for reuse: the
+// advantage stage builds a sample and encodes it at once, so one scratch per
+// partition serves every sample it writes, and building a sample writes no
+// new memory (a search-QA sample's arrays are ≈ 27 KB).
+type sampleScratch struct {
+	layout                        credit.TokenBuffers
+	tokens                        []int32
+	advantages, rewards, logprobs []float32
+}
+
 // sample builds the training sample of one member from its group result.
-func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Config) schemas.Sample {
+// With a scratch, the sample's arrays are the scratch's and are valid until
+// its next use; with nil, they are the sample's own.
+func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Config, sc *sampleScratch) schemas.Sample {
+	if sc == nil {
+		sc = new(sampleScratch)
+	}
 	t := &s.Trajectory
-	adv, mask, rewards := credit.TokenArrays(m, r, cfg)
+	adv, mask, rewards := sc.layout.TokenArrays(m, r, cfg)
 	out := schemas.Sample{
 		TrajectoryID:     t.TrajectoryID,
 		PromptID:         t.PromptID,
@@ -55,7 +71,7 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		Partial:          r.Partial,
 		Reward:           r.Reward,
 		OutcomeAdvantage: r.OutcomeAdvantage,
-		Tokens:           make([]int32, 0, len(mask)),
+		Tokens:           sc.tokens[:0],
 		LossMask:         mask,
 		Temperature:      t.Temperature,
 		Source:           t.Source,
@@ -67,21 +83,26 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		out.Tokens = append(out.Tokens, tu.Action...)
 		out.Tokens = append(out.Tokens, tu.Observation...)
 	}
+	sc.tokens = out.Tokens
 	if adv != nil { // nil for AttnSR ppo: the trainer's critic computes advantages
-		out.Advantages = make([]float32, len(adv))
+		sc.advantages = resized(sc.advantages, len(adv))
+		out.Advantages = sc.advantages
 		for i, a := range adv {
 			out.Advantages[i] = float32(a)
 		}
 	}
 	if rewards != nil {
 		out.Output = "token_rewards"
-		out.TokenRewards = make([]float32, len(rewards))
+		sc.rewards = resized(sc.rewards, len(rewards))
+		out.TokenRewards = sc.rewards
 		for i, x := range rewards {
 			out.TokenRewards[i] = float32(x)
 		}
 	}
 	if t.RolloutLogprobs != nil {
-		out.RolloutLogprobs = make([]float32, len(out.Tokens))
+		sc.logprobs = resized(sc.logprobs, len(out.Tokens))
+		out.RolloutLogprobs = sc.logprobs
+		clear(out.RolloutLogprobs)
 		j := 0
 		for i, mk := range mask {
 			if mk == 1 && j < len(t.RolloutLogprobs) {
@@ -116,4 +137,34 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		}
 	}
 	return out
+}
+
+// resized returns s with n elements, reusing its memory when it is large
+// enough; the elements are left as they were (the caller writes them all).
+func resized(s []float32, n int) []float32 {
+	if s == nil || cap(s) < n { // an empty array stays an array (Avro: not null)
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// sampleBuffers recycles the buffers of encoded samples: a search-QA sample
+// is ≈ 17 KB, and a partition keeps hundreds in flight until the broker
+// acknowledges them.
+var sampleBuffers sync.Pool
+
+// sampleBuffer returns an empty buffer to encode a sample into.
+func sampleBuffer() []byte {
+	if b, ok := sampleBuffers.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// recycleSampleBuffer hands back a buffer of sampleBuffer once nothing refers
+// to it any more.
+func recycleSampleBuffer(b []byte) {
+	if cap(b) > 0 {
+		sampleBuffers.Put(&b)
+	}
 }
