@@ -41,6 +41,7 @@ type AdvantageStage struct {
 
 	follower *policy.Follower // policy versions (staleness.go); nil when not followed
 	seen     versionSeen      // newest trajectory policy version emitted (signals.go)
+	buffers  *bufferPool      // encoded samples, recycled once acknowledged
 }
 
 // Position is where a partition of the advantage stage stands.
@@ -71,7 +72,7 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	cfg.Metrics.forMethod(cfg.Credit.Method)
 	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
 	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
-		positions: map[int]Position{}}, nil
+		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes)}, nil
 }
 
 // Run consumes until ctx ends.
@@ -406,7 +407,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	for i, r := range results {
 		mean += r.Reward
 		smp := sample(scs[i], cms[i], r, cfg.Credit, &p.scratch)
-		b, err := schemas.Samples().AppendEncode(sampleBuffer(), &smp)
+		b, err := schemas.Samples().AppendEncode(p.a.buffers.get(), &smp)
 		if err != nil {
 			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample")
 			continue
@@ -465,8 +466,8 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 }
 
 // send writes msgs in the background; the partition loop learns of the ack.
-// With recycle, the messages' values are sample buffers (sampleBuffer),
-// handed back once the broker acknowledged them.
+// With recycle, the messages' values are buffers of a.buffers, handed back
+// once the broker acknowledged them.
 func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time, recycle bool) {
 	p.sem <- struct{}{}
 	go func() {
@@ -486,7 +487,7 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 				if recycle {
 					// Acknowledged: the producer holds no reference any more. (After
 					// an error it may: a cancelled write can still sit in a batch.)
-					recycleSampleBuffer(msg.Value)
+					p.a.buffers.put(msg.Value)
 				}
 			}
 		}

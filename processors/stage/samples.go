@@ -2,7 +2,6 @@ package stage
 
 import (
 	"math"
-	"sync"
 
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
@@ -146,25 +145,4 @@ func resized(s []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return s[:n]
-}
-
-// sampleBuffers recycles the buffers of encoded samples: a search-QA sample
-// is ≈ 17 KB, and a partition keeps hundreds in flight until the broker
-// acknowledges them.
-var sampleBuffers sync.Pool
-
-// sampleBuffer returns an empty buffer to encode a sample into.
-func sampleBuffer() []byte {
-	if b, ok := sampleBuffers.Get().(*[]byte); ok {
-		return (*b)[:0]
-	}
-	return nil
-}
-
-// recycleSampleBuffer hands back a buffer of sampleBuffer once nothing refers
-// to it any more.
-func recycleSampleBuffer(b []byte) {
-	if cap(b) > 0 {
-		sampleBuffers.Put(&b)
-	}
 }

@@ -14,6 +14,7 @@ import (
 // encoded afresh: reused memory must carry nothing over.
 func TestSampleScratchMatchesFresh(t *testing.T) {
 	var sc sampleScratch
+	pool := newBufferPool(outputBufferBytes)
 	for _, n := range []int{8192, 1300, 600, 32 << 10, 1300} {
 		scs, cms, res, cfg := longGroup(t, n)
 		for i := range scs {
@@ -26,14 +27,14 @@ func TestSampleScratchMatchesFresh(t *testing.T) {
 				t.Fatal(err)
 			}
 			smp := sample(scs[i], cms[i], res[i], cfg, &sc)
-			got, err := schemas.Samples().AppendEncode(sampleBuffer(), &smp)
+			got, err := schemas.Samples().AppendEncode(pool.get(), &smp)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%d tokens, member %d: the sample built in reused memory differs from a fresh one", n, i)
 			}
-			recycleSampleBuffer(got)
+			pool.put(got)
 		}
 	}
 	// A trajectory without tokens: its arrays are empty, not absent (an
@@ -79,14 +80,15 @@ func BenchmarkSamples(b *testing.B) {
 	})
 	b.Run("reused", func(b *testing.B) {
 		var sc sampleScratch
+		pool := newBufferPool(outputBufferBytes)
 		for b.Loop() {
 			for i := range scs {
 				smp := sample(scs[i], cms[i], res[i], cfg, &sc)
-				out, err := schemas.Samples().AppendEncode(sampleBuffer(), &smp)
+				out, err := schemas.Samples().AppendEncode(pool.get(), &smp)
 				if err != nil {
 					b.Fatal(err)
 				}
-				recycleSampleBuffer(out)
+				pool.put(out)
 			}
 		}
 	})

@@ -31,6 +31,8 @@ type ScoreStage struct {
 	layers []int
 	limits schemas.Limits
 	log    zerolog.Logger
+	// buffers holds encoded scored records for reuse once acknowledged.
+	buffers *bufferPool
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
@@ -45,7 +47,7 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
 	}
 	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits,
-		log: cfg.Logger.With().Str("stage", "score").Logger()}
+		log: cfg.Logger.With().Str("stage", "score").Logger(), buffers: newBufferPool(outputBufferBytes)}
 	s.limits.VocabSize = info.VocabSize
 	s.layers = cfg.Layers
 	if len(s.layers) == 0 {
@@ -85,6 +87,8 @@ type scoreJob struct {
 	done chan struct{}
 	msgs []producers.Message
 	err  error
+	// pooled: msgs holds one scored record in a buffer of s.buffers
+	pooled bool
 }
 
 func (s *ScoreStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
@@ -172,7 +176,9 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 			}
 			msgs = append(msgs, b.msgs...)
 		}
-		if err := produceRetry(ctx, s.prod, msgs, s.log); err != nil {
+		err := produceRetry(ctx, s.prod, msgs, s.log)
+		written := err == nil // acknowledged: the producer holds no reference to msgs any more
+		if err != nil {
 			if !errors.As(err, new(*unwritableError)) {
 				return nil
 			}
@@ -190,6 +196,9 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 			m.latency.WithLabelValues("score").Observe(now.Sub(b.read).Seconds())
 			inflight.Dec()
 			win.release(len(b.rec.Value))
+			if written && b.pooled {
+				s.buffers.put(b.msgs[0].Value)
+			}
 		}
 		toCommit = batch[len(batch)-1].rec.Offset + 1
 		if now.Sub(lastCommit) >= s.cfg.CommitInterval {
@@ -309,7 +318,7 @@ func (s *ScoreStage) process(ctx context.Context, j *scoreJob) {
 		j.err = err
 		return
 	}
-	b, err := schemas.ScoredRecords().Encode(sc)
+	b, err := schemas.ScoredRecords().AppendEncode(s.buffers.get(), sc)
 	if err != nil {
 		dead(schemas.ReasonInvalid, "encode scored record: "+err.Error())
 		return
@@ -318,6 +327,7 @@ func (s *ScoreStage) process(ctx context.Context, j *scoreJob) {
 		Topic: s.cfg.Topics.Scored, Key: []byte(t.PromptID), Value: b,
 		Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.ScoredRecords().Name())}},
 	}}
+	j.pooled = true
 }
 
 // score runs the method's scorer calls, retrying transient failures while ctx lasts.
