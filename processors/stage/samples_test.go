@@ -93,3 +93,22 @@ func BenchmarkSamples(b *testing.B) {
 		}
 	})
 }
+
+// TestBufferPoolBound checks that the free list keeps at most its bound of
+// bytes and hands back empty buffers with their memory.
+func TestBufferPoolBound(t *testing.T) {
+	p := newBufferPool(100)
+	if b := p.get(); b != nil {
+		t.Fatalf("empty pool gave %d bytes", cap(b))
+	}
+	p.put(make([]byte, 10, 60))
+	p.put(make([]byte, 5, 60)) // over the bound: dropped
+	p.put(nil)
+	b := p.get()
+	if len(b) != 0 || cap(b) != 60 {
+		t.Fatalf("got len %d cap %d, want an empty 60-byte buffer", len(b), cap(b))
+	}
+	if p.get() != nil || p.bytes != 0 {
+		t.Fatalf("pool kept a buffer over its bound (%d bytes)", p.bytes)
+	}
+}
