@@ -472,7 +472,7 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 	p.sem <- struct{}{}
 	go func() {
 		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
-		recycle := recycle && err == nil
+		written := err == nil
 		if errors.As(err, new(*unwritableError)) {
 			// Retrying cannot help (the samples' limits keep records far below the
 			// broker's maximum, so this is a misconfigured topic or broker): say
@@ -481,7 +481,7 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 			p.log.Error().Err(err).Int("messages", len(msgs)).Msg("the broker refused these outputs for good; they are skipped")
 			err = nil
 		}
-		if err == nil {
+		if written {
 			for _, msg := range msgs {
 				p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()
 				if recycle {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -190,7 +192,9 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 func TestOversizedOutput(t *testing.T) {
 	for _, refused := range []bool{false, true} {
 		t.Run(map[bool]string{false: "chunked", true: "refused"}[refused], func(t *testing.T) {
+			reg := prometheus.NewRegistry()
 			e := newEnv(t, 1, func(cfg *stage.Config) {
+				cfg.Metrics = stage.NewMetrics(reg)
 				cfg.Credit.Method = "attnsr"
 				cfg.Limits.MaxTurns = 400
 				if refused {
@@ -251,6 +255,17 @@ func TestOversizedOutput(t *testing.T) {
 					s, _ := schemas.ScoredRecords().Decode(scored[0][0].Value)
 					if s.Trajectory.TrajectoryID != "after-0" || len(scored[0]) != 1 {
 						t.Fatalf("scored %d records, first %s", len(scored[0]), s.Trajectory.TrajectoryID)
+					}
+					// The counters say what was written: one scored record, one dead
+					// letter (not the refused output).
+					out := func(topic string) float64 {
+						return metricWhere(t, reg, "creditflow_records_out_total", map[string]string{"stage": "score", "topic": topic})
+					}
+					for time.Now().Before(deadline) && out(cfg.Topics.DeadLetters) < 1 {
+						time.Sleep(20 * time.Millisecond)
+					}
+					if got, dl := out(cfg.Topics.Scored), out(cfg.Topics.DeadLetters); got != 1 || dl != 1 {
+						t.Fatalf("records_out_total: scored %v, dead letters %v; want 1 and 1", got, dl)
 					}
 					return
 				}

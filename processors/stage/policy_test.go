@@ -12,6 +12,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -24,27 +25,17 @@ import (
 // values, histogram counts).
 func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	return metricWhere(t, reg, name, nil)
+}
+
+// metricWhere is metricValue over the series whose labels include want.
+func metricWhere(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return promreg.Sum(mfs, name, want)
 }
 
 // keysOn returns the trajectory ids (record keys) on topic, failing on a

@@ -178,19 +178,24 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 		}
 		err := produceRetry(ctx, s.prod, msgs, s.log)
 		written := err == nil // acknowledged: the producer holds no reference to msgs any more
-		if err != nil {
+		wrote := make([][]producers.Message, len(batch))
+		if written {
+			for i, b := range batch {
+				wrote[i] = b.msgs
+			}
+		} else {
 			if !errors.As(err, new(*unwritableError)) {
 				return nil
 			}
-			for _, b := range batch { // one by one, to find the record the broker will not take
-				if err := s.emitAlone(ctx, b); err != nil {
+			for i, b := range batch { // one by one, to find the record the broker will not take
+				if wrote[i], err = s.emitAlone(ctx, b); err != nil {
 					return nil
 				}
 			}
 		}
 		now := time.Now()
-		for _, b := range batch {
-			for _, msg := range b.msgs {
+		for i, b := range batch {
+			for _, msg := range wrote[i] {
 				m.recordsOut.WithLabelValues("score", msg.Topic).Inc()
 			}
 			m.latency.WithLabelValues("score").Observe(now.Sub(b.read).Seconds())
@@ -211,11 +216,15 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 
 // emitAlone writes one job's output; when the broker refuses it for good
 // (e.g. a scored record over the maximum message size) the input goes to the
-// dead-letter topic instead, cut to fit if it must be.
-func (s *ScoreStage) emitAlone(ctx context.Context, j *scoreJob) error {
+// dead-letter topic instead, cut to fit if it must be. It returns what was
+// written: the output, the dead letter, or nothing when neither could be.
+func (s *ScoreStage) emitAlone(ctx context.Context, j *scoreJob) ([]producers.Message, error) {
 	err := produceRetry(ctx, s.prod, j.msgs, s.log)
-	if err == nil || !errors.As(err, new(*unwritableError)) {
-		return err
+	if err == nil {
+		return j.msgs, nil
+	}
+	if !errors.As(err, new(*unwritableError)) {
+		return nil, err
 	}
 	detail := "the broker refused the output: " + err.Error()
 	rec := j.rec
@@ -227,13 +236,16 @@ func (s *ScoreStage) emitAlone(ctx context.Context, j *scoreJob) error {
 	if derr == nil {
 		derr = produceRetry(ctx, s.prod, []producers.Message{msg}, s.log)
 	}
-	if derr != nil && errors.As(derr, new(*unwritableError)) {
+	if derr == nil {
+		return []producers.Message{msg}, nil
+	}
+	if errors.As(derr, new(*unwritableError)) {
 		s.cfg.Metrics.unwritable.WithLabelValues("score").Inc()
 		s.log.Error().Err(derr).Int64("offset", j.rec.Offset).Int("partition", j.rec.Partition).
 			Msg("neither the output nor a dead letter could be written; the record is skipped")
-		return nil
+		return nil, nil
 	}
-	return derr
+	return nil, derr
 }
 
 // unwritableError is a produce error that retrying cannot fix.
