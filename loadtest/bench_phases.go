@@ -16,6 +16,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -360,26 +361,7 @@ func (s *stageRun) openGroups() int {
 
 // counterWhere sums the series of a counter family whose labels include want.
 func counterWhere(mfs []*dto.MetricFamily, name string, want map[string]string) float64 {
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if got[k] != v {
-					continue series
-				}
-			}
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
+	return promreg.Sum(mfs, name, want)
 }
 
 // cpuTime is the user plus system CPU time of this process so far.

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/internal/promreg"
 )
 
 // LoadResult is what a load run measured. JSON names are stable.
@@ -84,14 +85,5 @@ func counter(reg *prometheus.Registry, name string) float64 {
 	if err != nil {
 		return 0
 	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
+	return promreg.Sum(mfs, name, nil)
 }
