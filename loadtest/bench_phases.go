@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
@@ -285,10 +284,10 @@ func (s *stageRun) stop() { s.cancel(); s.wg.Wait() }
 func (s *stageRun) counts(name, outTopic string) counts {
 	return func() (int, int, int) {
 		mfs := s.reg.gather()
-		in := counterWhere(mfs, "creditflow_records_in_total", map[string]string{"stage": name})
-		out := counterWhere(mfs, "creditflow_records_out_total", map[string]string{"stage": name, "topic": outTopic})
-		dead := counterWhere(mfs, "creditflow_records_out_total", map[string]string{"stage": name, "topic": s.cfg.Topics.DeadLetters})
-		bad := counterWhere(mfs, "creditflow_unwritable_records_total", map[string]string{"stage": name})
+		in := promreg.Sum(mfs, "creditflow_records_in_total", map[string]string{"stage": name})
+		out := promreg.Sum(mfs, "creditflow_records_out_total", map[string]string{"stage": name, "topic": outTopic})
+		dead := promreg.Sum(mfs, "creditflow_records_out_total", map[string]string{"stage": name, "topic": s.cfg.Topics.DeadLetters})
+		bad := promreg.Sum(mfs, "creditflow_unwritable_records_total", map[string]string{"stage": name})
 		return int(in), int(out), int(dead + bad)
 	}
 }
@@ -357,11 +356,6 @@ func (s *stageRun) openGroups() int {
 		}
 	}
 	return n
-}
-
-// counterWhere sums the series of a counter family whose labels include want.
-func counterWhere(mfs []*dto.MetricFamily, name string, want map[string]string) float64 {
-	return promreg.Sum(mfs, name, want)
 }
 
 // cpuTime is the user plus system CPU time of this process so far.
