@@ -10,11 +10,10 @@ import (
 
 // lz4 batches are written as standard LZ4 frames of 64 KiB blocks, the
 // block size Kafka's Java producer writes, rather than kafka-go's 4 MiB: on
-// a produce batch of 50 search-QA samples (870 KB) compression takes 1.7 ms
+// a produce batch of 50 search-QA samples (1.05 MB) compression takes 1.7 ms
 // instead of 2.6 ms for 5% more bytes (0.267 of the raw size against 0.255;
-// see docs/performance.md). A 4 MiB block is far larger than any batch, and
-// its hash table then ranges over memory that no longer fits the CPU's
-// caches. Any LZ4 frame reader reads both (kafka-go, librdkafka, Java).
+// BenchmarkLz4Batch in processors/stage, docs/performance.md). Any LZ4 frame
+// reader reads both (kafka-go, librdkafka, Java).
 //
 // kafka-go takes its codecs from one process-wide table
 // (compress.Codecs), so installing this codec there is the only way to set

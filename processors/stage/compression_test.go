@@ -213,7 +213,7 @@ func TestLongRecordSizes(t *testing.T) {
 }
 
 // BenchmarkLz4Batch compresses a produce batch of 50 search-QA samples
-// (≈ 1.2 MB) with kafka-go's own lz4 codec (4 MiB blocks) and with the one
+// (1.05 MB) with kafka-go's own lz4 codec (4 MiB blocks) and with the one
 // the producers package installs in its place (64 KiB blocks, what Kafka's
 // Java producer writes). cpu_ms/MB as in BenchmarkCompression.
 //
