@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +38,9 @@ type Server struct {
 	draining atomic.Bool
 	metrics  *serverMetrics
 	handler  http.Handler
+	// bodies holds binary request bodies for reuse: decoding copies what it
+	// keeps, so a body's bytes are free once its request is decoded.
+	bodies sync.Pool
 }
 
 // NewServer serves s.
@@ -367,6 +372,24 @@ func decodeJSON(op string, req any) func(io.Reader) error {
 	}
 }
 
+// readBody reads a request body whole into a buffer of s.bodies (give it
+// back with s.bodies.Put once decoded). A body that states its length
+// (within the server's limit, which body enforces) is read into a buffer of
+// that size at once rather than one grown as it arrives.
+func (s *Server) readBody(body io.Reader, length int64) (*[]byte, error) {
+	data, _ := s.bodies.Get().(*[]byte)
+	if data == nil {
+		data = new([]byte)
+	}
+	buf := bytes.NewBuffer((*data)[:0])
+	if length > 0 && length <= s.cfg.maxRequestBytes {
+		buf.Grow(int(length) + bytes.MinRead) // ReadFrom wants MinRead free bytes to see the end
+	}
+	_, err := buf.ReadFrom(body)
+	*data = buf.Bytes()
+	return data, err
+}
+
 // decodeScoreRequest reads a score request in the form its Content-Type
 // names: binary rows (FeatureBinary), refused as soon as it passes the
 // server's row or token limit, or JSON.
@@ -375,11 +398,12 @@ func (s *Server) decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.
 		return decodeJSON("score", req)
 	}
 	return func(body io.Reader) error {
-		data, err := io.ReadAll(body)
+		data, err := s.readBody(body, r.ContentLength)
+		defer s.bodies.Put(data)
 		if err != nil {
 			return err
 		}
-		if *req, err = decodeRowsRequest(data, s.cfg.maxRows, s.cfg.maxTokens); err != nil {
+		if *req, err = decodeRowsRequest(*data, s.cfg.maxRows, s.cfg.maxTokens); err != nil {
 			if rej := (*RejectedError)(nil); errors.As(err, &rej) {
 				return err
 			}
