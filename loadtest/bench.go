@@ -7,11 +7,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/schemas"
@@ -40,8 +41,8 @@ type SizeResult struct {
 	AdvantageVsPassthrough float64 `json:"advantage_vs_passthrough"` // advantage_per_s / passthrough_scored_per_s
 	ScoreUsPerRecord       float64 `json:"score_us_per_record"`
 	AdvantageUsPerRecord   float64 `json:"advantage_us_per_record"`
-	// CPU time of the whole process (stage, clients, the embedded broker)
-	// per record, and the ratios by CPU (passthrough's / the stage's): what
+	// CPU time per record of the bench process (stage, clients) plus the
+	// embedded broker's process (not the instant scorer's), and the ratios by CPU (passthrough's / the stage's): what
 	// the throughput ratios become when the phase has the CPUs to itself.
 	PassthroughCPUUs          float64 `json:"passthrough_cpu_us_per_record"`
 	PassthroughScoredCPUUs    float64 `json:"passthrough_scored_cpu_us_per_record"`
@@ -55,7 +56,8 @@ type SizeResult struct {
 
 	OpenGroups                 int     `json:"open_groups"`
 	HeapBytes                  uint64  `json:"heap_bytes"`
-	RSSBytes                   uint64  `json:"rss_bytes"`
+	RSSBytes                   uint64  `json:"rss_bytes"`        // the bench process: stages and clients
+	BrokerRSSBytes             uint64  `json:"broker_rss_bytes"` // the embedded broker's process (0 with --brokers)
 	BytesPerOpenMember         float64 `json:"bytes_per_open_member"`
 	BytesPerOpenMemberVsRecord float64 `json:"bytes_per_open_member_vs_record"`
 
@@ -105,7 +107,7 @@ func benchCmd(args []string) (int, error) {
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "give up on one phase after this long")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.StringVar(&o.brokers, "brokers", "", "a real cluster's bootstrap list host:port,... (plaintext; default: an embedded broker)")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, and the instant scorer's (a child process) to this file + \".scorer\"")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, the embedded broker's (a child process) to this file + \".broker\" and the instant scorer's (another) to this file + \".scorer\"")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score or advantage) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
@@ -162,26 +164,19 @@ func benchCmd(args []string) (int, error) {
 func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResult, error) {
 	start := time.Now()
 	res := BenchResult{Partitions: o.partitions, GOMAXPROCS: runtime.GOMAXPROCS(0), Sizes: []SizeResult{}}
-	env := &benchEnv{partitions: o.partitions, timeout: o.timeout, log: nopLog(), prog: newBenchProgress(),
+	env := &benchEnv{run: strconv.FormatInt(time.Now().UnixMilli(), 36), partitions: o.partitions, timeout: o.timeout, log: nopLog(), prog: newBenchProgress(),
 		profilePhase: o.profilePhase, cpuProfile: o.cpuProfile}
 	defer env.prog.close()
-	// An embedded broker keeps every record in this process's memory: each
-	// size gets a fresh one.
-	useBroker := func() (func(), error) {
-		if o.brokers != "" {
-			env.brokers = strings.Split(o.brokers, ",")
-			return func() {}, nil
-		}
-		b, err := broker.Start(broker.WithDefaultPartitions(o.partitions))
-		if err != nil {
-			return nil, err
-		}
-		env.brokers = b.Addrs()
-		return b.Close, nil
-	}
-	scorerProfile := ""
+	// The embedded broker keeps every record in its memory: each size gets a
+	// fresh one. With --cpuprofile the first one writes its profile too.
+	brokerProfile, scorerProfile := "", ""
 	if o.cpuProfile != "" {
-		scorerProfile = o.cpuProfile + ".scorer"
+		brokerProfile, scorerProfile = o.cpuProfile+".broker", o.cpuProfile+".scorer"
+	}
+	useBroker := func() (func(), error) {
+		stop, err := env.useBroker(ctx, o, brokerProfile)
+		brokerProfile = ""
+		return stop, err
 	}
 	client, stopScorer, err := startInstantScorer(ctx, scorerProfile)
 	if err != nil {
@@ -269,6 +264,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		if err != nil {
 			return fail(err)
 		}
+		created := all(topics)
 		topics.Trajectories = input.Trajectories
 		sc, err := e.startStage(ctx, "score", s.Method, topics, maxTokens, 1, nil)
 		if err != nil {
@@ -280,9 +276,11 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			return fail(err)
 		}
 		score = score.plus(st)
-		if scoredTopic == "" {
+		if scoredTopic == "" { // the first run's output feeds the later phases
 			scoredTopic = topics.Scored
+			created = slices.DeleteFunc(created, func(t string) bool { return t == scoredTopic })
 		}
+		e.drop(ctx, created...)
 		for k := 0; k < 2; k++ {
 			ps, err := e.passthrough(ctx, scoredTopic, e.name("passthrough-out"), 256, 1, n, nil)
 			if err != nil {
@@ -293,6 +291,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		if topics, err = e.topics(ctx, e.partitions); err != nil {
 			return fail(err)
 		}
+		created = all(topics)
 		topics.Scored = scoredTopic
 		adv, err := e.startStage(ctx, "advantage", s.Method, topics, maxTokens, 1, nil)
 		if err != nil {
@@ -304,11 +303,13 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			return fail(err)
 		}
 		advantage = advantage.plus(at)
+		e.drop(ctx, created...)
 	}
 	keys, scored, err := e.readAll(ctx, scoredTopic)
 	if err != nil {
 		return fail(err)
 	}
+	e.drop(ctx, input.Trajectories, scoredTopic) // the later phases write their own
 	r.RecordBytes = meanLen(scored)
 	r.PassthroughPerS, r.PassthroughScoredPerS = round3(pass.PerS), round3(passScored.PerS)
 	r.ScorePerS, r.AdvantagePerS = round3(score.PerS), round3(advantage.PerS)
@@ -338,7 +339,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 	if err != nil {
 		return fail(err)
 	}
-	r.OpenGroups, r.HeapBytes, r.RSSBytes = m.OpenGroups, m.HeapBytes, m.RSSBytes
+	r.OpenGroups, r.HeapBytes, r.RSSBytes, r.BrokerRSSBytes = m.OpenGroups, m.HeapBytes, m.RSSBytes, m.BrokerRSSBytes
 	r.BytesPerOpenMember = round3(m.BytesPerOpenMember)
 	if r.RecordBytes > 0 {
 		r.BytesPerOpenMemberVsRecord = round3(m.BytesPerOpenMember / float64(r.RecordBytes))
@@ -364,8 +365,12 @@ func printBench(r BenchResult) {
 		}
 	}
 	if d := r.SizeResult; d.OpenGroups > 0 {
-		fmt.Fprintf(w, "memory (%s): %d open groups: Go heap %.1f MiB, RSS %.1f MiB (embedded broker included)\n",
-			d.Size, d.OpenGroups, float64(d.HeapBytes)/(1<<20), float64(d.RSSBytes)/(1<<20))
+		fmt.Fprintf(w, "memory (%s): %d open groups: Go heap %.1f MiB, RSS %.1f MiB", d.Size, d.OpenGroups,
+			float64(d.HeapBytes)/(1<<20), float64(d.RSSBytes)/(1<<20))
+		if d.BrokerRSSBytes > 0 {
+			fmt.Fprintf(w, "; the embedded broker's process: RSS %.1f MiB", float64(d.BrokerRSSBytes)/(1<<20))
+		}
+		fmt.Fprintln(w)
 	}
 	if len(r.Scaling) > 0 {
 		fmt.Fprintln(w)

@@ -32,6 +32,7 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 	if err != nil {
 		return 0, 0, err
 	}
+	defer e.drop(ctx, all(topics)...)
 	st, err := e.startStage(ctx, "advantage", method, topics, maxTokens, 1, nil)
 	if err != nil {
 		return 0, 0, err
@@ -140,7 +141,8 @@ func quantile(xs []float64, q float64) float64 {
 type memResult struct {
 	OpenGroups         int
 	HeapBytes          uint64 // Go heap in use with the groups open (after GC)
-	RSSBytes           uint64 // resident set of the whole bench process (embedded broker included)
+	RSSBytes           uint64 // resident set of the bench process
+	BrokerRSSBytes     uint64 // resident set of the embedded broker's process (0 with --brokers)
 	BytesPerOpenMember float64
 }
 
@@ -153,6 +155,7 @@ func (e *benchEnv) memory(ctx context.Context, method string, scored [][]byte, g
 	if err != nil {
 		return memResult{}, err
 	}
+	defer e.drop(ctx, all(topics)...)
 	keys := make([][]byte, groups)
 	values := make([][]byte, groups)
 	for i := range values {
@@ -196,7 +199,10 @@ func (e *benchEnv) memory(ctx context.Context, method string, scored [][]byte, g
 		}
 	}
 	after := heapInUse()
-	res := memResult{OpenGroups: groups, HeapBytes: after, RSSBytes: rss()}
+	res := memResult{OpenGroups: groups, HeapBytes: after, RSSBytes: procRSS("self")}
+	if e.child != nil {
+		res.BrokerRSSBytes = e.child.rss()
+	}
 	if after > before {
 		res.BytesPerOpenMember = float64(after-before) / float64(groups)
 	}
@@ -211,9 +217,10 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// rss is the process's resident set size (0 where /proc is missing).
-func rss() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
+// procRSS is the resident set size of a process ("self" or a pid; 0 where
+// /proc is missing).
+func procRSS(pid string) uint64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/gpu"
@@ -25,6 +26,8 @@ import (
 // instant scorer's client, the progress line.
 type benchEnv struct {
 	brokers    []string
+	child      *childBroker // the embedded broker's process; nil with --brokers
+	run        string       // this bench run's prefix of topic and group names
 	partitions int
 	timeout    time.Duration // per phase
 	scorer     *gpu.Client
@@ -36,9 +39,10 @@ type benchEnv struct {
 	profiled                 bool
 }
 
-// name returns a topic or group name no earlier phase used.
+// name returns a topic or group name no earlier phase, nor an earlier bench
+// run on the same cluster, used.
 func (e *benchEnv) name(what string) string {
-	return fmt.Sprintf("bench.%d.%s", e.seq.Add(1), what)
+	return fmt.Sprintf("bench.%s.%d.%s", e.run, e.seq.Add(1), what)
 }
 
 // topics creates a fresh set of pipeline topics with p partitions.
@@ -52,6 +56,33 @@ func (e *benchEnv) topics(ctx context.Context, p int) (stage.Topics, error) {
 		specs[i].ReplicationFactor = 0 // the broker's default
 	}
 	return t, producers.EnsureTopics(ctx, e.brokers, benchSec, specs...)
+}
+
+// drop deletes topics a finished run wrote and nothing reads any more.
+// The embedded broker keeps every topic in this process's memory, so
+// without it each run would pay for growing the heap past all earlier runs'
+// outputs, and later phases more than earlier ones. A failure is only
+// logged: it costs memory, not correctness.
+func (e *benchEnv) drop(ctx context.Context, topics ...string) {
+	tr, err := benchSec.Transport()
+	if err == nil {
+		defer tr.CloseIdleConnections()
+		client := &kafka.Client{Addr: kafka.TCP(e.brokers...), Transport: tr, Timeout: 10 * time.Second}
+		var resp *kafka.DeleteTopicsResponse
+		if resp, err = client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: topics}); err == nil {
+			for _, terr := range resp.Errors {
+				err = errors.Join(err, terr)
+			}
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn().Err(err).Strs("topics", topics).Msg("could not delete finished topics")
+	}
+}
+
+// all is every topic of a pipeline topic set.
+func all(t stage.Topics) []string {
+	return []string{t.Trajectories, t.Scored, t.Samples, t.DeadLetters, t.State, t.SamplesStale}
 }
 
 // produceAll writes keyed values to topic, in order, 256 to a call.
@@ -110,8 +141,8 @@ func (e *benchEnv) readAll(ctx context.Context, topic string) (keys, values [][]
 type counts func() (in, out, bad int)
 
 // rate is a phase's throughput: records per second of wall-clock time, and
-// the CPU time this process (stages, clients and, when embedded, the
-// broker) spent per record, over one or more runs.
+// the CPU time this process (stages, clients) and the embedded broker's
+// process spent per record, over one or more runs.
 type rate struct {
 	PerS        float64
 	CPUUsPerRec float64
@@ -159,10 +190,10 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 	deadline := time.Now().Add(e.timeout)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	prevT, prevCPU := time.Now(), cpuTime()
+	prevT, prevCPU := time.Now(), e.cpuTime()
 	for {
 		in, out, bad := c()
-		now, cpu := time.Now(), cpuTime()
+		now, cpu := time.Now(), e.cpuTime()
 		e.prog.set(in, out+bad)
 		if in > 0 && t0.IsZero() {
 			t0, cpu0 = prevT, prevCPU // the last poll before the first read
@@ -199,10 +230,12 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 // With fill, the replicas first settle in their group and fill then writes
 // the input (so that no run measures a rebalance); without, the input is
 // already there.
-func (e *benchEnv) passthrough(ctx context.Context, in, out string, buffer, replicas, want int, fill func() error) (rate, error) {
-	ctx, cancel := context.WithCancel(ctx)
+//
+// The output topic is deleted when the run is over.
+func (e *benchEnv) passthrough(outer context.Context, in, out string, buffer, replicas, want int, fill func() error) (rate, error) {
+	ctx, cancel := context.WithCancel(outer)
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	defer func() { cancel(); wg.Wait(); e.drop(outer, out) }()
 	if err := producers.EnsureTopics(ctx, e.brokers, benchSec, producers.TopicSpec{Name: out, Partitions: e.partitions}); err != nil {
 		return rate{}, err
 	}
@@ -356,6 +389,19 @@ func (s *stageRun) openGroups() int {
 		}
 	}
 	return n
+}
+
+// cpuTime is the user plus system CPU time so far of this process and of
+// the embedded broker's (the instant scorer, which stands in for GPU pods on
+// other machines, is left out).
+func (e *benchEnv) cpuTime() time.Duration {
+	t := cpuTime()
+	if e.child != nil {
+		if c, err := e.child.cpu(); err == nil {
+			t += c
+		}
+	}
+	return t
 }
 
 // cpuTime is the user plus system CPU time of this process so far.

@@ -56,6 +56,7 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 	if err != nil {
 		return err
 	}
+	defer e.drop(ctx, all(topics)...)
 	write := func(topic, schema string, keys, values [][]byte) func() error {
 		return func() error { return e.produceAll(ctx, topic, schema, keys, values) }
 	}
@@ -64,6 +65,7 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 	if err != nil {
 		return err
 	}
+	defer e.drop(ctx, all(src)...)
 	fill := write(src.Trajectories, schemas.Trajectories().Name(), in.keys, in.values)
 	pt, err := e.passthrough(ctx, src.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), c.Replicas, n, fill)
 	if err != nil {
@@ -95,6 +97,7 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 	if err != nil {
 		return err
 	}
+	defer e.drop(ctx, all(adv)...)
 	topicsAdv := topics
 	topicsAdv.Scored, topicsAdv.Samples, topicsAdv.State = adv.Scored, adv.Samples, adv.State
 	topics = topicsAdv

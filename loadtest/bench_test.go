@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/schemas"
 )
@@ -53,11 +57,86 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 			r.OverheadP50Ms <= 0 || r.BytesPerOpenMember <= 0 || r.RecordBytes <= r.TrajectoryBytes {
 			t.Fatalf("%s: implausible result %+v", r.Size, r)
 		}
+		if r.ScoreCPUUs <= 0 || r.AdvantageCPUUs <= 0 || r.PassthroughCPUUs <= 0 || r.BrokerRSSBytes == 0 {
+			t.Fatalf("%s: CPU per record %v/%v/%v µs, broker RSS %d: the embedded broker's process was not measured",
+				r.Size, r.PassthroughCPUUs, r.ScoreCPUUs, r.AdvantageCPUUs, r.BrokerRSSBytes)
+		}
 		if want := r.ScorePerS / r.PassthroughPerS; r.ScoreVsPassthrough < want-0.01 || r.ScoreVsPassthrough > want+0.01 {
 			t.Fatalf("%s: score_vs_passthrough %v, want %v", r.Size, r.ScoreVsPassthrough, want)
 		}
 	}
 	if len(res.Sizes) != 1 || res.Sizes[0].Size != "attnsr-k30" || res.OpenGroups != 200 {
 		t.Fatalf("sizes %+v, open groups %d", res.Sizes, res.OpenGroups)
+	}
+}
+
+// The child broker's CPU is read from /proc/<pid>/stat: for this process
+// the same reading agrees with getrusage.
+func TestProcCPU(t *testing.T) {
+	deadline := time.Now().Add(300 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	_ = x
+	self := cpuTime()
+	proc, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	// ticks of 10 ms; rusage counts finer
+	if d := proc - self; d < -50*time.Millisecond || d > 50*time.Millisecond || proc < 200*time.Millisecond {
+		t.Fatalf("/proc/self/stat says %v of CPU, getrusage %v", proc, self)
+	}
+}
+
+// Each bench run names its topics and groups apart from earlier runs on the
+// same cluster, and a finished run's topics are deleted.
+func TestBenchNamesAndDrop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded broker")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := startChildBroker(2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.stop()
+	a := &benchEnv{run: "a", brokers: b.addrs, partitions: 2, log: zerolog.New(zerolog.NewTestWriter(t))}
+	c := &benchEnv{run: "b", brokers: b.addrs, partitions: 2, log: nopLog()}
+	if a.name("x") == c.name("x") {
+		t.Fatalf("two runs share the name %s", a.name("x"))
+	}
+	topics, err := a.topics(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every topic is listed (asking for one by name may create it again).
+	listed := func() map[string]bool {
+		tr := &kafka.Transport{} // its own: a transport caches metadata
+		defer tr.CloseIdleConnections()
+		meta, err := (&kafka.Client{Addr: kafka.TCP(a.brokers...), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, mt := range meta.Topics {
+			names[mt.Name] = true
+		}
+		return names
+	}
+	before := listed()
+	for _, topic := range all(topics) {
+		if !before[topic] {
+			t.Fatalf("topic %s was not created", topic)
+		}
+	}
+	a.drop(ctx, all(topics)...)
+	after := listed()
+	for _, topic := range all(topics) {
+		if after[topic] {
+			t.Fatalf("topic %s is still there after drop", topic)
+		}
 	}
 }

@@ -77,6 +77,8 @@ func main() {
 		code, err = loadCmd(os.Args[2:])
 	case benchScorerCmd:
 		code, err = benchScorerServe(os.Args[2:])
+	case benchBrokerCmd:
+		code, err = benchBrokerServe(os.Args[2:])
 	case scorerServeCmd:
 		code, err = scorerServe(os.Args[2:])
 	case "-h", "--help", "help":
