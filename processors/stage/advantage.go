@@ -114,6 +114,7 @@ type partition struct {
 
 	acks         chan ack
 	sem          chan struct{}
+	unacked      *window // encoded bytes handed to the producer, not yet acknowledged
 	emitCtx      context.Context
 	lastRead     time.Time // processing time of the last record
 	lastWM       int64     // watermark at the last record
@@ -139,6 +140,7 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 		groups:   state.NewGroups[entry](a.cfg.Window),
 		acks:     make(chan ack, 1024),
 		sem:      make(chan struct{}, 512),
+		unacked:  newWindow(a.cfg.MaxUnackedBytes, minUnackedGroups),
 		lastRead: time.Now(),
 		next:     resume,
 		snapKey:  key,
@@ -468,10 +470,22 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 // send writes msgs in the background; the partition loop learns of the ack.
 // With recycle, the messages' values are buffers of a.buffers, handed back
 // once the broker acknowledged them.
+//
+// It waits while the partition's unacknowledged output is at its bound
+// (Config.MaxUnackedBytes), so that building samples does not run far ahead
+// of writing them.
 func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time, recycle bool) {
+	size := 0
+	for _, msg := range msgs {
+		size += len(msg.Value)
+	}
 	p.sem <- struct{}{}
+	held := p.unacked.acquire(p.emitCtx, size) // false only when emitting has ended: the write below fails at once
 	go func() {
 		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
+		if held {
+			p.unacked.release(size)
+		}
 		written := err == nil
 		if errors.As(err, new(*unwritableError)) {
 			// Retrying cannot help (the samples' limits keep records far below the

@@ -95,7 +95,7 @@ func (s *ScoreStage) claim(ctx context.Context, claim consumers.Claim, commit co
 	log := s.log.With().Str("topic", claim.Topic).Int("partition", claim.Partition).Logger()
 	log.Info().Int64("start_offset", claim.StartOffset).Int32("generation", claim.Generation).Msg("partition assigned")
 	jobs := make(chan *scoreJob, s.cfg.MaxInFlight)
-	win := newWindow(s.cfg.MaxInFlightBytes)
+	win := newWindow(s.cfg.MaxInFlightBytes, 1)
 	emitted := make(chan error, 1)
 	go func() { emitted <- s.emit(ctx, jobs, commit, win) }()
 	inflight := s.cfg.Metrics.inflight.WithLabelValues("score")

@@ -10,7 +10,7 @@ import (
 // whole bound only into an empty window, and waits for releases otherwise.
 func TestWindowBoundsBytes(t *testing.T) {
 	ctx := context.Background()
-	w := newWindow(100)
+	w := newWindow(100, 1)
 	if !w.acquire(ctx, 60) || !w.acquire(ctx, 40) {
 		t.Fatal("100 bytes did not fit a 100-byte window")
 	}
@@ -43,5 +43,29 @@ func TestWindowBoundsBytes(t *testing.T) {
 	w.release(500)
 	if w.held != 0 {
 		t.Fatalf("window holds %d bytes after every release", w.held)
+	}
+}
+
+// Up to the minimum of items enter whatever their size; one more waits for
+// a release.
+func TestWindowMinimumItems(t *testing.T) {
+	ctx := context.Background()
+	w := newWindow(100, 3)
+	for i := 0; i < 3; i++ {
+		if !w.acquire(ctx, 500) {
+			t.Fatalf("item %d of 3 did not enter a window with a minimum of 3", i+1)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if w.acquire(cctx, 500) {
+		t.Fatal("a fourth item over the bound entered")
+	}
+	w.release(500)
+	if !w.acquire(ctx, 500) {
+		t.Fatal("an item did not enter after a release")
+	}
+	if w.held != 1500 || w.items != 3 {
+		t.Fatalf("window holds %d bytes in %d items, want 1500 in 3", w.held, w.items)
 	}
 }
