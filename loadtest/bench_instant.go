@@ -7,10 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -126,17 +124,7 @@ func startInstantScorer(ctx context.Context, cpuProfile string) (*gpu.Client, fu
 		stop()
 		return nil, nil, fmt.Errorf("the instant scorer did not say its address: %w", err)
 	}
-	opts := []gpu.ClientOption{gpu.WithLogger(nopLog())}
-	if v, _ := strconv.Atoi(os.Getenv("XEP")); v > 0 {
-		opts = append(opts, gpu.WithMaxInFlight(v))
-	}
-	if v, _ := strconv.Atoi(os.Getenv("XB")); v > 0 {
-		opts = append(opts, gpu.WithTokenBudget(v))
-	}
-	if v, _ := strconv.Atoi(os.Getenv("XW")); v > 0 {
-		opts = append(opts, gpu.WithMaxWait(time.Duration(v)*time.Millisecond))
-	}
-	client, err := gpu.NewClient([]string{"http://" + strings.TrimSpace(addr)}, opts...)
+	client, err := gpu.NewClient([]string{"http://" + strings.TrimSpace(addr)}, gpu.WithLogger(nopLog()))
 	if err != nil {
 		stop()
 		return nil, nil, err
