@@ -114,7 +114,8 @@ type partition struct {
 
 	acks         chan ack
 	sem          chan struct{}
-	unacked      *window // encoded bytes handed to the producer, not yet acknowledged
+	unacked      *window         // encoded bytes handed to the producer, not yet acknowledged
+	claimCtx     context.Context // ends when the partition is released
 	emitCtx      context.Context
 	lastRead     time.Time // processing time of the last record
 	lastWM       int64     // watermark at the last record
@@ -152,6 +153,7 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	emitCtx, cancelEmit := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEmit()
 	p.emitCtx = emitCtx
+	p.claimCtx = ctx
 	if snap != nil {
 		base := ledger.BaseEMA()
 		p.ema = credit.EMA{Value: base.Value, Count: base.Count}
@@ -480,7 +482,10 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 		size += len(msg.Value)
 	}
 	p.sem <- struct{}{}
-	held := p.unacked.acquire(p.emitCtx, size) // false only when emitting has ended: the write below fails at once
+	// Once the partition is being released the bound no longer waits: the
+	// writes in flight may be retrying against an unreachable broker, and
+	// the release must not wait for them (they get the drain's few seconds).
+	held := p.unacked.acquire(p.claimCtx, size)
 	go func() {
 		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
 		if held {
