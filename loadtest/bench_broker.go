@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/creditflow/creditflow/internal/broker"
@@ -64,45 +62,19 @@ type childBroker struct {
 // for its address. With a non-empty cpuProfile the child writes its CPU
 // profile there.
 func startChildBroker(partitions int, cpuProfile string) (*childBroker, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	args := []string{benchBrokerCmd, "--partitions", strconv.Itoa(partitions)}
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, addrs, err := startChild("embedded broker", args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the embedded broker: %w", err)
-	}
-	c := &childBroker{cmd: cmd}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		c.stop()
-		return nil, fmt.Errorf("the embedded broker did not say its address: %w", err)
-	}
-	c.addrs = strings.Split(strings.TrimSpace(line), ",")
-	return c, nil
+	return &childBroker{cmd: cmd, addrs: strings.Split(addrs, ",")}, nil
 }
 
 // stop ends the child and waits for it (and for its profile, if any).
-func (c *childBroker) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
-}
+func (c *childBroker) stop() { stopChild(c.cmd) }
 
 // cpu is the child's user plus system CPU time so far, read from
 // /proc/<pid>/stat (in clock ticks of 10 ms).

@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -101,33 +96,18 @@ func benchScorerServe(args []string) (int, error) {
 // stop function. With a non-empty cpuProfile the child writes its CPU
 // profile there.
 func startInstantScorer(ctx context.Context, cpuProfile string) (*gpu.Client, func(), error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, nil, err
-	}
 	args := []string{benchScorerCmd}
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, addr, err := startChild("instant scorer", args...)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start the instant scorer: %w", err)
-	}
-	stop := func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }
-	addr, err := bufio.NewReader(out).ReadString('\n')
+	client, err := gpu.NewClient([]string{"http://" + addr}, gpu.WithLogger(nopLog()))
 	if err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("the instant scorer did not say its address: %w", err)
-	}
-	client, err := gpu.NewClient([]string{"http://" + strings.TrimSpace(addr)}, gpu.WithLogger(nopLog()))
-	if err != nil {
-		stop()
+		stopChild(cmd)
 		return nil, nil, err
 	}
-	return client, func() { client.Close(); stop() }, nil
+	return client, func() { client.Close(); stopChild(cmd) }, nil
 }
