@@ -42,8 +42,9 @@ type SizeResult struct {
 	ScoreUsPerRecord       float64 `json:"score_us_per_record"`
 	AdvantageUsPerRecord   float64 `json:"advantage_us_per_record"`
 	// CPU time per record of the bench process (stage, clients) plus the
-	// embedded broker's process (not the instant scorer's), and the ratios by CPU (passthrough's / the stage's): what
-	// the throughput ratios become when the phase has the CPUs to itself.
+	// embedded broker's process (not the instant scorer's), and the ratios
+	// by CPU (passthrough's / the stage's): what the throughput ratios
+	// become when the phase has the CPUs to itself.
 	PassthroughCPUUs          float64 `json:"passthrough_cpu_us_per_record"`
 	PassthroughScoredCPUUs    float64 `json:"passthrough_scored_cpu_us_per_record"`
 	ScoreCPUUs                float64 `json:"score_cpu_us_per_record"`
@@ -174,7 +175,7 @@ func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResu
 		brokerProfile, scorerProfile = o.cpuProfile+".broker", o.cpuProfile+".scorer"
 	}
 	useBroker := func() (func(), error) {
-		stop, err := env.useBroker(ctx, o, brokerProfile)
+		stop, err := env.useBroker(o, brokerProfile)
 		brokerProfile = ""
 		return stop, err
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/schemas"
@@ -103,7 +102,7 @@ func TestBenchNamesAndDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.stop()
-	a := &benchEnv{run: "a", brokers: b.addrs, partitions: 2, log: zerolog.New(zerolog.NewTestWriter(t))}
+	a := &benchEnv{run: "a", brokers: b.addrs, partitions: 2, log: nopLog()}
 	c := &benchEnv{run: "b", brokers: b.addrs, partitions: 2, log: nopLog()}
 	if a.name("x") == c.name("x") {
 		t.Fatalf("two runs share the name %s", a.name("x"))

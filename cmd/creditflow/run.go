@@ -125,7 +125,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		scorerBudget = fs.Int("scorer-token-budget", gpu.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
 		fs.IntVar(&cfg.MaxInFlightBytes, "max-inflight-bytes", cfg.MaxInFlightBytes, "score stage: record bytes in flight per partition (at least one record)")
-		fs.IntVar(&cfg.MaxUnackedBytes, "max-unacked-bytes", cfg.MaxUnackedBytes, "advantage stage: encoded samples written and not yet acknowledged per partition (at least one group)")
+		fs.IntVar(&cfg.MaxUnackedBytes, "max-unacked-bytes", cfg.MaxUnackedBytes, "advantage stage: encoded samples written and not yet acknowledged per partition (at least 4 groups)")
 	})
 	fs.inGroup(groupCredit, func() {
 		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr")
