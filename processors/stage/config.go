@@ -90,8 +90,9 @@ const (
 
 // DefaultMaxUnackedBytes is the advantage stage's bound per partition on
 // the encoded samples it has handed to the producer and the broker has not
-// acknowledged yet: 4 MiB, about 40 search-QA groups. Samples are built
-// faster than a producer writes them, so the bound is usually full; a
+// acknowledged yet: 4 MiB, about 40 search-QA groups. Working through a
+// backlog (a restart, a replay, the bench) the stage builds samples faster
+// than a producer writes them, so the bound is then full; a
 // sample's buffer is reused once acknowledged, and with 512 groups in flight
 // (the bound before it) a partition wrote its first ≈ 2,500 samples into new
 // memory, which cost about 30% more CPU per record on a 2,000-record run. At 50 ms per
