@@ -178,6 +178,9 @@ class Pod:
         return hmac.compare_digest(header[7:].strip().encode(), tok.encode())
 
     def enter(self):
+        """Takes one of max_concurrent slots without waiting (False when none is free) and
+        counts the request in flight. The handler calls free_slot once its answer is ready
+        and leave once the answer is written."""
         if not self._slots.acquire(blocking=False):
             return False
         with self._in_flight_lock:
@@ -185,12 +188,17 @@ class Pod:
         self.m_in_flight.set(self.in_flight)
         return True
 
+    def free_slot(self):
+        """Frees the slot before the answer is written, so a client holding its answer can
+        count on the slot being free for its next request. The request stays in flight
+        (wait_idle still waits for it) until leave."""
+        self._slots.release()
+
     def leave(self):
         with self._in_flight_lock:
             self.in_flight -= 1
             self._idle.notify_all()
         self.m_in_flight.set(self.in_flight)
-        self._slots.release()
 
     def wait_idle(self, timeout):
         end = time.monotonic() + timeout

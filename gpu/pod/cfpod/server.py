@@ -13,8 +13,10 @@ Guarantees (the same as the Go server's):
   application/vnd.creditflow.rows is decoded into the JSON request's structure and served by
   the same code from there on; an attention request whose Accept lists
   application/vnd.creditflow.graphs gets its 200 answer as that body (errors stay JSON);
-- requests over the concurrency limit are refused at once, never queued; model work runs
-  one request at a time (one device stream), in arrival order of the lock;
+- requests over the concurrency limit are refused at once, never queued; a request's slot
+  is freed before its answer is written, so a client that has its answer never meets its own
+  previous request's slot (shutdown still waits for the answer); model work runs one request
+  at a time (one device stream), in arrival order of the lock;
 - the bearer token is compared in constant time and never logged; /healthz and /metrics
   stay open;
 - a hot load (POST /v1/admin/load, SIGHUP, a changed policy_version file, or a policy
@@ -189,7 +191,7 @@ class Handler(BaseHTTPRequestHandler):
     def _work(self, op, fn):
         pod = self.pod
         start = time.monotonic()
-        entered = False
+        entered = slot = False
         items = 0
         try:
             self._guard("POST")
@@ -198,20 +200,23 @@ class Handler(BaseHTTPRequestHandler):
             if not pod.enter():
                 raise Reject(503, "overloaded", f"scorer is serving its limit of {pod.max_concurrent} concurrent "
                                                 "requests; retry later or on another endpoint")
-            entered = True
+            entered = slot = True
             req = self._decode_request(op, self._read_body())
             if isinstance(req, dict):
                 lst = req.get("sets", req.get("jobs"))
                 items = len(lst) if isinstance(lst, list) else 0
             resp = fn(req)
             if op == "attention" and accepts(self.headers.get("Accept"), MEDIA_GRAPHS):
-                self._send(200, encode_graphs(resp), MEDIA_GRAPHS)
+                body, ctype = encode_graphs(resp), MEDIA_GRAPHS
             else:
-                self._send(200, resp)
+                body, ctype = resp, "application/json"
+            slot = self._free_slot(slot)
+            self._send(200, body, ctype)
             self._done(op, 200, start, items)
         except Reject as r:
             if not entered:
                 self._discard_body()
+            slot = self._free_slot(slot)
             self._error(r, {"Allow": "POST"} if r.status == 405 else None)
             self._done(op, r.status, start, items, r.message)
         except Exception as e:  # noqa: BLE001 - every failure must become a protocol answer
@@ -223,11 +228,19 @@ class Handler(BaseHTTPRequestHandler):
                                               "rows or tokens per request")
             else:
                 r = Reject(500, "internal", f"{type(e).__name__}: {e}")
+            slot = self._free_slot(slot)
             self._error(r)
             self._done(op, r.status, start, items, r.message)
         finally:
+            self._free_slot(slot)
             if entered:
                 pod.leave()
+
+    def _free_slot(self, held):
+        """Frees the request's concurrency slot if it still holds it (see Pod.free_slot)."""
+        if held:
+            self.pod.free_slot()
+        return False
 
     def _decode_request(self, op, body):
         """The request body as json.loads gives it; a binary score body (Content-Type

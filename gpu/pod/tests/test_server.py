@@ -14,7 +14,7 @@ import torch
 
 from cfpod.model import Model
 from cfpod.protocol import parse_score_request
-from cfpod.server import PROTOCOL_HEADER, PROTOCOL_VERSION, Logger, Pod, make_server
+from cfpod.server import PROTOCOL_HEADER, PROTOCOL_VERSION, Handler, Logger, Pod, make_server
 from tests.binwire import decode_graphs, encode_rows, json_rows
 from tests.test_binary import malformed_bodies
 from tests.util import DEVICE, ON_CPU, TOL, small_config, write_checkpoint
@@ -196,17 +196,38 @@ class ServerTest(unittest.TestCase):
             self.assertEqual((st, b["item"], b["id"]), (400, 1, "x"), b)
             self.assertIn(msg, b["error"])
 
+    def test_slot_is_free_before_the_answer_is_written(self):
+        # A client that sends its requests one after another must never meet its own
+        # previous request's slot: each answer is written after the slot is freed, while
+        # the request still counts in flight (shutdown waits for the answer).
+        seen = []
+        send = Handler._send
+
+        def spy(handler, status, *a, **kw):
+            if handler.path.startswith("/v1/"):
+                seen.append((status, self.pod._slots._value, self.pod.in_flight))
+            return send(handler, status, *a, **kw)
+        Handler._send = spy
+        try:
+            ok = self.score_body([[([1, 2], [3], (0, 1))]])
+            self.assertEqual(self.call("POST", "/v1/score", ok)[0], 200)
+            self.assertEqual(self.call("POST", "/v1/score", raw=b"CFR1", headers=self.ROWS)[0], 400)
+            self.assertEqual(self.call("POST", "/v1/attention", {"jobs": [{"tokens": b64([1, 2]), "layers": [0],
+                                                                          "steps": [{"action": [0, 9]}]}]})[0], 400)
+        finally:
+            Handler._send = send
+        self.assertEqual(seen, [(200, 2, 1), (400, 2, 1), (400, 2, 1)])
+
     def test_overload_and_draining_answer_503(self):
         ok = self.score_body([[([1, 2], [3], (0, 1))]])
-        # A handler releases its slot just after its answer is sent: wait for that.
-        self.assertTrue(self.pod.wait_idle(10))
         self.assertTrue(self.pod.enter() and self.pod.enter())  # hold both slots
         try:
             st, b, r = self.call("POST", "/v1/score", ok)
             self.assertEqual((st, b["code"], r.getheader("Retry-After")), (503, "overloaded", "1"))
         finally:
-            self.pod.leave()
-            self.pod.leave()
+            for _ in range(2):
+                self.pod.free_slot()
+                self.pod.leave()
         self.pod.draining.set()
         try:
             self.assertEqual(self.call("GET", "/healthz")[0], 503)
