@@ -20,6 +20,8 @@ func startChild(what string, args ...string) (*exec.Cmd, string, error) {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
+	// The child dies with the bench, even a SIGKILLed one, so nothing is left behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", err
