@@ -13,7 +13,11 @@ import (
 // a produce batch of 50 search-QA samples (1.05 MB) compression takes 1.7 ms
 // instead of 2.6 ms for 5% more bytes (0.267 of the raw size against 0.255;
 // BenchmarkLz4Batch in processors/stage, docs/performance.md). Any LZ4 frame
-// reader reads both (kafka-go, librdkafka, Java).
+// reader reads both (kafka-go, librdkafka, Java). Like the Java producer's,
+// the frames carry no content checksum: the record batch's own CRC-32C
+// covers the compressed bytes, and skipping the xxHash of every byte makes a
+// batch 5-8% cheaper to compress (BenchmarkLz4Batch: 1.30 against 1.21 CPU
+// ms/MB).
 //
 // kafka-go takes its codecs from one process-wide table
 // (compress.Codecs), so installing this codec there is the only way to set
@@ -37,7 +41,7 @@ func (lz4Codec) NewWriter(w io.Writer) io.WriteCloser {
 		z.Reset(w)
 	}
 	// Apply is allowed right after Reset (the writer is new again).
-	if err := z.Apply(lz4.BlockSizeOption(lz4.Block64Kb)); err != nil {
+	if err := z.Apply(lz4.BlockSizeOption(lz4.Block64Kb), lz4.ChecksumOption(false)); err != nil {
 		// Not reachable with a constant option; fall back to kafka-go's writer.
 		return compress.Lz4Codec.NewWriter(w)
 	}

@@ -37,6 +37,9 @@ func TestLz4Codec(t *testing.T) {
 		if len(b) < 7 || binary.LittleEndian.Uint32(b) != 0x184D2204 {
 			t.Fatalf("%d bytes: not an LZ4 frame: % x", n, b[:min(len(b), 8)])
 		}
+		if flg := b[4]; flg&0x04 != 0 {
+			t.Fatalf("%d bytes: frame flags %#x carry a content checksum; the batch CRC covers it", n, flg)
+		}
 		if bd := b[5]; bd != 0x40 {
 			t.Fatalf("%d bytes: block descriptor %#x, want 0x40 (64 KiB blocks)", n, bd)
 		}
