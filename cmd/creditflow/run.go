@@ -16,6 +16,7 @@ import (
 	"github.com/creditflow/creditflow/gpu"
 
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 )
@@ -94,6 +95,7 @@ variables and --config (in increasing order of precedence: file, environment, fl
 in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/method.md, docs/kafka.md.`)
 	var which, layers, scorers, scorerModel, scorerToken, scorerCA, metricsAddr, logLevel *string
 	var scorerBudget *int
+	var scorerFollow *bool
 	var create *int
 	var shutdown, startup *time.Duration
 	fs.inGroup(groupGeneral, func() {
@@ -120,6 +122,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	fs.inGroup(groupScorer, func() {
 		scorers = fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
 		scorerModel = fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
+		scorerFollow = fs.Bool("scorer-follow-policy", false, "in-process scorer: load each newer checkpoint announced on --topic-policy and score with it (the model of --scorer-model is version 0)")
 		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
 		scorerBudget = fs.Int("scorer-token-budget", gpu.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)")
@@ -220,7 +223,14 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			if err != nil {
 				return fmt.Errorf("--scorer-model: %w", err)
 			}
-			scorer = gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
+			local := gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
+			if *scorerFollow {
+				if cfg.Topics.Policy == "" {
+					return fmt.Errorf("--scorer-follow-policy needs --topic-policy")
+				}
+				followPolicy(ctx, local, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
+			}
+			scorer = local
 		} else {
 			opts := []gpu.ClientOption{gpu.WithLogger(log), gpu.WithRegisterer(reg), gpu.WithTokenBudget(*scorerBudget)}
 			if *scorerToken != "" {

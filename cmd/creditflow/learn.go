@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/learn"
+)
+
+func init() {
+	register("learn", "close the training loop: a policy learns through creditflow on the CPU (workers, processor, trainer)", runLearn)
+}
+
+func runLearn(args []string) error {
+	o := learn.Defaults()
+	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr] [--seed S] [--json] [flags]
+       creditflow learn --compare lapo,grpo --seeds 3 [--out docs/img/learn] [flags]
+
+Closes the training loop on this machine (docs/learn.md): --workers Python rollout workers play
+an interactive world with the current policy and publish trajectories; the processor
+(creditflow run, its own process) scores them with the weights the trainer last announced and
+publishes per-token advantages; a Python trainer takes clipped policy-gradient steps on them,
+writes a checkpoint, announces the version, and evaluates it on held-out episodes. Workers and
+the scorer load each new version. Everything runs on the embedded broker unless --brokers is
+given. The summary reports held-out success by version and what the loop proved on the way;
+--json ends with one JSON object. Needs the system Python with Debian's python3-torch,
+python3-confluent-kafka and python3-numpy.`)
+	var brokers, compare, out, logLevel, dir *string
+	var seeds *int
+	var startup *time.Duration
+	var asJSON *bool
+	fs.inGroup(groupGeneral, func() {
+		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo, grpo (outcome advantages only: LAPO with λ = 0) or attnsr")
+		fs.StringVar(&o.World, "world", "", "searchqa or household (default: household for attnsr, searchqa otherwise)")
+		fs.IntVar(&o.Seed, "seed", o.Seed, "seed of the workers' episodes and the trainer")
+		fs.IntVar(&o.Steps, "steps", o.Steps, "trainer steps (each announces a new policy version)")
+		fs.IntVar(&o.Workers, "workers", o.Workers, "Python rollout workers")
+		fs.IntVar(&o.GroupsPerStep, "groups-per-step", o.GroupsPerStep, "groups (prompts) per trainer step")
+		fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "episodes per prompt (G)")
+		fs.IntVar(&o.GroupsPerVersion, "groups-per-version", 0, "groups a worker plays under one version before it waits for the next (0: groups-per-step/workers + 1)")
+		fs.Float64Var(&o.LR, "lr", o.LR, "the trainer's learning rate (Adam)")
+		fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "held-out episodes evaluated per version")
+		fs.BoolVar(&o.Chaos, "chaos", false, "SIGKILL the processor (a third of the way) and worker 0 (half way); both are restarted")
+		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up a run after this long")
+		dir = fs.String("dir", "", "keep checkpoints and process logs in this folder (default: a temporary folder, removed)")
+		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
+		compare = fs.String("compare", "", "run each of these methods (comma-separated) on each seed and write a picture and a table")
+		seeds = fs.Int("seeds", 3, "with --compare: seeds 1..N")
+		out = fs.String("out", "docs/img/learn", "with --compare: write <out>.svg, <out>.md and <out>.json")
+	})
+	fs.inGroup(groupKafka, func() {
+		brokers = fs.String("brokers", "", "use these brokers instead of the embedded one (standard creditflow.* topics on a cluster that has none of them, else creditflow-learn-<time>.*)")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "with --brokers: wait at most this long for a broker to answer")
+		fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
+		fs.Int64Var(&o.MaxPolicyLag, "max-policy-lag", o.MaxPolicyLag, "samples more than N versions behind the newest go to the stale topic")
+	})
+	mon := &optionalAddr{def: defaultMonitorAddr}
+	fs.inGroup(groupObservability, func() {
+		logLevel = fs.String("log-level", "warn", "zerolog level of learn's own logs on stderr")
+		fs.Var(mon, "monitor", "also serve the live monitor page (default "+defaultMonitorAddr+"; --monitor ADDR for another), and keep serving after the summary until Ctrl-C")
+	})
+	if err := fs.parseWith(args, func(a []string) error { return mon.parse(fs.FlagSet, a) }); err != nil {
+		return err
+	}
+	var err error
+	if o.Logger, err = newLogger(*logLevel); err != nil {
+		return err
+	}
+	if o.Exe, err = os.Executable(); err != nil {
+		return err
+	}
+	if o.Python, err = learn.FindPython(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	o.Brokers = splitList(*brokers)
+	if len(o.Brokers) > 0 {
+		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {
+			return err
+		}
+		live, err := liveTopics(ctx, o.Brokers)
+		if err != nil {
+			return err
+		}
+		if len(live) > 0 {
+			o.Topics = demo.Topics(fmt.Sprintf("creditflow-learn-%d", time.Now().Unix()))
+			o.GroupID = o.Topics.Trajectories[:strings.LastIndex(o.Topics.Trajectories, ".")]
+			fmt.Fprintf(os.Stderr, "the brokers already have %s: learn uses its own topics %s.*\n", strings.Join(live, ", "), o.GroupID)
+		}
+	}
+	if *compare != "" {
+		return runCompare(ctx, o, splitList(*compare), *seeds, *out, *dir, *asJSON)
+	}
+	var monitorURL string
+	if mon.set {
+		if len(o.Brokers) == 0 { // the broker outlives the run so the page keeps serving
+			b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			o.Brokers = b.Addrs()
+		}
+		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, o.Topics, mon.addr, o.Logger); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+	}
+	o.Dir = *dir
+	sum, runErr := runOne(ctx, o)
+	printLearnSummary(sum)
+	if *asJSON {
+		b, err := json.Marshal(sum)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+	}
+	if mon.set && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
+		<-ctx.Done()
+	}
+	return runErr
+}
+
+// runOne is one run with a progress line per evaluated version on stderr.
+func runOne(ctx context.Context, o learn.Options) (learn.Summary, error) {
+	where := "embedded broker"
+	if len(o.Brokers) > 0 {
+		where = "brokers " + strings.Join(o.Brokers, ",")
+	}
+	fmt.Fprintf(os.Stderr, "creditflow learn: %s, seed %d, %d steps of %d groups of %d, %d workers, %s\n",
+		o.Method, o.Seed, o.Steps, o.GroupsPerStep, o.GroupSize, o.Workers, where)
+	o.OnEval = func(e learn.Eval) {
+		fmt.Fprintf(os.Stderr, "  version %3d  step %3d  trajectories %5d  held-out success %.3f  reward %.3f  (%.0fs)\n",
+			e.PolicyVersion, e.TrainerStep, e.Trajectories, e.SuccessRate, e.RewardMean, e.Seconds)
+	}
+	return learn.Run(ctx, o)
+}
+
+func runCompare(ctx context.Context, o learn.Options, methods []string, seeds int, out, dir string, asJSON bool) error {
+	var c learn.Comparison
+	for _, m := range methods {
+		for s := 1; s <= seeds; s++ {
+			oo := o
+			oo.Method, oo.Seed = m, s
+			if dir != "" {
+				oo.Dir = filepath.Join(dir, fmt.Sprintf("%s-seed%d", m, s))
+			}
+			if len(o.Brokers) > 0 { // one run's topics per run on a shared cluster
+				oo.Topics = demo.Topics(fmt.Sprintf("creditflow-learn-%d-%s-%d", time.Now().Unix(), m, s))
+				oo.GroupID = oo.Topics.Trajectories[:strings.LastIndex(oo.Topics.Trajectories, ".")]
+			}
+			sum, err := runOne(ctx, oo)
+			if err != nil {
+				return fmt.Errorf("%s seed %d: %w", m, s, err)
+			}
+			fmt.Fprintf(os.Stderr, "%s seed %d: held-out success %.3f → %.3f in %.0fs\n", m, s, sum.InitialSuccess, sum.FinalSuccess, sum.Seconds)
+			c.Runs = append(c.Runs, sum)
+		}
+	}
+	title := fmt.Sprintf("creditflow learn: %s, %d seeds each", strings.Join(methods, " vs "), seeds)
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(c, "", " ")
+	if err != nil {
+		return err
+	}
+	for ext, body := range map[string]string{".svg": c.SVG(title), ".md": c.Markdown(), ".json": string(js) + "\n"} {
+		if err := os.WriteFile(out+ext, []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Print(c.Markdown())
+	fmt.Fprintf(os.Stderr, "wrote %s.svg, %s.md, %s.json\n", out, out, out)
+	if asJSON {
+		fmt.Println(strings.ReplaceAll(string(js), "\n", ""))
+	}
+	return nil
+}
+
+func printLearnSummary(s learn.Summary) {
+	w := os.Stdout
+	fmt.Fprintf(w, "method            %s on %s, seed %d\n", s.Method, s.World, s.Seed)
+	fmt.Fprintf(w, "held-out success  %.3f → %.3f (%d policy versions, %d trainer steps, %.0fs)\n",
+		s.InitialSuccess, s.FinalSuccess, s.PolicyVersions, s.TrainerSteps, s.Seconds)
+	var line []string
+	for _, e := range s.Eval {
+		line = append(line, fmt.Sprintf("v%d %.2f", e.PolicyVersion, e.SuccessRate))
+	}
+	fmt.Fprintf(w, "by version        %s\n", strings.Join(line, "  "))
+	fmt.Fprintf(w, "trajectories      %d published, %d trained on, lost %d, stale %d (+%d skipped by the trainer), duplicates dropped by the trainer %d\n",
+		s.Trajectories, s.TrainerTrajectories, s.Lost, s.StaleSamples, s.StaleSkipped, s.DuplicatesDropped)
+	fmt.Fprintf(w, "samples by policy_version         %s\n", formatVersionCounts(s.SamplesByPolicyVersion))
+	fmt.Fprintf(w, "samples by scorer_policy_version  %s\n", formatVersionCounts(s.SamplesByScorerPolicyVersion))
+	if s.ReloadSecondsP50 != nil {
+		fmt.Fprintf(w, "reload            p50 %.2fs (announcement → first sample scored with that version at the trainer, %d versions)\n",
+			*s.ReloadSecondsP50, len(s.ReloadSeconds))
+	}
+	fmt.Fprintf(w, "trainer waits     %.0f%% of the time for samples\n", 100*s.TrainerWaitShare)
+	fmt.Fprintf(w, "bound by          %s\n", s.Bound)
+	if s.ProcessorKills+s.WorkerKills > 0 {
+		fmt.Fprintf(w, "chaos             %d SIGKILL of the processor, %d of a worker: lost %d, duplicates dropped %d\n",
+			s.ProcessorKills, s.WorkerKills, s.Lost, s.DuplicatesDropped)
+	}
+}
+
+func formatVersionCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, _ := strconv.Atoi(keys[i])
+		b, _ := strconv.Atoi(keys[j])
+		return a < b
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("v%s:%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}

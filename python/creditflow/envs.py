@@ -1,0 +1,228 @@
+"""Interactive worlds for closing the training loop (docs/learn.md).
+
+Two small worlds in which what the policy writes decides what it sees next, and in which each
+episode knows which turn mattered:
+
+- ``SearchQA`` (LAPO, GRPO): the question asks what a subject is also called. The policy writes
+  ``<search>QUERY</search>`` twice; a query that names the question's subject returns the
+  evidence ("<subject> is also called <NAME>."), any other query returns prose about the thing
+  it named. The policy then writes ``<answer>NAME</answer>``; the reward is 1 exactly when the
+  name is the gold answer.
+- ``Household`` (ALFWorld-shaped, AttnSR): the task is to unlock a box whose code is written on
+  a note in one place of the house. The policy opens three places (``open PLACE``); the place
+  that holds the note shows the code; then it writes ``unlock BOX with CODE``. The reward is 1
+  exactly when the code is right.
+
+Both are built so that credit assignment matters: a policy that picks its queries (places)
+at random finds the evidence in a minority of episodes, the outcome reward alone cannot tell
+the turn that found the evidence from the turns that did not, and a policy that learns which
+query (place) fits which question (box) succeeds almost always.
+
+An episode is deterministic in its seed: ``env.reset(seed)`` draws the question and the gold
+answer; ``env.step(action_text)`` returns the next observation; ``env.reward(answer_text)``
+scores the final action. ``Episode.key_turns`` lists the turns whose observation held the
+evidence (the ground truth of "which turn mattered").
+
+Text is plain ASCII; the built-in tiny model's tokenizer is bytes (creditflow.byte_tokenizer).
+Only the standard library is used here.
+"""
+
+import random
+from dataclasses import dataclass, field
+
+__all__ = ["SearchQA", "Household", "Episode", "NAMES", "make_env", "ENVS"]
+
+#: Gold answers and codes: the 26 made-up names of creditflow's synthetic worlds (one per
+#: initial, in capital letters; every other word the worlds write is lowercase), which the
+#: built-in tiny model learned to copy from its context.
+NAMES = ["AUKRIZOUL", "BEKUBOU", "CIKRUMOU", "DESTEBRAI", "EAINOUKREL", "FAIDAIRAITH", "GROZOUSKUR", "HOUDOUPAN",
+         "IRISTIBETH", "JALAKREX", "KODIKOU", "LADRADIN", "MROUKRENAITH", "NOUPUBEN", "OEZENAIX", "PODERATH",
+         "QOUFEDRA", "RUGUSOU", "SRIDESKAIN", "TAIFOBI", "UOMEGOTH", "VAILIFOUTH", "WUBREMOUTH", "XAIKEKRO",
+         "YRAIPOZUL", "ZIZAIKU"]
+
+
+@dataclass
+class Episode:
+    """One episode's state: the prompt, the turns so far, the ground truth."""
+    seed: int
+    prompt: str
+    gold: str
+    right: str                       # the query (place) that reveals the evidence
+    turns: list = field(default_factory=list)   # (kind, action_text, observation_text)
+    key_turns: list = field(default_factory=list)  # indexes of turns whose observation held the evidence
+    done: bool = False
+    answer: str = None
+    reward: float = 0.0
+
+
+class _World:
+    """What both worlds share: a fixed number of information turns, then one answer turn."""
+    name = ""
+    info_kind = "search"
+    info_turns = 2
+    options = []           # the queries (places) a well-formed action names
+    stop = ""              # every action ends with this text
+    max_action_bytes = 40
+
+    def reset(self, seed: int) -> Episode:
+        raise NotImplementedError
+
+    def phase(self, ep: Episode) -> str:
+        """'info' while information turns remain, then 'answer', then 'done'."""
+        if ep.done:
+            return "done"
+        return "info" if len(ep.turns) < self.info_turns else "answer"
+
+    def kind(self, ep: Episode) -> str:
+        return self.info_kind if self.phase(ep) == "info" else "answer"
+
+    def step(self, ep: Episode, action: str) -> str:
+        """Applies the policy's action text; returns the observation ('' after the answer)."""
+        if self.phase(ep) == "info":
+            query = self.parse_query(action)
+            hit = query is not None and query == ep.right
+            obs = self.observe(ep, query, hit)
+            if hit:
+                ep.key_turns.append(len(ep.turns))
+            ep.turns.append((self.info_kind, action, obs))
+            return obs
+        if self.phase(ep) == "answer":
+            ep.answer = self.parse_answer(action)
+            ep.reward = 1.0 if ep.answer == ep.gold else 0.0
+            ep.turns.append(("answer", action, ""))
+            ep.done = True
+            return ""
+        raise ValueError("the episode is over")
+
+    def parse_query(self, action):
+        raise NotImplementedError
+
+    def parse_answer(self, action):
+        raise NotImplementedError
+
+    def observe(self, ep, query, hit):
+        raise NotImplementedError
+
+    def expert_action(self, ep: Episode, rng: random.Random, p_right=0.0) -> str:
+        """The warm start's demonstrations: the right query (place) with probability `p_right`,
+        otherwise one picked uniformly among the options; the answer copies the evidence when
+        it was seen (a random name otherwise)."""
+        if self.phase(ep) == "info":
+            return self.format_query(ep.right if rng.random() < p_right else rng.choice(self.options))
+        seen = bool(ep.key_turns)
+        return self.format_answer(ep, ep.gold if seen else rng.choice(NAMES))
+
+    def oracle_action(self, ep: Episode) -> str:
+        """The best policy: the right query (place) first, then the gold answer."""
+        if self.phase(ep) == "info":
+            return self.format_query(ep.right)
+        return self.format_answer(ep, ep.gold)
+
+
+class SearchQA(_World):
+    """Search-QA, interactive: two searches, one answer (docs/learn.md)."""
+    name = "searchqa"
+    info_kind = "search"
+    #: subjects: each has a distinct first letter, so the query is decided by its first byte.
+    options = ["lisbon", "kyoto", "oslo", "the danube"]
+    stop = "</search>"
+    fillers = ["according to the archive", "historians note", "records show", "the encyclopedia says"]
+
+    def reset(self, seed):
+        r = random.Random("searchqa/%d" % seed)
+        subject, gold = r.choice(self.options), r.choice(NAMES)
+        prompt = ("<|user|> answer the question. use <search>query</search> to search. question: what is %s "
+                  "also called? <|assistant|>" % subject)
+        return Episode(seed=seed, prompt=prompt, gold=gold, right=subject)
+
+    def format_query(self, q):
+        return "<search>%s</search>" % q
+
+    def format_answer(self, ep, name):
+        return "<answer>%s</answer>" % name
+
+    def stop_for(self, ep):
+        return "</search>" if self.phase(ep) == "info" else "</answer>"
+
+    def parse_query(self, action):
+        a = action.strip()
+        if not (a.startswith("<search>") and a.endswith("</search>")):
+            return None
+        q = a[len("<search>"):-len("</search>")].strip()
+        return q if q in self.options else None
+
+    def parse_answer(self, action):
+        a = action.strip()
+        if a.startswith("<answer>") and a.endswith("</answer>"):
+            return a[len("<answer>"):-len("</answer>")].strip()
+        return None
+
+    def observe(self, ep, query, hit):
+        r = random.Random("searchqa/%d/%d" % (ep.seed, len(ep.turns)))
+        if hit:
+            return "<information>%s, %s is also called %s.</information>" % (r.choice(self.fillers), ep.right, ep.gold)
+        if query is None:
+            return "<information>no results.</information>"
+        return "<information>%s, %s is a %s.</information>" % (
+            r.choice(self.fillers), query, "place" if query != "the danube" else "river")
+
+
+class Household(_World):
+    """ALFWorld-shaped, interactive: three places opened, one unlock (docs/learn.md)."""
+    name = "household"
+    info_kind = "tool"
+    info_turns = 3
+    options = ["drawer", "shelf", "fridge", "cabinet", "desk", "dresser"]
+    boxes = ["safe", "locker", "chest", "strongbox"]
+    #: where each box's code is kept (fixed: a policy can learn it)
+    where = {"safe": "drawer", "locker": "cabinet", "chest": "dresser", "strongbox": "shelf"}
+    things = ["a mug", "an apple", "a plate", "a book", "a candle", "a towel"]
+
+    def reset(self, seed):
+        r = random.Random("household/%d" % seed)
+        box, gold = r.choice(self.boxes), r.choice(NAMES)
+        prompt = "<|user|> you are in a household. your task is to: unlock the %s and take what is inside. <|assistant|>" % box
+        ep = Episode(seed=seed, prompt=prompt, gold=gold, right=self.where[box])
+        ep.box = box
+        return ep
+
+    def format_query(self, q):
+        return "open %s\n" % q
+
+    def format_answer(self, ep, name):
+        return "unlock %s with %s\n" % (ep.box, name)
+
+    def stop_for(self, ep):
+        return "\n"
+
+    def parse_query(self, action):
+        a = action.strip()
+        if not a.startswith("open "):
+            return None
+        q = a[len("open "):].strip()
+        return q if q in self.options else None
+
+    def parse_answer(self, action):
+        words = action.strip().split()
+        if len(words) == 4 and words[0] == "unlock" and words[2] == "with":
+            return words[3]
+        return None
+
+    def observe(self, ep, query, hit):
+        r = random.Random("household/%d/%d" % (ep.seed, len(ep.turns)))
+        if hit:
+            return "you open the %s. inside is a note: the %s code is %s.\n" % (query, ep.box, ep.gold)
+        if query is None:
+            return "nothing happens.\n"
+        return "you open the %s. you see %s.\n" % (query, r.choice(self.things))
+
+
+ENVS = {"searchqa": SearchQA, "household": Household}
+
+
+def make_env(name: str):
+    """The world named `name` (searchqa or household)."""
+    try:
+        return ENVS[name]()
+    except KeyError:
+        raise ValueError("unknown world %r (want %s)" % (name, " or ".join(ENVS))) from None

@@ -1,0 +1,100 @@
+"""A rollout worker of the training loop (docs/learn.md).
+
+usage: python3 -m creditflow.learn.worker --brokers B --init DIR [--env searchqa|household]
+           [--worker K --workers W] [--group-size G] [--groups-per-batch N]
+           [--groups-per-version N] [--seed S] [--temperature T]
+
+Follows the policy topic (PolicyWatcher): whenever a newer version is announced it loads that
+checkpoint; it plays whole groups (G episodes of one question, sampled at --temperature from
+the current policy) in the interactive world and publishes them with RolloutPublisher: token
+ids, the per-token rollout log-probabilities, the temperature and the policy version that
+generated them. After --groups-per-version groups under one version it waits (at most
+--wait seconds) for the next one, so that workers do not run far ahead of the trainer.
+Prompt ids are <run>-g<NNNNNN> with the worker's own residue class of group numbers, so workers
+(and a restarted worker with another --first-group) never collide. One JSON line per batch on
+stdout; SIGTERM ends it after the batch in flight is acknowledged.
+"""
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+import torch
+
+from .. import envs as E
+from .. import policy as P
+from ..kafka import PolicyWatcher, RolloutPublisher
+from . import rollout
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--brokers", required=True)
+    ap.add_argument("--topic", default="creditflow.trajectories")
+    ap.add_argument("--policy-topic", default="creditflow.policy")
+    ap.add_argument("--init", required=True, help="the starting checkpoint (policy version 0)")
+    ap.add_argument("--env", default="searchqa", choices=sorted(E.ENVS))
+    ap.add_argument("--run", default="learn", help="prompt id prefix")
+    ap.add_argument("--worker", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--first-group", type=int, default=0, help="first local group number (a restarted worker starts past its predecessor)")
+    ap.add_argument("--group-size", type=int, default=5)
+    ap.add_argument("--groups-per-batch", type=int, default=2)
+    ap.add_argument("--groups-per-version", type=int, default=4)
+    ap.add_argument("--wait", type=float, default=120.0, help="seconds to wait for a new version before producing anyway")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+    rollout.setup_torch()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    env = E.make_env(a.env)
+    gen = torch.Generator().manual_seed(a.seed * 1_000_003 + a.worker * 7919 + a.first_group)
+    model, version = P.load(a.init), 0
+    watcher = PolicyWatcher(a.brokers, topic=a.policy_topic).start()
+    pub = RolloutPublisher(a.brokers, topic=a.topic)
+    local, under_version, waited_since = a.first_group, 0, None
+    try:
+        while not stop:
+            newest = watcher.version
+            if newest is not None and newest > version and watcher.checkpoint:
+                try:
+                    model, version = P.load(watcher.checkpoint), newest
+                    under_version, waited_since = 0, None
+                except (OSError, ValueError) as e:  # a half-written folder: the next poll retries
+                    print(json.dumps({"event": "load_failed", "version": newest, "error": str(e)}), file=sys.stderr)
+            if under_version >= a.groups_per_version:
+                waited_since = waited_since or time.monotonic()
+                if time.monotonic() - waited_since < a.wait:
+                    time.sleep(0.05)
+                    continue
+            t0 = time.monotonic()
+            groups = [a.worker + a.workers * (local + k) for k in range(a.groups_per_batch)]
+            seeds = [a.seed * 100_000_000 + g for g in groups for _ in range(a.group_size)]
+            played = rollout.play(model, env, seeds, temperature=a.temperature, generator=gen)
+            wins, ids = 0, []
+            for idx, (ep, turns) in enumerate(played):
+                g, i = groups[idx // a.group_size], idx % a.group_size
+                pid = "%s-g%06d" % (a.run, g)
+                pub.publish(rollout.to_trajectory(env, ep, turns, trajectory_id="%s-%d" % (pid, i), prompt_id=pid,
+                                                  group_size=a.group_size, sample_index=i, policy_version=version,
+                                                  temperature=a.temperature, source=env.name))
+                wins += ep.reward > 0
+                ids.append("%s-%d" % (pid, i))
+            pub.flush(60)
+            local += a.groups_per_batch
+            under_version += a.groups_per_batch
+            print(json.dumps({"event": "published", "worker": a.worker, "policy_version": version, "groups": len(groups),
+                              "trajectories": len(played), "successes": wins,
+                              "seconds": round(time.monotonic() - t0, 3), "trajectory_ids": ids}), flush=True)
+    finally:
+        pub.close(30)
+        watcher.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

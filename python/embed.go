@@ -1,0 +1,14 @@
+// Package python holds creditflow's Python package (python/creditflow) so that Go
+// commands can hand it to the processes they start: `creditflow learn` writes it into
+// its run folder and starts the rollout workers and the trainer from it with the system
+// Python. The files are the package itself, byte for byte; nothing here is Go logic.
+package python
+
+import "embed"
+
+// Package is the creditflow Python package: creditflow/*.py, its schemas, the
+// training loop (creditflow/learn) and the loop's starting checkpoint
+// (creditflow/learn/start).
+//
+//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start
+var Package embed.FS
