@@ -32,6 +32,9 @@ type Source struct {
 	// From is where each partition starts: "earliest", "latest" or an
 	// RFC 3339 time (the first record written at or after it).
 	From string
+	// Scored is the scored topic, read only for the sample view (each
+	// turn's S with and without it); empty to leave it out.
+	Scored string
 }
 
 // start is a resolved From.
@@ -109,7 +112,7 @@ func (r *reader) handle(rec consumers.Record) {
 		r.agg.AddDeadLetter(rec.Value, reason)
 		return
 	}
-	if err := r.agg.AddRecord(rec.Topic, rec.Value, rec.Time); err != nil {
+	if err := r.agg.AddRecordAt(rec.Topic, rec.Partition, rec.Offset, rec.Value, rec.Time); err != nil {
 		r.log.Debug().Err(err).Str("topic", rec.Topic).Int("partition", rec.Partition).Int64("offset", rec.Offset).
 			Msg("monitor: undecodable sample counted and skipped")
 	}
