@@ -167,6 +167,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer checkSampleViews(t, bctx, url, topics.Samples, replayTopic) // the samples and sample views
 	out := filepath.Join(t.TempDir(), "monitor.png")
 	if os.Getenv("CREDITFLOW_UPDATE_SCREENSHOT") == "1" {
 		out = filepath.Join("..", "..", "docs", "img", "monitor.png")
