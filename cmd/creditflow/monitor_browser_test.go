@@ -57,7 +57,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	replayTopic := topics.Samples + ".lambda-0"
 
 	m, err := monitor.New(monitor.Source{Brokers: b.Addrs(), Topics: []string{topics.Samples, replayTopic},
-		DeadLetters: topics.DeadLetters, Policy: topics.Policy, From: "earliest"}, monitor.DefaultConfig())
+		DeadLetters: topics.DeadLetters, Policy: topics.Policy, Scored: topics.Scored, From: "earliest"}, monitor.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func getJSON(t *testing.T, u string, v any) {
 // two topics. It saves a screenshot of the sample view (docs/img/sample-view.png
 // with CREDITFLOW_UPDATE_SCREENSHOT=1).
 func checkSampleViews(t *testing.T, bctx context.Context, base, live, replay string) {
-	// The samples view: the best by process credit in the live topic.
+	// The samples view: the worst by process credit in the live topic.
 	setSel := func(id, v string) error {
 		_, err := chromedp.Run(bctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById(%q); s.value = %q; s.dispatchEvent(new Event("change")); return s.value === %q; })()`, id, v, v)))
 		return err
@@ -54,12 +54,12 @@ func checkSampleViews(t *testing.T, bctx context.Context, base, live, replay str
 	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelectorAll("#s-topic option").length >= 3`, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Fatalf("the samples view never listed the topics: %v", err)
 	}
-	for _, kv := range [][2]string{{"s-order", "best"}, {"s-by", "process"}, {"s-topic", live}} {
+	for _, kv := range [][2]string{{"s-order", "worst"}, {"s-by", "process"}, {"s-topic", live}} {
 		if err := setSel(kv[0], kv[1]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantURL := "api/v1/samples?order=best&by=process&limit=20&topic=" + url.QueryEscape(live)
+	wantURL := "api/v1/samples?order=worst&by=process&limit=20&topic=" + url.QueryEscape(live)
 	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`window.cfMonitor.samples.listURL === `+strconv.Quote(wantURL), chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Fatalf("the samples view never loaded %s: %v", wantURL, err)
 	}
@@ -97,14 +97,27 @@ func checkSampleViews(t *testing.T, bctx context.Context, base, live, replay str
 		}
 	}
 	for i := 1; i < len(refs); i++ {
-		if refs[i-1]["process"].(float64) < refs[i]["process"].(float64) {
-			t.Fatalf("best by process not in order: %v then %v", refs[i-1]["process"], refs[i]["process"])
+		if refs[i-1]["process"].(float64) > refs[i]["process"].(float64) {
+			t.Fatalf("worst by process not in order: %v then %v", refs[i-1]["process"], refs[i]["process"])
 		}
 	}
 
-	// The sample view: the best one, live beside replay.
+	// The sample view, live beside replay, of the first listed sample whose
+	// tokens were pushed both up and down (else the first).
 	id := refs[0]["trajectory_id"].(string)
-	if err := chromedp.Do(bctx, chromedp.Click(`#s-table tbody tr:first-child a`)); err != nil {
+	for _, r := range refs {
+		var v monitor.SampleView
+		getJSON(t, base+"api/v1/samples/"+url.PathEscape(r["trajectory_id"].(string))+"?topic="+url.QueryEscape(live), &v)
+		up, down := false, false
+		for _, a := range v.Advantages {
+			up, down = up || a > 0, down || a < 0
+		}
+		if up && down {
+			id = v.TrajectoryID
+			break
+		}
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(`#s-table tbody a[href*="id=`+url.QueryEscape(id)+`&"]`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`window.cfMonitor.samples.views.length === 1 && window.cfMonitor.samples.views[0].trajectory_id === `+strconv.Quote(id), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
@@ -144,6 +157,15 @@ func checkSampleViews(t *testing.T, bctx context.Context, base, live, replay str
 	}
 	if len(cols) != 2 || cols[0].Topic != live || cols[1].Topic != replay {
 		t.Fatalf("columns %v", cols)
+	}
+	withs := 0
+	for _, tr := range views[0].Turns {
+		if tr.With != nil && tr.Without != nil {
+			withs++
+		}
+	}
+	if withs == 0 {
+		t.Errorf("no turn of %s carries S with/without from the scored topic", id)
 	}
 	diffs := 0
 	for i := range views[0].Tokens {
@@ -221,7 +243,7 @@ func checkSampleViews(t *testing.T, bctx context.Context, base, live, replay str
 		}
 	}
 	if diffs == 0 {
-		t.Errorf("the replay with λ = 0 changed no advantage of %s (process %v)", id, refs[0]["process"])
+		t.Errorf("the replay with λ = 0 changed no advantage of %s", id)
 	}
 	n, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("v-diff").dataset.n`))
 	if err != nil || n != strconv.Itoa(diffs) {
