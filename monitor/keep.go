@@ -118,11 +118,16 @@ func processKey(r *SampleRef) (float64, bool) {
 	return *r.Process, true
 }
 
-// loc is a kept record location.
-type loc struct {
-	partition int32
-	offset    int64
+// loc is a kept record location packed in 64 bits: the partition in the
+// top 16, the offset in the low 48 (a partition holds far fewer than 2⁴⁸
+// records).
+type loc uint64
+
+func packLoc(partition int, offset int64) loc {
+	return loc(uint64(partition)<<48 | uint64(offset)&(1<<48-1))
 }
+func (l loc) partition() int { return int(l >> 48) }
+func (l loc) offset() int64  { return int64(l & (1<<48 - 1)) }
 
 // kept is one topic's bounded set of kept samples: the most recent, the
 // best and worst by reward and by process credit, and the locations of the
@@ -158,8 +163,8 @@ func (k *kept) add(ref SampleRef) {
 		k.best[i].add(&ref)
 		k.wors[i].add(&ref)
 	}
-	if ref.Partition < 0 {
-		return
+	if ref.Partition < 0 || ref.Partition >= 1<<16 || ref.Offset < 0 || ref.Offset >= 1<<48 {
+		return // no location, or one that does not pack: found by reading the partition
 	}
 	h := hashID(ref.TrajectoryID)
 	if _, ok := k.index[h]; !ok {
@@ -172,7 +177,7 @@ func (k *kept) add(ref SampleRef) {
 			k.ipos, k.ifull = 0, true
 		}
 	}
-	k.index[h] = loc{partition: int32(ref.Partition), offset: ref.Offset}
+	k.index[h] = packLoc(ref.Partition, ref.Offset)
 }
 
 // list returns up to limit refs in the given order, by ByReward or ByProcess.
@@ -241,7 +246,7 @@ func (a *Aggregator) Locate(topic, trajectoryID string) (partition int, offset i
 		return 0, 0, false
 	}
 	l, ok := t.kept.index[hashID(trajectoryID)]
-	return int(l.partition), l.offset, ok
+	return l.partition(), l.offset(), ok
 }
 
 // topicNames returns the topics in the order they were added.
