@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 )
 
@@ -191,5 +192,77 @@ func TestSamplesAPI(t *testing.T) {
 	}
 	if located != 5 {
 		t.Fatalf("%d ids located, want the last 5", located)
+	}
+}
+
+// TestLongSampleInChunks writes a sample too large for one Kafka message
+// (the producer splits it into chunks, as the stages do) between two
+// ordinary ones: the monitor counts it as a sample, lists it at its first
+// chunk's offset, reads it back whole, and the store finds and ranks it.
+func TestLongSampleInChunks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := broker.Start(broker.WithTopics(1, "samples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	long, _ := textSample(1)
+	long.TrajectoryID, long.Reward = "long", 0.99
+	for len(long.Tokens) < 120_000 { // about 1.5 MB: two chunks
+		long.Tokens = append(long.Tokens, 'x')
+		long.LossMask = append(long.LossMask, 0)
+		long.Advantages = append(long.Advantages, 0)
+	}
+	var msgs []producers.Message
+	for _, s := range []*schemas.Sample{func() *schemas.Sample { s, _ := textSample(0); return s }(), long, func() *schemas.Sample { s, _ := textSample(2); return s }()} {
+		v, err := schemas.Samples().Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, producers.Message{Topic: "samples", Key: []byte(s.TrajectoryID), Value: v})
+	}
+	if len(msgs[1].Value) < 1<<20 {
+		t.Fatalf("the long sample has %d bytes: not chunked", len(msgs[1].Value))
+	}
+	for _, m := range msgs {
+		if err := prod.Produce(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := New(Source{Brokers: b.Addrs(), Topics: []string{"samples"}}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := m.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Samples != 3 || sum.Undecodable != 0 {
+		t.Fatalf("%d samples, %d undecodable; want 3, 0", sum.Samples, sum.Undecodable)
+	}
+	best := m.agg.Samples("samples", OrderBest, ByReward, 1)
+	if len(best) != 1 || best[0].TrajectoryID != "long" || best[0].Offset != 1 || best[0].Tokens != len(long.Tokens) {
+		t.Fatalf("best %+v", best)
+	}
+	v, err := m.Sample(ctx, "long", "samples")
+	if err != nil || len(v.Tokens) != len(long.Tokens) || v.Offset != 1 {
+		t.Fatalf("read back: %v", err)
+	}
+	after, err := m.Sample(ctx, "traj-02", "samples")
+	if err != nil || after.Offset <= 2 { // behind both chunks
+		t.Fatalf("the sample after the chunks: %+v %v", after, err)
+	}
+	st := m.store()
+	if s, rec, err := st.Find(ctx, "samples", "long"); err != nil || len(s.Tokens) != len(long.Tokens) || rec.Offset != 1 {
+		t.Fatalf("find: %v", err)
+	}
+	if refs, err := st.Rank(ctx, "samples", OrderBest, ByReward, 2); err != nil || len(refs) != 2 || refs[0].TrajectoryID != "long" || refs[0].Offset != 1 {
+		t.Fatalf("rank: %+v %v", refs, err)
 	}
 }

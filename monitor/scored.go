@@ -71,11 +71,16 @@ func (s *Store) FindScored(ctx context.Context, topic, promptID, trajectoryID st
 	}
 	var found *schemas.Scored
 	n := 0
-	_, err = consumers.ReadPartitionRange(ctx, s.Brokers, s.Security, topic, p, from, func(rec consumers.Record) error {
+	ch := newChunks() // scored records with attention graphs can be written as chunks
+	_, err = consumers.ReadPartitionRange(ctx, s.Brokers, s.Security, topic, p, from, func(raw consumers.Record) error {
 		if n++; n > maxScoredScan {
 			return errStop
 		}
-		if string(rec.Key) != promptID {
+		if string(raw.Key) != promptID { // every chunk carries its record's key
+			return nil
+		}
+		rec, _ := ch.add(raw)
+		if rec == nil {
 			return nil
 		}
 		sc, err := schemas.ScoredRecords().Decode(rec.Value)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -25,34 +24,40 @@ type Store struct {
 // ErrNotFound is returned when no sample has the trajectory_id asked for.
 var ErrNotFound = errors.New("monitor: no such sample")
 
-// At reads and decodes the sample at (partition, offset) of topic.
+// At reads and decodes the sample that starts at (partition, offset) of
+// topic: a record, or the first chunk of a record written as chunks (read
+// on until its last chunk).
 func (s *Store) At(ctx context.Context, topic string, partition int, offset int64) (*schemas.Sample, consumers.Record, error) {
-	d, err := s.Security.Dialer()
-	if err != nil {
-		return nil, consumers.Record{}, err
+	var got *consumers.Record
+	ch := newChunks()
+	_, err := consumers.ReadPartitionRange(ctx, s.Brokers, s.Security, topic, partition, offset, func(raw consumers.Record) error {
+		if raw.Offset-offset > maxChunkSpan {
+			return errStop
+		}
+		rec, first := ch.add(raw)
+		if rec == nil || first != offset {
+			return nil
+		}
+		rec.Offset = first
+		got = rec
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, consumers.Record{}, fmt.Errorf("monitor: read %s/%d at %d: %w", topic, partition, offset, err)
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: topic, Partition: partition, Dialer: d,
-		MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
-	if err := r.SetOffset(offset); err != nil {
-		return nil, consumers.Record{}, fmt.Errorf("monitor: seek %s/%d to %d: %w", topic, partition, offset, err)
-	}
-	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	m, err := r.FetchMessage(fctx)
-	if err != nil {
-		return nil, consumers.Record{}, fmt.Errorf("monitor: read %s/%d at %d: %w (the record may have been deleted by retention)", topic, partition, offset, err)
-	}
-	if m.Offset != offset {
+	if got == nil {
 		return nil, consumers.Record{}, fmt.Errorf("monitor: %s/%d has no record at %d any more (retention or compaction): %w", topic, partition, offset, ErrNotFound)
 	}
-	rec := consumers.Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Time: m.Time}
-	smp, err := schemas.Samples().Decode(m.Value)
+	smp, err := schemas.Samples().Decode(got.Value)
 	if err != nil {
-		return nil, rec, fmt.Errorf("monitor: %s/%d at %d is not a sample: %w", topic, partition, offset, err)
+		return nil, *got, fmt.Errorf("monitor: %s/%d at %d is not a sample: %w", topic, partition, offset, err)
 	}
-	return smp, rec, nil
+	return smp, *got, nil
 }
+
+// maxChunkSpan is how many offsets past a record's first chunk At reads
+// for its last one (the reassembly's default bound).
+const maxChunkSpan = 100_000
 
 // Partitions returns the partition ids of topic, sorted.
 func (s *Store) Partitions(ctx context.Context, topic string) ([]int, error) {
@@ -76,15 +81,22 @@ func KeyPartition(key string, partitions []int) int {
 var errStop = errors.New("stop")
 
 // Scan reads every sample of partition of topic up to its end offset as of
-// the call, in offset order; fn returns false to stop. Undecodable records
-// are skipped.
+// the call, in offset order; fn returns false to stop. A record written as
+// chunks is put back together and given the offset of its first chunk
+// (where At reads it). Undecodable records are skipped.
 func (s *Store) Scan(ctx context.Context, topic string, partition int, fn func(smp *schemas.Sample, rec consumers.Record) bool) error {
-	_, err := consumers.ReadPartitionRange(ctx, s.Brokers, s.Security, topic, partition, kafka.FirstOffset, func(rec consumers.Record) error {
+	ch := newChunks()
+	_, err := consumers.ReadPartitionRange(ctx, s.Brokers, s.Security, topic, partition, kafka.FirstOffset, func(raw consumers.Record) error {
+		rec, first := ch.add(raw)
+		if rec == nil {
+			return nil
+		}
+		rec.Offset = first
 		smp, err := schemas.Samples().Decode(rec.Value)
 		if err != nil {
 			return nil
 		}
-		if !fn(smp, rec) {
+		if !fn(smp, *rec) {
 			return errStop
 		}
 		return nil
