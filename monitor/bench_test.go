@@ -100,7 +100,7 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			e := enc[i%templates]
 			renumber(e, i)
-			if err := a.AddRecord("s", e, time.Time{}); err != nil {
+			if err := a.AddRecordAt("s", 0, int64(i), e, time.Time{}); err != nil { // kept by location, as the reader does
 				b.Fatal(err)
 			}
 		}
