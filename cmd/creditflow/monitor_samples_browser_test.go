@@ -261,5 +261,13 @@ func checkSampleViews(t *testing.T, bctx context.Context, base, live, replay str
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// An id no topic holds: the view says so.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"#view=sample&id=no-such-trajectory")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`(() => { const e = document.getElementById("v-error"); return !e.hidden && e.textContent.includes("no such sample"); })()`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Errorf("an unknown trajectory_id shows no error: %v", err)
+	}
 	t.Logf("sample view of %s: %d tokens differ between %s and %s; checked %d numbers; screenshot %s", id, diffs, live, replay, checked, out)
 }

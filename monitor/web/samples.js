@@ -279,9 +279,15 @@
     const err = $("v-error");
     err.hidden = true;
     const reqs = [fetchSample(id, topic)];
-    if (cmp && cmp !== topic) reqs.push(fetchSample(id, cmp));
+    if (cmp && cmp !== topic) reqs.push(fetchSample(id, cmp).catch((e) => ({ error: cmp + ": " + (e.message || e) })));
     return Promise.all(reqs).then((vs) => {
-      state.views = vs;
+      // A topic to compare with that lacks the sample: show the one found.
+      const missing = vs.filter((v) => v.error);
+      state.views = vs.filter((v) => !v.error);
+      if (missing.length) {
+        err.hidden = false;
+        err.textContent = missing.map((v) => v.error).join("; ");
+      }
       if (!topic) $("v-topic").value = vs[0].topic;
       drawSample();
     }).catch((e) => {
