@@ -28,13 +28,14 @@ func runInspect(args []string) error { return inspect(os.Stdout, isTerminal(os.S
 // terminal (term) and neither --no-color nor NO_COLOR says otherwise.
 func inspect(w io.Writer, term bool, args []string) error {
 	topics := stage.DefaultTopics()
-	fs := newFlagSet("inspect", "usage: creditflow inspect [--brokers host:port,...] [--topic T] (--trajectory ID | --best N | --worst N) [--json] [--no-color] [--tokenizer PATH]\n\n"+
+	fs := newFlagSet("inspect", "usage: creditflow inspect [--brokers host:port,...] [--topic T] (--trajectory ID [--compare T2] | --best N | --worst N) [--json] [--no-color] [--tokenizer PATH]\n\n"+
 		"Reads a samples topic without a consumer group (nothing is committed) and prints samples as the\n"+
 		"monitor's sample view does: the text turn by turn, every policy token's background colored by its\n"+
 		"advantage (or token reward) on a red–white–blue scale, prompt and observation text dimmed as\n"+
 		"off-policy, each turn's diagnostics (LAPO Δ, S with and without, z, gate, A_proc; AttnSR p_k, s_k,\n"+
-		"w̃), the reward and the group. --best/--worst read the whole topic and keep N. See docs/monitor.md.")
-	var topic, scored, traj, by, tok *string
+		"w̃), the reward and the group. --best/--worst read the whole topic and keep N; --compare prints the\n"+
+		"same trajectory from a second topic with the differences marked. See docs/monitor.md.")
+	var topic, scored, traj, by, tok, compare *string
 	var best, worst *int
 	var asJSON, noColor *bool
 	fs.inGroup(groupGeneral, func() {
@@ -49,6 +50,7 @@ func inspect(w io.Writer, term bool, args []string) error {
 	kf := addKafkaFlags(fs)
 	fs.inGroup(groupTopics, func() {
 		topic = fs.String("topic", topics.Samples, "samples topic to read")
+		compare = fs.String("compare", "", "with --trajectory: a second samples topic (a replay) to print the same trajectory from, differences marked")
 		scored = fs.String("topic-scored", topics.Scored, "scored topic, read for each turn's S with and without it (empty: leave out)")
 	})
 	if err := fs.parse(args, false); err != nil {
@@ -65,6 +67,8 @@ func inspect(w io.Writer, term bool, args []string) error {
 		return usageError{errors.New("give exactly one of --trajectory ID, --best N, --worst N\nRun 'creditflow inspect -h' for the flags.")}
 	case *best < 0 || *worst < 0:
 		return usageError{errors.New("--best and --worst take a positive number")}
+	case *compare != "" && *traj == "":
+		return usageError{errors.New("--compare needs --trajectory")}
 	case *by != monitor.ByReward && *by != monitor.ByProcess:
 		return usageError{fmt.Errorf("--by %q: use reward or process", *by)}
 	}
@@ -90,6 +94,13 @@ func inspect(w io.Writer, term bool, args []string) error {
 			return err
 		}
 		views = append(views, monitor.NewSampleView(*topic, s, rec.Partition, rec.Offset, rec.Time.UnixMilli(), dec))
+		if *compare != "" {
+			s, rec, err := st.Find(ctx, *compare, *traj)
+			if err != nil {
+				return err
+			}
+			views = append(views, monitor.NewSampleView(*compare, s, rec.Partition, rec.Offset, rec.Time.UnixMilli(), dec))
+		}
 	} else {
 		order, k := monitor.OrderBest, *best
 		if *worst > 0 {
@@ -130,9 +141,56 @@ func inspect(w io.Writer, term bool, args []string) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		printSampleView(w, v, color)
+		var other *monitor.SampleView
+		if *compare != "" {
+			other = views[1-i]
+		}
+		printSampleView(w, v, other, color)
+	}
+	if *compare != "" && !*asJSON {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, differenceLine(views[0], views[1]))
 	}
 	return nil
+}
+
+// diffMask marks the policy tokens of v whose value (or id) differs in o;
+// nil without o.
+func diffMask(v, o *monitor.SampleView) []bool {
+	if o == nil {
+		return nil
+	}
+	a, _, _ := tokenValues(v)
+	b, _, _ := tokenValues(o)
+	same := len(o.Tokens) == len(v.Tokens)
+	out := make([]bool, len(v.Tokens))
+	for i := range out {
+		out[i] = v.LossMask[i] == 1 && (!same || o.Tokens[i] != v.Tokens[i] || a[i] != b[i])
+	}
+	return out
+}
+
+// differenceLine counts the policy tokens whose value differs between a
+// and b (the same trajectory in two topics).
+func differenceLine(a, b *monitor.SampleView) string {
+	if len(a.Tokens) != len(b.Tokens) {
+		return fmt.Sprintf("differences: %s and %s hold different token sequences for %s", a.Topic, b.Topic, a.TrajectoryID)
+	}
+	va, _, _ := tokenValues(a)
+	vb, _, _ := tokenValues(b)
+	n, pol, most := 0, 0, 0.0
+	for i := range va {
+		if a.LossMask[i] == 0 {
+			continue
+		}
+		pol++
+		if d := math.Abs(va[i] - vb[i]); d != 0 || a.Tokens[i] != b.Tokens[i] {
+			n++
+			most = math.Max(most, d)
+		}
+	}
+	return fmt.Sprintf("differences: %d of %d policy tokens differ between %s and %s (largest |difference| %.4g); reward %.4f vs %.4f",
+		n, pol, a.Topic, b.Topic, most, a.Reward, b.Reward)
 }
 
 // ANSI escapes of the terminal view.
@@ -205,8 +263,17 @@ func fmtOpt(x *float64) string {
 // printSampleView prints v turn by turn; with color, policy tokens on
 // their value's background and off-policy text dimmed; without, the values
 // are in the turn lines (and, for token rewards, after each non-zero token).
-func printSampleView(w io.Writer, v *monitor.SampleView, color bool) {
+// With other (the same trajectory in another topic), tokens whose value
+// differs are underlined (colors) or bracketed ⟦…⟧ (no colors) and turn
+// lines whose diagnostics differ end in "  (differs)". The scale is shared.
+func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool) {
 	vals, m, what := tokenValues(v)
+	diff := diffMask(v, other)
+	differs := func(i int) bool { return diff != nil && diff[i] }
+	if other != nil {
+		_, mo, _ := tokenValues(other)
+		m = math.Max(m, mo)
+	}
 	bold := func(s string) string {
 		if color {
 			return ansiBold + s + ansiReset
@@ -261,6 +328,9 @@ func printSampleView(w io.Writer, v *monitor.SampleView, color bool) {
 				if light {
 					fg = "\x1b[38;2;255;255;255m"
 				}
+				if differs(i) {
+					fg += "\x1b[4m" // underlined: another value in the other topic
+				}
 				// Color each line on its own so that newlines do not paint the margin.
 				lines := strings.Split(s, "\n  ")
 				for j, l := range lines {
@@ -270,7 +340,13 @@ func printSampleView(w io.Writer, v *monitor.SampleView, color bool) {
 					fmt.Fprintf(&sb, "\x1b[48;2;%d;%d;%dm%s%s%s", r, g, bl, fg, l, ansiReset)
 				}
 			default:
+				if differs(i) && (i == a || !differs(i-1)) {
+					sb.WriteString("⟦")
+				}
 				sb.WriteString(s)
+				if differs(i) && (i+1 == b || !differs(i+1)) {
+					sb.WriteString("⟧")
+				}
 				if v.Output == "token_rewards" && vals[i] != 0 {
 					fmt.Fprintf(&sb, "[%+.4f]", vals[i])
 				}
@@ -294,6 +370,12 @@ func printSampleView(w io.Writer, v *monitor.SampleView, color bool) {
 		}
 		if v.Output != "token_rewards" {
 			line += fmt.Sprintf("  advantage %.4f", t.Advantage)
+		}
+		if other != nil && t.Index < len(other.Turns) {
+			if o := other.Turns[t.Index]; o.Advantage != t.Advantage || o.ProcessAdvantage != t.ProcessAdvantage || o.Gate != t.Gate ||
+				fmtOpt(o.Delta) != fmtOpt(t.Delta) || fmtOpt(o.ZNorm) != fmtOpt(t.ZNorm) || fmtOpt(o.StepReward) != fmtOpt(t.StepReward) || fmtOpt(o.Weight) != fmtOpt(t.Weight) {
+				line += "  (differs)"
+			}
 		}
 		fmt.Fprintln(w, bold(line))
 		fmt.Fprintf(w, " action (tokens %d–%d)\n", t.Action[0], t.Action[1])

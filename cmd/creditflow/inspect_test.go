@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http/httptest"
 	"os"
@@ -219,6 +220,29 @@ func TestInspect(t *testing.T) {
 		}
 	}
 
+	// The same trajectory from a replay with λ = 0, differences marked.
+	replayTopic := topics.Samples + ".inspect-lambda-0"
+	if err := runReplay([]string{"--brokers", brokers, "--topic-samples", replayTopic, "--lambda", "0", "--group", "inspect-test-replay", "--log-level", "error"}); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	pair := views(run(false, "--trajectory", id, "--compare", replayTopic, "--json"))
+	if len(pair) != 2 || pair[0].Topic != topics.Samples || pair[1].Topic != replayTopic || pair[1].TrajectoryID != id {
+		t.Fatalf("--compare --json: %d views", len(pair))
+	}
+	differ := 0
+	for i := range pair[0].Tokens {
+		if pair[0].LossMask[i] == 1 && pair[0].Advantages[i] != pair[1].Advantages[i] {
+			differ++
+		}
+	}
+	cmp := run(false, "--trajectory", id, "--compare", replayTopic)
+	if differ == 0 || !strings.Contains(cmp, fmt.Sprintf("differences: %d of ", differ)) || !strings.Contains(cmp, "⟦") || !strings.Contains(cmp, "(differs)") {
+		t.Fatalf("--compare: %d tokens differ in the JSON; the view says:\n%s", differ, cmp[max(0, len(cmp)-300):])
+	}
+	if !strings.Contains(run(true, "--trajectory", id, "--compare", replayTopic), "\x1b[4m") {
+		t.Fatal("--compare on a terminal underlines no token")
+	}
+
 	// A byte-level BPE tokenizer.json over the same 260 ids reads the same.
 	vocab := map[string]int{}
 	for _, p := range (func() []string {
@@ -243,7 +267,7 @@ func TestInspect(t *testing.T) {
 	}
 
 	// Command lines that cannot work.
-	for _, args := range [][]string{{}, {"--best", "2", "--worst", "2"}, {"--trajectory", id, "--best", "1"}, {"--best", "2", "--by", "luck"}} {
+	for _, args := range [][]string{{}, {"--best", "2", "--worst", "2"}, {"--trajectory", id, "--best", "1"}, {"--best", "2", "--by", "luck"}, {"--best", "2", "--compare", "x"}} {
 		var ue usageError
 		if err := inspect(&bytes.Buffer{}, false, append([]string{"--brokers", brokers}, args...)); !errors.As(err, &ue) {
 			t.Errorf("inspect %v: %v, want a usage error", args, err)
