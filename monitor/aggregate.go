@@ -26,6 +26,7 @@ type Aggregator struct {
 	// announced is the newest version announced on the policy topic; -1
 	// before any announcement (or when the topic is not followed).
 	announced int64
+	seq       uint64 // samples kept so far: their arrival order
 }
 
 // NewAggregator returns an empty aggregator over the given samples topics
@@ -57,6 +58,7 @@ type topicAgg struct {
 	age, lag, scorerLag           *hist
 	events                        *eventSeries
 	rate                          *rateRing
+	kept                          *kept
 }
 
 func (a *Aggregator) topic(name string) *topicAgg {
@@ -77,6 +79,7 @@ func (a *Aggregator) topic(name string) *topicAgg {
 		scorerLag:  newHist(-8, 24, 32, false),
 		events:     newEventSeries(),
 		rate:       newRateRing(c.RateSeconds),
+		kept:       newKept(c.KeepSamples, c.KeepIDs),
 	}
 	a.byName[name] = t
 	a.topics = append(a.topics, t)
@@ -87,6 +90,13 @@ func (a *Aggregator) topic(name string) *topicAgg {
 // record is counted (Undecodable) and skipped. at is the record's timestamp
 // (the time it was written); zero means unknown.
 func (a *Aggregator) AddRecord(topic string, value []byte, at time.Time) error {
+	return a.AddRecordAt(topic, -1, -1, value, at)
+}
+
+// AddRecordAt is AddRecord for the record at (partition, offset) of topic:
+// the sample is kept by its location (GET /api/v1/samples), so that it can
+// be read again.
+func (a *Aggregator) AddRecordAt(topic string, partition int, offset int64, value []byte, at time.Time) error {
 	s, err := schemas.Samples().Decode(value)
 	if err != nil {
 		a.mu.Lock()
@@ -95,13 +105,20 @@ func (a *Aggregator) AddRecord(topic string, value []byte, at time.Time) error {
 		a.mu.Unlock()
 		return err
 	}
-	a.Add(topic, s, at)
+	a.AddAt(topic, partition, offset, s, at)
 	return nil
 }
 
-// Add adds one decoded sample of topic.
+// Add adds one decoded sample of topic whose location is unknown.
 func (a *Aggregator) Add(topic string, s *schemas.Sample, at time.Time) {
+	a.AddAt(topic, -1, -1, s, at)
+}
+
+// AddAt adds one decoded sample, the record at (partition, offset) of topic
+// (partition -1: unknown).
+func (a *Aggregator) AddAt(topic string, partition int, offset int64, s *schemas.Sample, at time.Time) {
 	now := a.now()
+	ref := refOf(topic, s, partition, offset)
 	// Work that needs no shared state happens before the lock.
 	var eligible, pos, neg, gate int64
 	var absProc float64
@@ -133,6 +150,9 @@ func (a *Aggregator) Add(topic string, s *schemas.Sample, at time.Time) {
 		return
 	}
 	a.changes++
+	a.seq++
+	ref.seq = a.seq
+	t.kept.add(ref)
 	if !t.hasNewest || s.PolicyVersion > t.newest {
 		t.newest, t.hasNewest = s.PolicyVersion, true
 	}

@@ -100,7 +100,7 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			e := enc[i%templates]
 			renumber(e, i)
-			if err := a.AddRecord("s", e, time.Time{}); err != nil {
+			if err := a.AddRecordAt("s", 0, int64(i), e, time.Time{}); err != nil { // kept by location, as the reader does
 				b.Fatal(err)
 			}
 		}
@@ -114,7 +114,7 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 }
 
 // BenchmarkMemoryFlat adds a million distinct search-QA samples (groups of
-// 5, a new policy version every 5,000) and reports the live heap after 100k
+// 5, a new policy version every 5,000, each at a record location) and reports the live heap after 100k
 // and after 1M samples, and their ratio: the aggregates are bounded, so the
 // ratio stays near 1. Run it once: -bench MemoryFlat -benchtime 1x.
 func BenchmarkMemoryFlat(b *testing.B) {
@@ -138,7 +138,7 @@ func BenchmarkMemoryFlat(b *testing.B) {
 			s.TrajectoryID = fmt.Sprintf("t%012d", k)
 			s.PromptID = fmt.Sprintf("p%011d", k/5)
 			s.PolicyVersion = int64(k / 5000)
-			a.Add("s", &s, time.Time{})
+			a.AddAt("s", k%4, int64(k/4), &s, time.Time{}) // kept by location, as the reader does
 			if k+1 == 100_000 {
 				at100k = heap() - base
 			}

@@ -32,12 +32,22 @@ type Config struct {
 	RewardMin, RewardMax float64
 	// RateSeconds is the window of the samples/s chart (default 300).
 	RateSeconds int
+	// KeepSamples is how many samples per topic each list of GET
+	// /api/v1/samples keeps (the most recent; the best and the worst by
+	// reward and by process credit), as locations and headline numbers
+	// (default 256).
+	KeepSamples int
+	// KeepIDs is how many trajectory ids per topic are remembered with their
+	// record's location for lookups (default 131072); an older id is found
+	// by reading its key's partition again.
+	KeepIDs int
 }
 
 // DefaultConfig is the configuration the command starts from.
 func DefaultConfig() Config {
 	return Config{SuccessThreshold: 1.0, DedupeWindow: 1 << 17, MaxVersions: 64, MaxSources: 32, MaxOpenGroups: 1 << 14,
-		GroupIdle: 10 * time.Second, RewardMin: 0, RewardMax: 1, RateSeconds: 300}
+		GroupIdle: 10 * time.Second, RewardMin: 0, RewardMax: 1, RateSeconds: 300,
+		KeepSamples: 256, KeepIDs: 1 << 17}
 }
 
 // Check reports a configuration that cannot work, saying what to change.
@@ -53,6 +63,10 @@ func (c *Config) Check() error {
 		return fmt.Errorf("monitor: max open groups %d: set a positive number", c.MaxOpenGroups)
 	case !(c.RewardMax > c.RewardMin):
 		return fmt.Errorf("monitor: reward range [%v, %v): the maximum must be above the minimum", c.RewardMin, c.RewardMax)
+	case c.KeepSamples <= 0:
+		return fmt.Errorf("monitor: keep samples %d: set a positive number of samples", c.KeepSamples)
+	case c.KeepIDs <= 0:
+		return fmt.Errorf("monitor: keep ids %d: set a positive number of trajectory ids", c.KeepIDs)
 	case c.RateSeconds < 2:
 		return fmt.Errorf("monitor: rate window %d s: use at least 2", c.RateSeconds)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/schemas"
 )
@@ -23,6 +24,7 @@ type Monitor struct {
 	agg *Aggregator
 	log zerolog.Logger
 	reg *prometheus.Registry
+	dec *tokenizer.Decoder // token text of the sample view
 }
 
 // Option configures New.
@@ -40,7 +42,7 @@ func New(src Source, cfg Config, opts ...Option) (*Monitor, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	m := &Monitor{src: src, cfg: cfg, agg: NewAggregator(cfg, src.Topics...), log: zerolog.Nop()}
+	m := &Monitor{src: src, cfg: cfg, agg: NewAggregator(cfg, src.Topics...), log: zerolog.Nop(), dec: tokenizer.Bytes()}
 	for _, o := range opts {
 		o(m)
 	}

@@ -32,6 +32,9 @@ type Source struct {
 	// From is where each partition starts: "earliest", "latest" or an
 	// RFC 3339 time (the first record written at or after it).
 	From string
+	// Scored is the scored topic, read only for the sample view (each
+	// turn's S with and without it); empty to leave it out.
+	Scored string
 }
 
 // start is a resolved From.
@@ -98,7 +101,9 @@ type reader struct {
 	onRec func() // after each record (metrics); may be nil
 }
 
-func (r *reader) handle(rec consumers.Record) {
+// handle takes one record (whole: chunked records are put back together
+// before) that starts at offset first.
+func (r *reader) handle(rec consumers.Record, first int64) {
 	if rec.Topic == r.src.DeadLetters {
 		reason := ""
 		for _, h := range rec.Headers {
@@ -109,7 +114,7 @@ func (r *reader) handle(rec consumers.Record) {
 		r.agg.AddDeadLetter(rec.Value, reason)
 		return
 	}
-	if err := r.agg.AddRecord(rec.Topic, rec.Value, rec.Time); err != nil {
+	if err := r.agg.AddRecordAt(rec.Topic, rec.Partition, first, rec.Value, rec.Time); err != nil {
 		r.log.Debug().Err(err).Str("topic", rec.Topic).Int("partition", rec.Partition).Int64("offset", rec.Offset).
 			Msg("monitor: undecodable sample counted and skipped")
 	}
@@ -161,8 +166,11 @@ func (r *reader) once(ctx context.Context) error {
 				} else if from == kafka.LastOffset {
 					return // nothing written before start-up is read
 				}
-				_, err := consumers.ReadPartitionRange(ctx, r.src.Brokers, r.src.Security, topic, p, from, func(rec consumers.Record) error {
-					r.handle(rec)
+				ch := newChunks()
+				_, err := consumers.ReadPartitionRange(ctx, r.src.Brokers, r.src.Security, topic, p, from, func(raw consumers.Record) error {
+					if rec, first := ch.add(raw); rec != nil {
+						r.handle(*rec, first)
+					}
 					if r.onRec != nil {
 						r.onRec()
 					}
@@ -234,6 +242,7 @@ func (r *reader) followPartition(ctx context.Context, topic string, p int) {
 		r.log.Error().Err(err).Str("topic", topic).Int("partition", p).Msg("monitor: cannot seek; partition not read")
 		return
 	}
+	ch := newChunks()
 	for {
 		m, err := kr.FetchMessage(ctx) // no group: nothing to commit
 		if err != nil {
@@ -252,7 +261,9 @@ func (r *reader) followPartition(ctx context.Context, topic string, p int) {
 		for _, h := range m.Headers {
 			rec.Headers = append(rec.Headers, consumers.Header{Key: h.Key, Value: h.Value})
 		}
-		r.handle(rec)
+		if rec, first := ch.add(rec); rec != nil {
+			r.handle(*rec, first)
+		}
 		if r.onRec != nil {
 			r.onRec()
 		}

@@ -17,7 +17,9 @@ var webFS embed.FS
 
 // Handler serves the page (every asset embedded), GET /api/v1/summary,
 // GET /api/v1/view (summary and chart data), GET /api/v1/events (the view as
-// server-sent events, pushed at most every 250 ms while it changes) and
+// server-sent events, pushed at most every 250 ms while it changes),
+// GET /api/v1/samples (kept samples: recent, best, worst), GET
+// /api/v1/samples/{trajectory_id} (one sample read again, laid out) and
 // /metrics.
 func (m *Monitor) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -32,6 +34,8 @@ func (m *Monitor) Handler() http.Handler {
 		writeJSON(w, m.view())
 	})
 	mux.HandleFunc("GET /api/v1/events", m.events)
+	mux.HandleFunc("GET /api/v1/samples", m.handleSamples)
+	mux.HandleFunc("GET /api/v1/samples/{id...}", m.handleSample)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return mux
 }

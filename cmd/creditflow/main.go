@@ -1,7 +1,7 @@
 // Command creditflow is the one binary of the project: the stream processor
 // (run), the embedded demo (demo), the embedded broker (broker), the CPU
 // reference scorer (scorer), replays (replay), the offline tools (compute,
-// score, attention) and version.
+// score, attention), the sample printer (inspect) and version.
 package main
 
 import (

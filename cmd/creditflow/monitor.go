@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -30,9 +31,11 @@ func runMonitor(args []string) error {
 		"Reads samples topics (the live one, replays) and the dead-letter topic without a consumer group —\n"+
 		"it never commits, so no processing group's offsets move — and serves live charts of rewards,\n"+
 		"success, zero-variance groups, pass@G, lengths, process signals, staleness and dead letters on\n"+
-		"--addr, GET /api/v1/summary (JSON) and /metrics. With --once it reads every topic up to its end\n"+
-		"as of start-up, prints the summary and exits. See docs/monitor.md.")
-	var topicList, dead, pol, from, addr, logLevel *string
+		"--addr, GET /api/v1/summary (JSON) and /metrics, and a samples view (recent, best, worst; one\n"+
+		"sample turn by turn with its tokens colored by advantage, two topics side by side; GET\n"+
+		"/api/v1/samples). With --once it reads every topic up to its end as of start-up, prints the\n"+
+		"summary and exits. See docs/monitor.md.")
+	var topicList, dead, pol, from, addr, logLevel, scored, tok *string
 	var once, asJSON *bool
 	fs.inGroup(groupGeneral, func() {
 		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
@@ -46,12 +49,16 @@ func runMonitor(args []string) error {
 		fs.IntVar(&cfg.MaxOpenGroups, "max-open-groups", cfg.MaxOpenGroups, "groups per topic waiting for members before the oldest closes as incomplete")
 		fs.Float64Var(&cfg.RewardMin, "reward-min", cfg.RewardMin, "lower end of the reward histogram")
 		fs.Float64Var(&cfg.RewardMax, "reward-max", cfg.RewardMax, "upper end of the reward histogram")
+		fs.IntVar(&cfg.KeepSamples, "keep-samples", cfg.KeepSamples, "samples per topic kept in each list of the samples view (recent, best, worst), as locations")
+		fs.IntVar(&cfg.KeepIDs, "keep-ids", cfg.KeepIDs, "trajectory ids per topic remembered with their location for lookups (older ones: the partition is read again)")
+		tok = fs.String("tokenizer", "", "a model's tokenizer.json (or its folder) for the sample view's text; default: the built-in byte vocabulary")
 	})
 	kf := addKafkaFlags(fs)
 	fs.inGroup(groupTopics, func() {
 		topicList = fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
 		dead = fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
 		from = fs.String("from", "earliest", "where each partition starts: earliest, latest or an RFC 3339 time")
+		scored = fs.String("topic-scored", topics.Scored, "scored topic, read for the sample view's S with and without each turn (empty: leave out)")
 	})
 	fs.inGroup(groupPolicy, func() {
 		pol = fs.String("topic-policy", topics.Policy, "policy topic: policy lag is measured from the newest announced version when it is larger than the newest seen (empty: leave out)")
@@ -71,8 +78,16 @@ func runMonitor(args []string) error {
 	if err != nil {
 		return err
 	}
-	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, Policy: *pol, From: *from}
-	m, err := monitor.New(src, cfg, monitor.WithLogger(log))
+	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, Policy: *pol, From: *from, Scored: *scored}
+	opts := []monitor.Option{monitor.WithLogger(log)}
+	if *tok != "" {
+		dec, err := tokenizer.Load(*tok)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, monitor.WithTokenizer(dec))
+	}
+	m, err := monitor.New(src, cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -116,7 +131,7 @@ func startMonitorServer(ctx context.Context, m *monitor.Monitor, addr string) (s
 // demoMonitor starts a monitor of the demo's samples and dead-letter topics
 // on brokers, serving on addr, and returns its URL.
 func demoMonitor(ctx context.Context, brokers []string, sec kafkasec.Config, t stage.Topics, addr string, log zerolog.Logger) (string, error) {
-	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, Policy: t.Policy, From: "earliest"},
+	m, err := monitor.New(monitor.Source{Brokers: brokers, Security: sec, Topics: []string{t.Samples}, DeadLetters: t.DeadLetters, Policy: t.Policy, Scored: t.Scored, From: "earliest"},
 		monitor.DefaultConfig(), monitor.WithLogger(log))
 	if err != nil {
 		return "", err

@@ -57,7 +57,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	replayTopic := topics.Samples + ".lambda-0"
 
 	m, err := monitor.New(monitor.Source{Brokers: b.Addrs(), Topics: []string{topics.Samples, replayTopic},
-		DeadLetters: topics.DeadLetters, Policy: topics.Policy, From: "earliest"}, monitor.DefaultConfig())
+		DeadLetters: topics.DeadLetters, Policy: topics.Policy, Scored: topics.Scored, From: "earliest"}, monitor.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +167,7 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer checkSampleViews(t, bctx, url, topics.Samples, replayTopic) // the samples and sample views
 	out := filepath.Join(t.TempDir(), "monitor.png")
 	if os.Getenv("CREDITFLOW_UPDATE_SCREENSHOT") == "1" {
 		out = filepath.Join("..", "..", "docs", "img", "monitor.png")

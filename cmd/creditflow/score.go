@@ -24,7 +24,7 @@ func loadModelFlag(dir string) (*model.Model, error) {
 }
 
 func runScore(args []string) error {
-	fs := newFlagSet("score", `usage: creditflow score [--model DIR] < rows.jsonl > scores.jsonl
+	fs := newFlagSet("score", `usage: creditflow score [--model DIR] [--statistic logprob|entropy|kl] < rows.jsonl > scores.jsonl
 
 Reads JSON Lines on stdin, one row per line:
   {"context":[ids], "target":[ids], "span":[a,b], "temperature":T}
@@ -33,19 +33,27 @@ Reads JSON Lines on stdin, one row per line:
 S = mean over k in [a,b) of log p(target[k] | context, target[:k]) (natural log;
 null if not finite), with p = softmax(logits / T), the rollout's sampling
 distribution. A context too long for the model keeps its rightmost
-tokens. Rows read together share their common prefixes. The first malformed
+tokens. Rows read together share their common prefixes.
+--statistic entropy answers the mean entropy (nats) of the distributions that
+predict target[a:b]; --statistic kl reads rows with "reference_context":[ids]
+as well and answers the mean over the same positions of
+KL(p(.|context, target[:k]) || p(.|reference_context, target[:k])). The first malformed
 line stops the command with an error naming the line number (exit status 1);
 all lines before it have been answered. The format is in docs/offline.md.`)
-	var dir *string
+	var dir, stat *string
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "tiny", modelFlagHelp)
+		stat = fs.String("statistic", model.StatLogProb, "what each row is answered with: logprob (S), entropy or kl (docs/offline.md)")
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err
+	}
+	if err := model.CheckStatistic(*stat); err != nil {
+		return usageError{err}
 	}
 	m, err := loadModelFlag(*dir)
 	if err != nil {
 		return err
 	}
-	return model.RunScoreJSONL(m, os.Stdin, os.Stdout)
+	return model.RunScoreJSONLStatistic(m, os.Stdin, os.Stdout, *stat)
 }

@@ -18,10 +18,11 @@ const maxLineBytes = 64 << 20
 const maxBatchLines = 256
 
 type scoreLine struct {
-	Context     []int32  `json:"context"`
-	Target      []int32  `json:"target"`
-	Span        []int    `json:"span"`
-	Temperature *float64 `json:"temperature"` // absent or null: 1
+	Context          []int32  `json:"context"`
+	Target           []int32  `json:"target"`
+	Span             []int    `json:"span"`
+	Temperature      *float64 `json:"temperature"`       // absent or null: 1
+	ReferenceContext []int32  `json:"reference_context"` // the kl statistic only
 }
 
 type lineReader struct {
@@ -69,6 +70,17 @@ func (lr *lineReader) next() ([]byte, error) {
 // skipped. The first bad line stops the run with an error naming its line
 // number; every line before it has been answered.
 func RunScoreJSONL(m *Model, r io.Reader, w io.Writer) error {
+	return RunScoreJSONLStatistic(m, r, w, StatLogProb)
+}
+
+// RunScoreJSONLStatistic is RunScoreJSONL answering each row with the
+// statistic stat (ScoreRowsStatistic): StatLogProb is RunScoreJSONL;
+// StatKL rows carry "reference_context":[ids] as well, which the other
+// statistics refuse.
+func RunScoreJSONLStatistic(m *Model, r io.Reader, w io.Writer, stat string) error {
+	if err := CheckStatistic(stat); err != nil {
+		return err
+	}
 	lr := &lineReader{br: bufio.NewReaderSize(r, 1<<20)}
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
@@ -77,7 +89,7 @@ func RunScoreJSONL(m *Model, r io.Reader, w io.Writer) error {
 		if len(rows) == 0 {
 			return nil
 		}
-		scores, _, err := m.ScoreRows(rows)
+		scores, _, err := m.ScoreRowsStatistic(rows, stat)
 		if err != nil {
 			return err // rows were validated one by one; not expected
 		}
@@ -112,7 +124,15 @@ func RunScoreJSONL(m *Model, r io.Reader, w io.Writer) error {
 			flush()
 			return fmt.Errorf("line %d: \"span\" must be [a,b], a half-open range into target", lr.line)
 		}
-		row := Row{Context: in.Context, Target: in.Target, Span: [2]int{in.Span[0], in.Span[1]}}
+		row := Row{Context: in.Context, Target: in.Target, Span: [2]int{in.Span[0], in.Span[1]}, ReferenceContext: in.ReferenceContext}
+		switch {
+		case stat == StatKL && in.ReferenceContext == nil:
+			flush()
+			return fmt.Errorf("line %d: the kl statistic needs \"reference_context\":[ids], the context the distributions are compared with", lr.line)
+		case stat != StatKL && in.ReferenceContext != nil:
+			flush()
+			return fmt.Errorf("line %d: \"reference_context\" is read only with the kl statistic", lr.line)
+		}
 		if in.Temperature != nil {
 			if !(*in.Temperature > 0) {
 				flush()
@@ -123,6 +143,14 @@ func RunScoreJSONL(m *Model, r io.Reader, w io.Writer) error {
 		if _, _, err := m.prepareRows([]Row{row}); err != nil {
 			flush()
 			return fmt.Errorf("line %d: %v", lr.line, trimRowPrefix(err))
+		}
+		if row.ReferenceContext != nil {
+			alt := row
+			alt.Context = row.ReferenceContext
+			if _, _, err := m.prepareRows([]Row{alt}); err != nil {
+				flush()
+				return fmt.Errorf("line %d: reference_context: %v", lr.line, trimRowPrefix(err))
+			}
 		}
 		rows = append(rows, row)
 		if len(rows) >= maxBatchLines || lr.br.Buffered() == 0 {

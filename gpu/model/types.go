@@ -11,6 +11,9 @@ type Row struct {
 	// The LAPO reference scores the gold answer under the sampling
 	// distribution, log softmax(logits / Temperature).
 	Temperature float64
+	// ReferenceContext is the second context of the kl statistic
+	// (ScoreRowsStatistic); other statistics ignore it.
+	ReferenceContext []int32
 }
 
 // Step is one AttnSR step (docs/method.md §3.1): half-open token ranges into the

@@ -3,6 +3,8 @@
 package model implements, for cross-checking its numbers.
 
 usage: llama_ref.py MODEL_DIR score     < rows.jsonl   (docs/offline.md lines)
+       llama_ref.py MODEL_DIR entropy   < rows.jsonl   (creditflow score --statistic entropy)
+       llama_ref.py MODEL_DIR kl        < rows.jsonl   (creditflow score --statistic kl)
        llama_ref.py MODEL_DIR attention < trajs.jsonl  (docs/offline.md lines, "layers" required)
        llama_ref.py --jobs < jobs.json
            jobs.json: [{"dir": MODEL_DIR, "mode": "score"|"attention", "lines": [obj...]}]
@@ -122,6 +124,30 @@ def score(m, line):
     return {"score": s / (b - a)}
 
 
+def span_logp(m, ctx, tgt, a, b, temp):
+    """float64 log-distributions predicting tgt[a:b] after ctx, logits / temp."""
+    h, _ = m.forward(ctx + tgt)
+    logits = (h @ m.w["lm_head.weight"].T).double() / temp
+    lp = torch.log_softmax(logits, dim=-1)
+    return lp[len(ctx) + a - 1 : len(ctx) + b - 1]
+
+
+def entropy(m, line):
+    """Mean entropy (nats) of the distributions that predict target[a:b]."""
+    a, b = line["span"]
+    lp = span_logp(m, line["context"], line["target"], a, b, line.get("temperature") or 1.0)
+    return {"score": (-(lp.exp() * lp).sum(-1)).mean().item()}
+
+
+def kl(m, line):
+    """Mean KL(p(.|context) || p(.|reference_context)) over the same positions."""
+    a, b = line["span"]
+    t = line.get("temperature") or 1.0
+    lp = span_logp(m, line["context"], line["target"], a, b, t)
+    lq = span_logp(m, line["reference_context"], line["target"], a, b, t)
+    return {"score": (lp.exp() * (lp - lq)).sum(-1).mean().item()}
+
+
 def attention(m, line):
     toks, steps = line["tokens"], line["steps"]
     _, probs = m.forward(toks)
@@ -147,7 +173,7 @@ def attention(m, line):
 
 def main():
     torch.set_num_threads(1)
-    fns = {"score": score, "attention": attention}
+    fns = {"score": score, "attention": attention, "entropy": entropy, "kl": kl}
     if sys.argv[1] == "--jobs":
         res = []
         for job in json.load(sys.stdin):

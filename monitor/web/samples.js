@@ -1,0 +1,337 @@
+// creditflow monitor: the samples view (GET /api/v1/samples) and the
+// sample view (GET /api/v1/samples/{trajectory_id}), side by side over two
+// topics. Views are chosen by the URL's hash: #view=samples,
+// #view=sample&id=…&topic=…&compare=….
+(function () {
+  "use strict";
+  const state = { list: [], listURL: "", views: [], scale: 1, diff: null, rendered: 0 };
+  window.cfMonitor = window.cfMonitor || {};
+  window.cfMonitor.samples = state;
+
+  const $ = (id) => document.getElementById(id);
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  const none = (x) => x === null || x === undefined;
+  const differ = (x, y) => none(x) !== none(y) || (!none(x) && Math.abs(x - y) > 1e-12);
+  const num = (x, d) => (x === null || x === undefined ? "–" : Number(x).toFixed(d === undefined ? 4 : d));
+
+  function params() {
+    return new URLSearchParams(location.hash.replace(/^#/, ""));
+  }
+  function go(p) {
+    location.hash = new URLSearchParams(p).toString();
+  }
+
+  // Topics known to the page: from the overview's view (or, before it
+  // arrived, the view read at start).
+  let startTopics = [];
+  function topics() {
+    const v = window.cfMonitor.view;
+    return v ? v.summary.topic_order : startTopics;
+  }
+  function fillTopics(sel, withAll, keep) {
+    const ts = topics();
+    const key = ts.join("\u0000");
+    if (sel.dataset.key === key) return;
+    sel.dataset.key = key;
+    const cur = sel.value;
+    sel.replaceChildren();
+    if (withAll !== undefined) sel.appendChild(el("option", { value: "" }, withAll));
+    ts.forEach((t) => sel.appendChild(el("option", { value: t }, t)));
+    sel.value = keep !== undefined ? keep : cur;
+  }
+
+  // ---- samples view ----------------------------------------------------
+
+  function listURL() {
+    const q = new URLSearchParams({ order: $("s-order").value, by: $("s-by").value, limit: $("s-limit").value });
+    if ($("s-topic").value) q.set("topic", $("s-topic").value);
+    return "api/v1/samples?" + q.toString();
+  }
+
+  function loadList() {
+    const url = listURL();
+    return fetch(url).then((r) => r.json()).then((refs) => {
+      state.list = refs;
+      state.listURL = url;
+      drawList(refs);
+    });
+  }
+
+  function drawList(refs) {
+    const rows = refs.map((r) => {
+      const tr = el("tr");
+      const td = el("td");
+      const a = el("a", { href: "#" + new URLSearchParams({ view: "sample", id: r.trajectory_id, topic: r.topic }).toString() }, r.trajectory_id);
+      td.appendChild(a);
+      tr.appendChild(td);
+      const cells = [["topic", r.topic], ["partition", String(r.partition)], ["offset", String(r.offset)], ["reward", num(r.reward)],
+        ["process", num(r.process)], ["outcome_advantage", num(r.outcome_advantage)], ["method", r.method],
+        ["policy_version", String(r.policy_version)], ["prompt_id", r.prompt_id], ["tokens", String(r.tokens)], ["turns", String(r.turns)]];
+      cells.forEach(([k, v]) => tr.appendChild(el("td", { "data-key": k }, v)));
+      return tr;
+    });
+    if (!rows.length) {
+      const tr = el("tr");
+      tr.appendChild(el("td", { colspan: "12" }, "no samples yet"));
+      rows.push(tr);
+    }
+    $("s-table").tBodies[0].replaceChildren(...rows);
+  }
+
+  // ---- sample view -----------------------------------------------------
+
+  function sampleURL(id, topic) {
+    return "api/v1/samples/" + encodeURIComponent(id) + (topic ? "?topic=" + encodeURIComponent(topic) : "");
+  }
+
+  function fetchSample(id, topic) {
+    return fetch(sampleURL(id, topic)).then((r) => r.json().then((b) => {
+      if (!r.ok) throw new Error(b.error || r.statusText);
+      return b;
+    }));
+  }
+
+  // The per-token value colored: the advantage (or token reward), or the
+  // process part (advantage − A_out) on policy tokens.
+  function values(v, mode) {
+    const arr = v.advantages || v.token_rewards || [];
+    return v.tokens.map((_, i) => {
+      if (!v.loss_mask[i]) return null;
+      const x = arr[i] === undefined ? 0 : arr[i];
+      return mode === "process" && v.advantages ? x - v.outcome_advantage : x;
+    });
+  }
+
+  // Diverging scale: red (negative) – white (0) – blue (positive), |x| ≤ m.
+  const NEG = [178, 24, 43], POS = [33, 102, 172];
+  function color(x, m) {
+    const t = Math.max(-1, Math.min(1, x / m));
+    const c = t < 0 ? NEG : POS;
+    const a = Math.abs(t);
+    const mix = (k) => Math.round(255 + (c[k] - 255) * a);
+    return "rgb(" + mix(0) + "," + mix(1) + "," + mix(2) + ")";
+  }
+
+  function drawLegend(m, mode, anyInexact) {
+    const lg = $("v-legend");
+    lg.replaceChildren();
+    const what = mode === "process" ? "advantage − A_out" : state.views.some((v) => v.output === "token_rewards") ? "token reward" : "advantage";
+    lg.appendChild(el("span", { class: "lab" }, what + " per policy token:"));
+    lg.appendChild(el("span", { class: "tick", "data-key": "scale-min" }, "−" + m.toPrecision(3)));
+    const bar = el("span", { class: "bar" });
+    const stops = [];
+    for (let i = 0; i <= 10; i++) stops.push(color(-m + (2 * m * i) / 10, m));
+    bar.style.background = "linear-gradient(to right," + stops.join(",") + ")";
+    lg.appendChild(bar);
+    lg.appendChild(el("span", { class: "tick", "data-key": "scale-max" }, "+" + m.toPrecision(3)));
+    const off = el("span", { class: "tok off sw" }, "prompt, observation");
+    lg.appendChild(off);
+    lg.appendChild(el("span", { class: "lab" }, "off-policy (not trained on)"));
+    if (state.views.length > 1) {
+      lg.appendChild(el("span", { class: "tok sw tdiff" }, "value"));
+      lg.appendChild(el("span", { class: "lab" }, "differs between the two topics"));
+    }
+    if (anyInexact) lg.appendChild(el("span", { class: "warn" }, "turn boundaries inside touching actions are approximate (turns_exact = false)"));
+  }
+
+  const LAPO_KEYS = [["Δ", "delta"], ["S with", "with"], ["S without", "without"], ["z", "z"], ["z̃", "z_norm"], ["gate", "gate", 0], ["A_proc", "process_advantage"]];
+  const ATTN_KEYS = [["p_k", "p"], ["s_k", "step_reward"], ["w̃", "weight"]];
+
+  function turnDiag(v, t, other) {
+    const box = el("div", { class: "diag" });
+    const keys = (v.method === "attnsr" ? ATTN_KEYS : LAPO_KEYS).concat([["advantage", "advantage"]]);
+    box.appendChild(el("span", { class: "kind" }, "turn " + t.index + " · " + t.kind + (v.method === "lapo" ? (t.eligible ? " · eligible" : " · not eligible") : "")));
+    keys.forEach(([label, key, d]) => {
+      const val = t[key];
+      const c = el("span", { class: "chip", "data-turn": String(t.index), "data-key": key }, "");
+      c.appendChild(el("i", {}, label));
+      c.appendChild(el("b", {}, val === null || val === undefined ? "–" : num(val, d)));
+      const o = other && other.turns[t.index];
+      if (o && differ(val, o[key])) {
+        c.classList.add("diff");
+        c.title = "other topic: " + (o[key] === null || o[key] === undefined ? "–" : num(o[key], d));
+      }
+      box.appendChild(c);
+    });
+    return box;
+  }
+
+  function tokens(v, vals, m, a, b, other, otherVals) {
+    const box = el("div", { class: "text" });
+    for (let i = a; i < b; i++) {
+      const off = !v.loss_mask[i];
+      const s = el("span", { class: off ? "tok off" : "tok", "data-i": String(i) }, v.text[i]);
+      if (!off) {
+        s.style.background = color(vals[i], m);
+        if (Math.abs(vals[i]) / m > 0.6) s.style.color = "#fff";
+        s.dataset.v = String(vals[i]);
+        if (other && otherVals && (other.tokens[i] !== v.tokens[i] || otherVals[i] === null || Math.abs(otherVals[i] - vals[i]) > 1e-9)) s.classList.add("tdiff");
+      }
+      s.title = "#" + i + " id " + v.tokens[i] + (off ? " (off-policy)" : " · " + (v.advantages ? "advantage " : "token reward ") + vals[i]);
+      box.appendChild(s);
+    }
+    return box;
+  }
+
+  const FACTS = [["reward", "reward", (v) => num(v.reward)], ["outcome advantage A_out", "outcome_advantage", (v) => num(v.outcome_advantage)],
+    ["process credit", "process", (v) => num(v.process)],
+    ["group", "group", (v) => v.prompt_id + " · member " + v.sample_index + " of " + v.group_size + (v.partial ? " (partial)" : "")],
+    ["method", "method", (v) => v.method + " → " + v.output], ["policy version", "policy_version", (v) => String(v.policy_version)],
+    ["scorer version", "scorer_policy_version", (v) => (v.scorer_policy_version == null ? "–" : String(v.scorer_policy_version))],
+    ["record", "record", (v) => v.topic + " / " + v.partition + " @ " + v.offset],
+    ["tokens", "tokens", (v) => String(v.tokens.length) + " (" + v.loss_mask.reduce((a, b) => a + b, 0) + " policy)"],
+    ["source", "source", (v) => v.source || "–"], ["tokenizer", "tokenizer", (v) => v.tokenizer]];
+
+  function column(v, vals, m, other, otherVals, side) {
+    const col = el("div", { class: "card col", "data-side": side, "data-topic": v.topic });
+    col.appendChild(el("h2", {}, v.topic));
+    const facts = el("table", { class: "kpis facts" });
+    const tb = el("tbody");
+    FACTS.forEach(([label, key, f]) => {
+      const tr = el("tr");
+      tr.appendChild(el("td", {}, label));
+      const td = el("td", { class: "num", "data-key": key }, f(v));
+      if (other && f(other) !== f(v) && key !== "record") td.classList.add("diff");
+      tr.appendChild(td);
+      tb.appendChild(tr);
+    });
+    if (v.attnsr) {
+      ["confidence", "focus", "consensus", "baseline", "budget"].forEach((k) => {
+        const tr = el("tr");
+        tr.appendChild(el("td", {}, "AttnSR " + k));
+        tr.appendChild(el("td", { class: "num", "data-key": "attnsr." + k }, num(v.attnsr[k])));
+        tb.appendChild(tr);
+      });
+    }
+    facts.appendChild(tb);
+    col.appendChild(facts);
+
+    const seg = el("div", { class: "segment prompt" });
+    seg.appendChild(el("div", { class: "seglab" }, "prompt · off-policy"));
+    seg.appendChild(tokens(v, vals, m, 0, v.prompt_end, other, otherVals));
+    col.appendChild(seg);
+    v.turns.forEach((t) => {
+      const ts = el("div", { class: "segment turn", "data-turn": String(t.index) });
+      ts.appendChild(turnDiag(v, t, other));
+      ts.appendChild(el("div", { class: "seglab" }, "action · policy tokens " + t.action[0] + "–" + t.action[1]));
+      ts.appendChild(tokens(v, vals, m, t.action[0], t.action[1], other, otherVals));
+      if (t.observation[1] > t.observation[0]) {
+        ts.appendChild(el("div", { class: "seglab" }, "observation · off-policy"));
+        ts.appendChild(tokens(v, vals, m, t.observation[0], t.observation[1], other, otherVals));
+      }
+      col.appendChild(ts);
+    });
+    return col;
+  }
+
+  function drawSample() {
+    const mode = $("v-color").value;
+    const vs = state.views;
+    const vals = vs.map((v) => values(v, mode));
+    let m = 0;
+    vals.forEach((a) => a.forEach((x) => { if (x !== null) m = Math.max(m, Math.abs(x)); }));
+    if (!(m > 0)) m = 1;
+    state.scale = m;
+    drawLegend(m, mode, vs.some((v) => !v.turns_exact));
+    const cols = vs.map((v, k) => column(v, vals[k], m, vs[1 - k], vals[1 - k], k === 0 ? "left" : "right"));
+    $("v-cols").className = "cols n" + vs.length;
+    $("v-cols").replaceChildren(...cols);
+    const ds = $("v-diff");
+    if (vs.length === 2) {
+      const [a, b] = vals;
+      let n = 0, maxd = 0;
+      const same = vs[0].tokens.length === vs[1].tokens.length && vs[0].tokens.every((x, i) => x === vs[1].tokens[i]);
+      if (same) {
+        a.forEach((x, i) => {
+          if (x === null) return;
+          const d = Math.abs(x - b[i]);
+          if (d > 1e-9) { n++; maxd = Math.max(maxd, d); }
+        });
+      }
+      state.diff = { sameTokens: same, tokensDiffer: n, maxAbsDiff: maxd };
+      ds.hidden = false;
+      ds.textContent = same
+        ? n + " of " + a.filter((x) => x !== null).length + " policy tokens differ between " + vs[0].topic + " and " + vs[1].topic +
+          (n ? " (largest |difference| " + maxd.toPrecision(3) + ")" : "") + "; reward " + num(vs[0].reward) + " vs " + num(vs[1].reward) + "."
+        : "the two topics hold different token sequences for this trajectory_id";
+      ds.dataset.n = String(n);
+    } else {
+      state.diff = null;
+      ds.hidden = true;
+    }
+    state.rendered++;
+  }
+
+  function loadSample(p) {
+    const id = p.get("id");
+    const topic = p.get("topic") || "";
+    const cmp = p.get("compare") || "";
+    $("v-id").textContent = id;
+    fillTopics($("v-topic"), undefined, topic);
+    $("v-topic").value = topic;
+    fillTopics($("v-compare"), "—", cmp);
+    $("v-compare").value = cmp;
+    const err = $("v-error");
+    err.hidden = true;
+    const reqs = [fetchSample(id, topic)];
+    if (cmp && cmp !== topic) reqs.push(fetchSample(id, cmp).catch((e) => ({ error: cmp + ": " + (e.message || e) })));
+    return Promise.all(reqs).then((vs) => {
+      // A topic to compare with that lacks the sample: show the one found.
+      const missing = vs.filter((v) => v.error);
+      state.views = vs.filter((v) => !v.error);
+      if (missing.length) {
+        err.hidden = false;
+        err.textContent = missing.map((v) => v.error).join("; ");
+      }
+      if (!topic) $("v-topic").value = vs[0].topic;
+      drawSample();
+    }).catch((e) => {
+      err.hidden = false;
+      err.textContent = String(e.message || e);
+      state.views = [];
+      $("v-cols").replaceChildren();
+      state.rendered++;
+    });
+  }
+
+  // ---- routing -----------------------------------------------------------
+
+  let timer = null;
+  function route() {
+    const p = params();
+    const view = p.get("view") || "overview";
+    ["overview", "samples", "sample"].forEach((v) => ($(v).hidden = v !== view));
+    document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("on", a.dataset.view === view || (view === "sample" && a.dataset.view === "samples")));
+    clearInterval(timer);
+    if (view === "samples") {
+      fillTopics($("s-topic"), "all topics");
+      loadList();
+      timer = setInterval(() => { fillTopics($("s-topic"), "all topics"); loadList(); }, 5000);
+    } else if (view === "sample") {
+      loadSample(p);
+    } else {
+      window.dispatchEvent(new Event("resize")); // charts drawn while hidden
+    }
+  }
+
+  ["s-order", "s-by", "s-topic", "s-limit"].forEach((id) => $(id).addEventListener("change", loadList));
+  $("s-search").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = $("s-id").value.trim();
+    if (id) go({ view: "sample", id: id, topic: $("s-topic").value });
+  });
+  ["v-topic", "v-compare"].forEach((id) => $(id).addEventListener("change", () => {
+    const p = params();
+    const q = { view: "sample", id: p.get("id"), topic: $("v-topic").value };
+    if ($("v-compare").value) q.compare = $("v-compare").value;
+    go(q);
+  }));
+  $("v-color").addEventListener("change", () => state.views.length && drawSample());
+  window.addEventListener("hashchange", route);
+  fetch("api/v1/view").then((r) => r.json()).then((v) => (startTopics = v.summary.topic_order)).catch(() => {}).finally(route);
+})();
