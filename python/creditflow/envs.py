@@ -4,19 +4,19 @@ Two small worlds in which what the policy writes decides what it sees next, and 
 episode knows which turn mattered:
 
 - ``SearchQA`` (LAPO, GRPO): the question asks what a subject is also called. The policy writes
-  ``<search>QUERY</search>`` twice; a query that names the question's subject returns the
-  evidence ("<subject> is also called <NAME>."), any other query returns prose about the thing
-  it named. The policy then writes ``<answer>NAME</answer>``; the reward is 1 exactly when the
-  name is the gold answer.
+  ``<search>SOURCE</search>`` twice, naming one of four sources; the one source that holds such
+  facts (the atlas) returns the evidence ("<subject> is also called <NAME>."), the others return
+  prose without a name. The policy then writes ``<answer>NAME</answer>``; the reward is 1 exactly
+  when the name is the gold answer.
 - ``Household`` (ALFWorld-shaped, AttnSR): the task is to unlock a box whose code is written on
-  a note in one place of the house. The policy opens three places (``open PLACE``); the place
-  that holds the note shows the code; then it writes ``unlock BOX with CODE``. The reward is 1
-  exactly when the code is right.
+  a note kept in one place of the house (the desk). The policy opens three places
+  (``open PLACE``); the place that holds the note shows the code; then it writes
+  ``unlock BOX with CODE``. The reward is 1 exactly when the code is right.
 
 Both are built so that credit assignment matters: a policy that picks its queries (places)
 at random finds the evidence in a minority of episodes, the outcome reward alone cannot tell
-the turn that found the evidence from the turns that did not, and a policy that learns which
-query (place) fits which question (box) succeeds almost always.
+the turn that found the evidence from the turns that did not, and a policy that learns where
+the evidence is kept succeeds almost always.
 
 An episode is deterministic in its seed: ``env.reset(seed)`` draws the question and the gold
 answer; ``env.step(action_text)`` returns the next observation; ``env.reward(answer_text)``
@@ -123,17 +123,21 @@ class SearchQA(_World):
     """Search-QA, interactive: two searches, one answer (docs/learn.md)."""
     name = "searchqa"
     info_kind = "search"
-    #: subjects: each has a distinct first letter, so the query is decided by its first byte.
-    options = ["lisbon", "kyoto", "oslo", "the danube"]
+    #: sources: each has a distinct first letter, so the query is decided by its first byte.
+    options = ["atlas", "forum", "news", "wiki"]
+    reliable = "atlas"
+    subjects = ["lisbon", "kyoto", "oslo", "the danube"]
     stop = "</search>"
     fillers = ["according to the archive", "historians note", "records show", "the encyclopedia says"]
 
     def reset(self, seed):
         r = random.Random("searchqa/%d" % seed)
-        subject, gold = r.choice(self.options), r.choice(NAMES)
-        prompt = ("<|user|> answer the question. use <search>query</search> to search. question: what is %s "
-                  "also called? <|assistant|>" % subject)
-        return Episode(seed=seed, prompt=prompt, gold=gold, right=subject)
+        subject, gold = r.choice(self.subjects), r.choice(NAMES)
+        prompt = ("<|user|> answer the question. use <search>source</search> to search atlas, forum, news or "
+                  "wiki. question: what is %s also called? <|assistant|>" % subject)
+        ep = Episode(seed=seed, prompt=prompt, gold=gold, right=self.reliable)
+        ep.subject = subject
+        return ep
 
     def format_query(self, q):
         return "<search>%s</search>" % q
@@ -160,11 +164,11 @@ class SearchQA(_World):
     def observe(self, ep, query, hit):
         r = random.Random("searchqa/%d/%d" % (ep.seed, len(ep.turns)))
         if hit:
-            return "<information>%s, %s is also called %s.</information>" % (r.choice(self.fillers), ep.right, ep.gold)
+            return "<information>%s, %s is also called %s.</information>" % (r.choice(self.fillers), ep.subject, ep.gold)
         if query is None:
             return "<information>no results.</information>"
         return "<information>%s, %s is a %s.</information>" % (
-            r.choice(self.fillers), query, "place" if query != "the danube" else "river")
+            r.choice(self.fillers), ep.subject, "place" if ep.subject != "the danube" else "river")
 
 
 class Household(_World):
@@ -174,15 +178,15 @@ class Household(_World):
     info_turns = 3
     options = ["drawer", "shelf", "fridge", "cabinet", "desk", "dresser"]
     boxes = ["safe", "locker", "chest", "strongbox"]
-    #: where each box's code is kept (fixed: a policy can learn it)
-    where = {"safe": "drawer", "locker": "cabinet", "chest": "dresser", "strongbox": "shelf"}
+    #: where the codes are kept (fixed: a policy can learn it)
+    keep = "desk"
     things = ["a mug", "an apple", "a plate", "a book", "a candle", "a towel"]
 
     def reset(self, seed):
         r = random.Random("household/%d" % seed)
         box, gold = r.choice(self.boxes), r.choice(NAMES)
         prompt = "<|user|> you are in a household. your task is to: unlock the %s and take what is inside. <|assistant|>" % box
-        ep = Episode(seed=seed, prompt=prompt, gold=gold, right=self.where[box])
+        ep = Episode(seed=seed, prompt=prompt, gold=gold, right=self.keep)
         ep.box = box
         return ep
 

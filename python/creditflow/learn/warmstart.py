@@ -52,7 +52,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--eval-episodes", type=int, default=200)
-    ap.add_argument("--p-right", type=float, default=0.1,
+    ap.add_argument("--p-right", type=float, default=0.0,
                     help="demonstrations pick the right query (place) with this probability, else uniformly")
     a = ap.parse_args(argv)
     rollout.setup_torch()
