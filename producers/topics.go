@@ -132,3 +132,37 @@ func murmur2(data []byte) uint32 {
 	h ^= h >> 15
 	return h
 }
+
+// MissingTopics returns the names among topics that do not exist on the
+// cluster (in the order given). It asks for metadata without allowing the
+// brokers to create topics automatically, so a check never creates one.
+func MissingTopics(ctx context.Context, brokers []string, sec kafkasec.Config, topics ...string) ([]string, error) {
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	tr, err := sec.Transport()
+	if err != nil {
+		return nil, fmt.Errorf("producers: MissingTopics: %w", err)
+	}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	resp, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("producers: topic metadata: %w", err)
+	}
+	found := map[string]bool{}
+	for _, t := range resp.Topics {
+		if t.Error == nil && len(t.Partitions) > 0 {
+			found[t.Name] = true
+		}
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, t := range topics {
+		if !found[t] && !seen[t] {
+			missing = append(missing, t)
+		}
+		seen[t] = true
+	}
+	return missing, nil
+}
