@@ -47,5 +47,5 @@ func TopicSpec(topic string) producers.TopicSpec {
 	if topic == "" {
 		topic = DefaultTopic
 	}
-	return producers.TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 1, Compact: true}
+	return producers.TopicSpec{Name: topic, Partitions: 1, Compact: true} // replication: the brokers' default
 }

@@ -26,11 +26,31 @@ type TopicSpec struct {
 
 // EnsureTopics creates the topics that do not exist yet. It is idempotent:
 // existing topics are left as they are (their partition count is not
-// changed). Transient failures are retried until ctx ends.
+// changed). It asks first which topics exist and sends CreateTopics only
+// for the missing ones, so on a cluster where every topic exists it needs
+// no permission to create topics. Transient failures are retried until ctx
+// ends.
 func EnsureTopics(ctx context.Context, brokers []string, sec kafkasec.Config, specs ...TopicSpec) error {
 	if len(brokers) == 0 {
 		return errors.New("producers: EnsureTopics: no brokers configured")
 	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	if missing, err := MissingTopics(ctx, brokers, sec, names...); err == nil {
+		want := map[string]bool{}
+		for _, m := range missing {
+			want[m] = true
+		}
+		var left []TopicSpec
+		for _, s := range specs {
+			if want[s.Name] {
+				left = append(left, s)
+			}
+		}
+		specs = left
+	} // else: ask to create them all; CreateTopics says which exist
 	if len(specs) == 0 {
 		return nil
 	}
