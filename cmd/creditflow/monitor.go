@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -48,6 +49,10 @@ func runMonitor(args []string) error {
 		fs.Float64Var(&cfg.RewardMax, "reward-max", cfg.RewardMax, "upper end of the reward histogram")
 	})
 	kf := addKafkaFlags(fs)
+	var startup *time.Duration
+	fs.inGroup(groupKafka, func() {
+		startup = fs.Duration("startup-timeout", 10*time.Second, "wait at most this long for a broker to answer, then exit non-zero")
+	})
 	fs.inGroup(groupTopics, func() {
 		topicList = fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
 		dead = fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
@@ -78,6 +83,9 @@ func runMonitor(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := sec.WaitReachable(ctx, src.Brokers, *startup); err != nil {
+		return err
+	}
 	if *once {
 		sum, err := m.Once(ctx)
 		if err != nil {

@@ -100,3 +100,35 @@ func TestRunMissingTopicsExits(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadBrokerSaysNoBrokerReachable: announce and monitor pointed at a
+// closed port say, as run does, that no broker is reachable at that
+// address and why, within their --startup-timeout.
+func TestDeadBrokerSaysNoBrokerReachable(t *testing.T) {
+	addr := freeAddr(t) // nothing listens there
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"announce", func() error {
+			return runAnnounce([]string{"--brokers", addr, "--startup-timeout", "1s", "--version", "1"})
+		}},
+		{"monitor --once", func() error {
+			return runMonitor([]string{"--brokers", addr, "--startup-timeout", "1s", "--once"})
+		}},
+	} {
+		start := time.Now()
+		err := c.run()
+		if err == nil {
+			t.Fatalf("%s against %s: no error", c.name, addr)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("%s: took %v to give up", c.name, took)
+		}
+		for _, want := range []string{"no Kafka broker reachable", addr, "connection refused"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", c.name, err, want)
+			}
+		}
+	}
+}
