@@ -168,6 +168,10 @@ func printSummary(s demo.Summary) {
 	fmt.Fprintf(w, "groups            %d in, %d out\n", s.GroupsIn, s.GroupsOut)
 	fmt.Fprintf(w, "trajectories      %d\n", s.Trajectories)
 	fmt.Fprintf(w, "samples           %d (lost %d, invalid %d, duplicates %d)\n", s.SamplesOut, s.Lost, s.Invalid, s.Duplicates)
+	if s.Interrupted {
+		fmt.Fprintf(w, "interrupted       before the end: %d trajectories produced and not yet trained on, %d never produced (none lost)\n", s.Pending, s.NotProduced)
+	}
+	fmt.Fprintf(w, "rewards           mean %.4f, success rate %.1f%% (reward ≥ 1)\n", s.RewardMean, 100*s.SuccessRate)
 	dead := fmt.Sprintf("%d", s.DeadLetters)
 	if len(s.DeadByReason) > 0 {
 		dead += " (" + demo.FormatCounts(s.DeadByReason) + ")"
