@@ -56,6 +56,11 @@ type Options struct {
 	Prefix string
 	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
 	Model *model.Model
+	// StartMs is the event time (created_at_ms, Unix ms) of the first
+	// trajectory; later ones follow 10 ms apart. 0: the wall clock when the
+	// run starts, so sample ages and event-time charts are real. The same
+	// StartMs and Seed give the same output bytes.
+	StartMs int64
 }
 
 // Defaults is the demo's default size.
@@ -73,7 +78,10 @@ type Progress struct {
 
 // Summary is what a run measured. JSON names are stable.
 type Summary struct {
-	Method       string         `json:"method"`
+	Method string `json:"method"`
+	// StartMs is the first trajectory's event time: pass it as
+	// Options.StartMs (--start-ms) to reproduce the run's output bytes.
+	StartMs      int64          `json:"start_ms"`
 	GroupsIn     int            `json:"groups_in"`
 	GroupsOut    int            `json:"groups_out"`
 	Trajectories int            `json:"trajectories"`
@@ -243,6 +251,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	// Rollout workers: groups produced at most MaxAhead ahead of the trainer.
 	gen := synth.Default()
 	gen.Seed, gen.GroupSize = o.Seed, o.GroupSize
+	gen.BaseMs = o.StartMs
+	if gen.BaseMs == 0 {
+		gen.BaseMs = start.UnixMilli()
+	}
+	startMs := gen.BaseMs
 	if o.Method == credit.MethodAttnSR {
 		gen.Shape = synth.ALFWorld
 	}
@@ -320,6 +333,7 @@ wait:
 	}
 	elapsed := time.Since(start)
 	sum := tr.summary(elapsed, interrupted)
+	sum.StartMs = startMs
 	sum.ScorerRequests = client.Stats().Requests
 	cancel()
 	if runErr == nil {
