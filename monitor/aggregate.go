@@ -146,7 +146,7 @@ func (a *Aggregator) Add(topic string, s *schemas.Sample, at time.Time) {
 		one.attnN, one.confSum, one.baseSum = 1, s.AttnSR.Confidence, s.AttnSR.Baseline
 		t.confidence.add(s.AttnSR.Confidence)
 	}
-	if s.ScorerPolicyVersion != nil {
+	if s.ScorerPolicyVersion != nil && *s.ScorerPolicyVersion >= 0 { // -1: unknown
 		sl := float64(*s.ScorerPolicyVersion - s.PolicyVersion)
 		one.scorerN, one.scorerLagSum = 1, sl
 		t.scorerLag.add(sl)
