@@ -2,6 +2,8 @@ package python_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -80,4 +82,42 @@ s.close()`
 		t.Fatalf("trainer read %q, want t-late; stderr:\n%s", got, stderr.String())
 	}
 	t.Logf("read the sample %.1fs after the topic was made", time.Since(start).Seconds())
+}
+
+// TestExampleTrainerCtrlC: Ctrl-C stops examples/python/trainer.py with its
+// summary line and status 130, not a traceback.
+func TestExampleTrainerCtrlC(t *testing.T) {
+	py := pythonWith(t, "confluent_kafka", "numpy")
+	b, err := broker.Start(broker.WithTopics(2, "creditflow.samples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cmd := exec.Command(py, "examples/python/trainer.py", "--brokers", strings.Join(b.Addrs(), ","), "--expect", "5")
+	cmd.Dir = repoRoot(t)
+	cmd.Env = pyEnv(t)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // in its loop, waiting for samples
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("trainer did not stop on Ctrl-C; stderr:\n%s", stderr.String())
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Errorf("exit: %v, want status 130", err)
+	}
+	if strings.Contains(stderr.String(), "Traceback") || !strings.Contains(stdout.String(), `"interrupted": true`) {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
 }

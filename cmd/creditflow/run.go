@@ -284,7 +284,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		stop()
 	case <-ctx.Done():
 	}
-	log.Info().Dur("deadline", *shutdown).Msg("shutting down: draining in-flight work")
+	log.Info().Dur("deadline_ms", *shutdown).Msg("shutting down: draining in-flight work")
 	deadline := time.After(*shutdown)
 	for ; n > 0; n-- {
 		select {

@@ -397,7 +397,7 @@ func (p *partition) idle() {
 	}
 	expired := p.groups.AdvanceIdle(p.lastWM + quiet.Milliseconds())
 	if len(expired) > 0 {
-		p.log.Info().Int("groups", len(expired)).Dur("idle", quiet).Msg("idle partition: windows closed by processing time")
+		p.log.Info().Int("groups", len(expired)).Dur("idle_ms", quiet).Msg("idle partition: windows closed by processing time")
 	}
 	p.closeBefore(p.next, expired)
 }

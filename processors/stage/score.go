@@ -325,7 +325,7 @@ func retry(ctx context.Context, log zerolog.Logger, what string, permanent func(
 		if perr := permanent(err); perr != nil {
 			return perr
 		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Msg(what + " failed; retrying")
+		log.Warn().Err(err).Dur("retry_in_ms", backoff).Msg(what + " failed; retrying")
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

@@ -71,7 +71,7 @@ func (c *Config) WaitTopics(ctx context.Context, score, advantage bool, timeout 
 				strings.Join(c.Brokers, ","), strings.Join(missing, ", "))
 		}
 		if !logged && err == nil {
-			c.Logger.Warn().Strs("missing", missing).Dur("timeout", timeout).Msg("waiting for topics to exist")
+			c.Logger.Warn().Strs("missing", missing).Dur("timeout_ms", timeout).Msg("waiting for topics to exist")
 			logged = true
 		}
 		select {
