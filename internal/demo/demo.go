@@ -179,6 +179,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			srvOpts = append(srvOpts, gpu.WithServerRegistry(r))
 			localOpts = append(localOpts, gpu.WithLocalRegisterer(r))
 		}
+		// The scorers serve the newest policy version the rollouts use (a
+		// scorer that follows the trainer), so the scorer version lag is known.
+		localOpts = append(localOpts, gpu.WithPolicyVersion(synth.NewestPolicyVersion(o.Groups)))
 		srv := gpu.NewServer(gpu.NewLocal(m, localOpts...), srvOpts...)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = srv.Serve(ctx, ln) }()
