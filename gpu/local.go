@@ -57,7 +57,8 @@ type localConfig struct {
 	inProcess     bool
 }
 
-// WithPolicyVersion sets the policy version reported by Info (default 0).
+// WithPolicyVersion sets the policy version reported by Info (default -1:
+// unknown, weights that were never announced as a policy version).
 func WithPolicyVersion(v int64) LocalOption {
 	return func(c *localConfig) { c.policyVersion = v }
 }
@@ -148,7 +149,7 @@ func newLocalMetrics(reg prometheus.Registerer, inProcess bool) *localMetrics {
 
 // NewLocal wraps m as a Scorer.
 func NewLocal(m *model.Model, opts ...LocalOption) *Local {
-	cfg := localConfig{maxConcurrent: runtime.GOMAXPROCS(0)}
+	cfg := localConfig{maxConcurrent: runtime.GOMAXPROCS(0), policyVersion: -1}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -26,12 +26,16 @@ type ChaosOptions struct {
 	KillScorers   bool // SIGKILL and restart scorer processes too
 	BrokerOutages int  // broker cuts of OutageLength each
 	OutageLength  time.Duration
+	// StatePartitions of the state topic (default 1, what `creditflow run
+	// --create-topics` makes; operators' topics often get the cluster's
+	// default, say 4).
+	StatePartitions int
 }
 
 // DefaultChaos is the default chaos run.
 func DefaultChaos() ChaosOptions {
 	return ChaosOptions{Workload: Workload{Groups: 40, Partitions: 4, Method: credit.MethodLAPO, Seed: 7,
-		ProduceEvery: 750 * time.Millisecond, Timeout: 10 * time.Minute}, Kills: 5, Scorers: 2, OutageLength: 3 * time.Second}
+		ProduceEvery: 750 * time.Millisecond, Timeout: 10 * time.Minute}, Kills: 5, Scorers: 2, OutageLength: 3 * time.Second, StatePartitions: 1}
 }
 
 // ChaosResult is what a chaos run measured. JSON names are stable.
@@ -48,12 +52,17 @@ type ChaosResult struct {
 	ScorerKills   int    `json:"scorer_kills"`
 	BrokerOutages int    `json:"broker_outages"`
 	Groups        int    `json:"groups"`
+	// StatePartitions is the state topic's partition count.
+	StatePartitions int `json:"state_partitions"`
 	Comparison
-	DeadLetters      int            `json:"dead_letters"`
-	DeadByReason     map[string]int `json:"dead_letters_by_reason,omitempty"`
-	ProcessorStarts  int            `json:"processor_starts"`
-	UnexpectedExits  int            `json:"unexpected_exits"`
-	CleanShutdown    bool           `json:"clean_shutdown"`
+	DeadLetters     int            `json:"dead_letters"`
+	DeadByReason    map[string]int `json:"dead_letters_by_reason,omitempty"`
+	ProcessorStarts int            `json:"processor_starts"`
+	UnexpectedExits int            `json:"unexpected_exits"`
+	CleanShutdown   bool           `json:"clean_shutdown"`
+	// StateResets are partitions that started past their beginning without
+	// a state snapshot (the EMA baseline started over; logged as errors).
+	StateResets      int            `json:"state_resets"`
 	Seconds          float64        `json:"seconds"`
 	ReferenceSeconds float64        `json:"reference_seconds"`
 	LogWarnings      map[string]int `json:"log_warnings,omitempty"`
@@ -61,6 +70,9 @@ type ChaosResult struct {
 }
 
 func (o *ChaosOptions) check() error {
+	if o.KillScorers {
+		o.ScorerProcess = true // scorers to kill must be processes of their own
+	}
 	switch {
 	case o.Groups <= 0:
 		return fmt.Errorf("--groups must be positive")
@@ -68,12 +80,12 @@ func (o *ChaosOptions) check() error {
 		return fmt.Errorf("--kills and --broker-outages cannot be negative")
 	case o.Partitions <= 0:
 		return fmt.Errorf("--partitions must be positive")
+	case o.StatePartitions <= 0:
+		return fmt.Errorf("--state-partitions must be positive")
 	case o.Method != credit.MethodLAPO && o.Method != credit.MethodAttnSR:
 		return fmt.Errorf("--method %q: use lapo or attnsr", o.Method)
 	case o.ScorerProcess && o.Scorers <= 0:
 		return fmt.Errorf("--scorers must be positive with --scorer-process")
-	case o.KillScorers && !o.ScorerProcess:
-		return fmt.Errorf("--kill-scorers needs --scorer-process")
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -98,7 +110,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	if err != nil {
 		return ChaosResult{}, err
 	}
-	res := ChaosResult{Method: o.Method, Groups: o.Groups, Logs: dir, Signal: "SIGKILL"}
+	res := ChaosResult{Method: o.Method, Groups: o.Groups, StatePartitions: o.StatePartitions, Logs: dir, Signal: "SIGKILL"}
 	sig := syscall.SIGKILL
 	if o.Graceful {
 		sig, res.Signal = syscall.SIGTERM, "SIGTERM"
@@ -109,6 +121,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 		return res, err
 	}
 	defer e.Close()
+	e.state = o.StatePartitions
 	w := newWorkload(o.Method, o.Groups, o.Seed)
 
 	o.Logf("chaos: reference run (uninterrupted): %d groups of %d, %s", o.Groups, groupSize, o.Method)
@@ -336,6 +349,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 		res.UnexpectedExits += sp.unexpectedExits()
 	}
 	res.LogWarnings = logSummary(logs...)
+	res.StateResets = stateResets(res.LogWarnings)
 	if !complete {
 		return res, fmt.Errorf("chaos: %d of %d samples after %v", res.Seen, res.Expected, o.Timeout)
 	}
@@ -362,6 +376,17 @@ func scorerCommand(bin, addr string) (string, []string, error) {
 	return self, []string{scorerServeCmd, "--addr", addr}, nil
 }
 
+// stateResets counts the processor's "no state snapshot was found" errors.
+func stateResets(warnings map[string]int) int {
+	n := 0
+	for msg, c := range warnings {
+		if strings.Contains(msg, "no state snapshot was found") {
+			n += c
+		}
+	}
+	return n
+}
+
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
 func chaosCmd(args []string) (int, error) {
@@ -372,9 +397,10 @@ func chaosCmd(args []string) (int, error) {
 	fs.BoolVar(&o.Graceful, "graceful", o.Graceful, "stop the processor with SIGTERM instead of SIGKILL (a graceful drain each time)")
 	fs.BoolVar(&o.ScorerProcess, "scorer-process", o.ScorerProcess, "run the scorers as separate child processes")
 	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer processes with --scorer-process")
-	fs.BoolVar(&o.KillScorers, "kill-scorers", o.KillScorers, "also SIGKILL and restart scorer processes at random moments")
+	fs.BoolVar(&o.KillScorers, "kill-scorers", o.KillScorers, "also SIGKILL and restart scorer processes at random moments (implies --scorer-process)")
 	fs.IntVar(&o.BrokerOutages, "broker-outages", o.BrokerOutages, "cut the broker off this many times during the run")
 	fs.DurationVar(&o.OutageLength, "outage-length", o.OutageLength, "length of each broker outage")
+	fs.IntVar(&o.StatePartitions, "state-partitions", o.StatePartitions, "partitions of the state topic (snapshots are found in the partition their key hashes to)")
 	return runCommand(fs, args, &o.Workload, "chaos",
 		func(ctx context.Context) (ChaosResult, error) { return RunChaos(ctx, o) },
 		printChaos, func(r ChaosResult) Comparison { return r.Comparison })
@@ -382,10 +408,11 @@ func chaosCmd(args []string) (int, error) {
 
 func printChaos(r ChaosResult) {
 	w := os.Stdout
-	fmt.Fprintf(w, "method            %s, %d groups\n", r.Method, r.Groups)
+	fmt.Fprintf(w, "method            %s, %d groups, %d state partitions\n", r.Method, r.Groups, r.StatePartitions)
 	fmt.Fprintf(w, "faults            %d processor stops by %s (%d while its groups were unsettled, %d unclean), %d scorer kills, %d broker outages (%d processor starts)\n",
 		r.Kills, r.Signal, r.UnsettledKills, r.UncleanStops, r.ScorerKills, r.BrokerOutages, r.ProcessorStarts)
 	printOutcome(r.Comparison, r.DeadLetters, r.DeadByReason, r.UnexpectedExits, "child processes")
+	fmt.Fprintf(w, "state resets      %d (partitions that found no snapshot and started the EMA over)\n", r.StateResets)
 	fmt.Fprintf(w, "time              chaos %.1fs, reference %.1fs; clean SIGTERM shutdown at the end: %v\n", r.Seconds, r.ReferenceSeconds, r.CleanShutdown)
 	printTail(r.Comparison, r.LogWarnings, r.Logs)
 }

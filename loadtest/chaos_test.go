@@ -114,6 +114,9 @@ func checkChaos(t *testing.T, res ChaosResult, err error, wantKills int) {
 	if res.UnsettledKills != 0 {
 		t.Fatalf("%d stops were made while the consumer groups were not settled", res.UnsettledKills)
 	}
+	if res.StateResets != 0 {
+		t.Fatalf("%d partitions found no state snapshot and started the EMA baseline over", res.StateResets)
+	}
 	if res.Unexpected != 0 || res.DeadLetters != 0 {
 		t.Fatalf("%d unexpected samples and %d dead letters (%v) from valid input", res.Unexpected, res.DeadLetters, res.DeadByReason)
 	}
@@ -132,12 +135,13 @@ func TestChaosLAPO(t *testing.T) {
 
 // TestChaosAttnSR: the same for AttnSR, whose samples carry the EMA
 // baseline R̄_t: a byte-identical sample after a kill shows the baseline
-// continued exactly across the restart.
+// continued exactly across the restart. Its state topic has 4 partitions.
 func TestChaosAttnSR(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos harness: about a minute of child processes")
 	}
 	o := chaosOpts(t, credit.MethodAttnSR, 8)
+	o.StatePartitions = 4 // snapshots spread over the state topic's partitions
 	res, err := RunChaos(context.Background(), o)
 	checkChaos(t, res, err, o.Kills)
 }

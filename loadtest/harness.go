@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/internal/synth"
@@ -76,6 +77,7 @@ type env struct {
 	built   bool // bin was built for this run: removed by Close (the logs stay)
 	dir     string
 	parts   int
+	state   int // partitions of the state topic (1, what --create-topics makes)
 	log     zerolog.Logger
 	prod    *producers.Producer
 }
@@ -97,12 +99,26 @@ func newEnv(ctx context.Context, bin, dir string, partitions int, log zerolog.Lo
 		b.Close()
 		return nil, err
 	}
-	return &env{b: b, brokers: b.Addrs(), bin: bin, built: built, dir: dir, parts: partitions, log: log, prod: prod}, nil
+	return &env{b: b, brokers: b.Addrs(), bin: bin, built: built, dir: dir, parts: partitions, state: 1, log: log, prod: prod}, nil
+}
+
+// newExternalEnv is an env on a cluster the harness did not start: any
+// Kafka implementation at brokers. createTopics creates only the topics
+// that do not exist there, so a cluster without CreateTopics works when the
+// topics were made by other means.
+func newExternalEnv(bin, dir string, brokers []string, partitions int) (*env, error) {
+	prod, err := producers.New(producers.Config{Brokers: brokers, RetryFor: 5 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	return &env{brokers: brokers, bin: bin, dir: dir, parts: partitions, state: 1, log: nopLog(), prod: prod}, nil
 }
 
 func (e *env) Close() {
 	_ = e.prod.Close()
-	e.b.Close()
+	if e.b != nil {
+		e.b.Close()
+	}
 	if e.built {
 		_ = os.Remove(e.bin)
 	}
@@ -123,7 +139,22 @@ func topicsFor(prefix string) stage.Topics {
 
 func (e *env) createTopics(ctx context.Context, t stage.Topics) error {
 	cfg := stage.Config{Topics: t}
-	return producers.EnsureTopics(ctx, e.brokers, kafkasec.Config{}, cfg.TopicSpecs(e.parts)...)
+	specs := cfg.TopicSpecs(e.parts)
+	for i := range specs {
+		if specs[i].Name == t.State && e.state > 0 {
+			specs[i].Partitions = e.state
+		}
+	}
+	if e.b == nil { // an outside cluster: create only what is missing
+		var missing []producers.TopicSpec
+		for _, s := range specs {
+			if ps, err := consumers.Partitions(ctx, e.brokers, kafkasec.Config{}, s.Name); err != nil || len(ps) == 0 {
+				missing = append(missing, s)
+			}
+		}
+		specs = missing
+	}
+	return producers.EnsureTopics(ctx, e.brokers, kafkasec.Config{}, specs...)
 }
 
 // workload is the deterministic input of a run.

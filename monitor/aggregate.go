@@ -166,7 +166,7 @@ func (a *Aggregator) AddAt(topic string, partition int, offset int64, s *schemas
 		one.attnN, one.confSum, one.baseSum = 1, s.AttnSR.Confidence, s.AttnSR.Baseline
 		t.confidence.add(s.AttnSR.Confidence)
 	}
-	if s.ScorerPolicyVersion != nil {
+	if s.ScorerPolicyVersion != nil && *s.ScorerPolicyVersion >= 0 { // -1: unknown
 		sl := float64(*s.ScorerPolicyVersion - s.PolicyVersion)
 		one.scorerN, one.scorerLagSum = 1, sl
 		t.scorerLag.add(sl)

@@ -250,12 +250,12 @@ func TestBySourceAndScorerLag(t *testing.T) {
 		s.ScorerPolicyVersion = scorer
 		a.Add("s", s, time.Time{})
 	}
-	v6, v5 := int64(6), int64(5)
+	v6, v5, unknown := int64(6), int64(5), int64(-1)
 	add("a0", "pa", "nq", 1, &v6)
 	add("a1", "pa", "nq", 0, &v6)
 	add("b0", "pb", "hotpotqa", 1, &v5)
 	add("b1", "pb", "hotpotqa", 1, nil)
-	add("c0", "pc", "", 0, nil)
+	add("c0", "pc", "", 0, &unknown) // a scorer that does not know its version: no lag
 	add("c1", "pc", "", 0, nil)
 	add("d0", "pd", "trivia", 0, nil) // a fourth source: "other"
 	add("d1", "pd", "trivia", 1, nil)

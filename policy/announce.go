@@ -2,8 +2,11 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -35,8 +38,11 @@ func Announce(ctx context.Context, prod *producers.Producer, topic string, a sch
 		Topic: topic, Key: []byte(schemas.PolicyKey), Value: b,
 		Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.NamePolicy)}},
 	})
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return fmt.Errorf("policy: announce version %d on %s: %w (create the topic: `creditflow announce --create-topic`, or `creditflow run --create-topics N`)", a.Version, topic, err)
+	}
 	if err != nil {
-		return fmt.Errorf("policy: announce version %d on %s: %w (create the topic with --create-topics)", a.Version, topic, err)
+		return fmt.Errorf("policy: announce version %d on %s: %w", a.Version, topic, err)
 	}
 	return nil
 }
@@ -47,5 +53,5 @@ func TopicSpec(topic string) producers.TopicSpec {
 	if topic == "" {
 		topic = DefaultTopic
 	}
-	return producers.TopicSpec{Name: topic, Partitions: 1, ReplicationFactor: 1, Compact: true}
+	return producers.TopicSpec{Name: topic, Partitions: 1, Compact: true} // replication: the brokers' default
 }

@@ -33,6 +33,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -256,13 +258,18 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 		} else {
 			failed = pending
 		}
+		var failedOwner []int // the caller's message of each failed kafka message (chunks)
+		if owner != nil {
+			failedOwner = failedOwners(werrs, owner, len(failed), perMessage)
+		}
+		nfailed := countRecords(failed, failedOwner)
 		if err == nil { // all succeeded after all
 			p.m.duration.Observe(time.Since(start).Seconds())
 			return nil
 		}
 		if ctx.Err() != nil {
 			p.count(failed, err)
-			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", len(failed), len(msgs), ctx.Err())
+			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", nfailed, len(msgs), ctx.Err())
 		}
 		if attempt == 1 && (p.cfg.Security.SASLMechanism != "" || p.cfg.Security.TLS != nil) && Retriable(err) {
 			// A refused login looks like a dropped connection to the
@@ -275,21 +282,19 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 		if !Retriable(err) || time.Now().Add(backoff).After(deadline) {
 			p.count(failed, err)
 			if errors.Is(err, kafka.UnknownTopicOrPartition) {
-				err = fmt.Errorf("%w (create the topic with EnsureTopics, or set AutoCreateTopics)", err)
+				err = fmt.Errorf("%w: topic %s (create the topic with EnsureTopics, or set AutoCreateTopics)", err, strings.Join(topicsOf(failed), ", "))
 			}
-			return fmt.Errorf("producers: %d of %d messages failed after %d attempts over %s: %w", len(failed), len(msgs), attempt, time.Since(start).Round(time.Millisecond), err)
+			return fmt.Errorf("producers: %d of %d messages failed after %d attempts over %s: %w", nfailed, len(msgs), attempt, time.Since(start).Round(time.Millisecond), err)
 		}
-		p.log.Warn().Err(err).Int("failed", len(failed)).Int("attempt", attempt).Msg("produce failed, retrying")
+		p.log.Warn().Err(err).Int("failed", nfailed).Strs("topics", topicsOf(failed)).Int("attempt", attempt).Msg("produce failed, retrying")
 		select {
 		case <-ctx.Done():
 			p.count(failed, ctx.Err())
-			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", len(failed), len(msgs), ctx.Err())
+			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", nfailed, len(msgs), ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
-		if owner != nil {
-			owner = failedOwners(werrs, owner, len(failed), perMessage)
-		}
+		owner = failedOwner
 		pending = failed
 	}
 }
@@ -354,4 +359,31 @@ func (p *Producer) Close() error {
 		return fmt.Errorf("producers: close: %w", err)
 	}
 	return nil
+}
+
+// countRecords is how many of the caller's messages the failed kafka
+// messages belong to: a record written as chunks counts once.
+func countRecords(failed []kafka.Message, owner []int) int {
+	if owner == nil {
+		return len(failed)
+	}
+	seen := map[int]bool{}
+	for _, o := range owner {
+		seen[o] = true
+	}
+	return len(seen)
+}
+
+// topicsOf returns the distinct topics of msgs, sorted.
+func topicsOf(msgs []kafka.Message) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range msgs {
+		if !seen[m.Topic] {
+			seen[m.Topic] = true
+			out = append(out, m.Topic)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -343,5 +344,30 @@ func TestTopicMaxMessageBytes(t *testing.T) {
 	}
 	if !bytes.Equal(joined, v) {
 		t.Fatal("chunks do not add up to the record")
+	}
+}
+
+// TestProduceErrorCountsRecords: a failed call counts the caller's
+// messages, not the chunks they were written as, and a missing topic is
+// named in the error.
+func TestProduceErrorCountsRecords(t *testing.T) {
+	brokers := start(t)
+	p, err := producers.New(producers.Config{Brokers: brokers, BatchBytes: 100_000, RetryFor: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var msgs []producers.Message
+	for i := 0; i < 3; i++ { // each about 3 chunks
+		msgs = append(msgs, producers.Message{Topic: "no.such.topic", Key: []byte{byte('a' + i)}, Value: make([]byte, 250_000)})
+	}
+	err = p.Produce(context.Background(), msgs...)
+	if err == nil {
+		t.Fatal("producing to a topic that does not exist: no error")
+	}
+	for _, want := range []string{"3 of 3 messages", "no.such.topic"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

@@ -26,11 +26,31 @@ type TopicSpec struct {
 
 // EnsureTopics creates the topics that do not exist yet. It is idempotent:
 // existing topics are left as they are (their partition count is not
-// changed). Transient failures are retried until ctx ends.
+// changed). It asks first which topics exist and sends CreateTopics only
+// for the missing ones, so on a cluster where every topic exists it needs
+// no permission to create topics. Transient failures are retried until ctx
+// ends.
 func EnsureTopics(ctx context.Context, brokers []string, sec kafkasec.Config, specs ...TopicSpec) error {
 	if len(brokers) == 0 {
 		return errors.New("producers: EnsureTopics: no brokers configured")
 	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	if missing, err := MissingTopics(ctx, brokers, sec, names...); err == nil {
+		want := map[string]bool{}
+		for _, m := range missing {
+			want[m] = true
+		}
+		var left []TopicSpec
+		for _, s := range specs {
+			if want[s.Name] {
+				left = append(left, s)
+			}
+		}
+		specs = left
+	} // else: ask to create them all; CreateTopics says which exist
 	if len(specs) == 0 {
 		return nil
 	}
@@ -131,4 +151,38 @@ func murmur2(data []byte) uint32 {
 	h *= m
 	h ^= h >> 15
 	return h
+}
+
+// MissingTopics returns the names among topics that do not exist on the
+// cluster (in the order given). It asks for metadata without allowing the
+// brokers to create topics automatically, so a check never creates one.
+func MissingTopics(ctx context.Context, brokers []string, sec kafkasec.Config, topics ...string) ([]string, error) {
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	tr, err := sec.Transport()
+	if err != nil {
+		return nil, fmt.Errorf("producers: MissingTopics: %w", err)
+	}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	resp, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("producers: topic metadata: %w", err)
+	}
+	found := map[string]bool{}
+	for _, t := range resp.Topics {
+		if t.Error == nil && len(t.Partitions) > 0 {
+			found[t.Name] = true
+		}
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, t := range topics {
+		if !found[t] && !seen[t] {
+			missing = append(missing, t)
+		}
+		seen[t] = true
+	}
+	return missing, nil
 }

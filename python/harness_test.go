@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -126,6 +127,11 @@ type proc struct {
 
 func startProc(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
+	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--metrics-addr") }) {
+		// `run` serves metrics on 127.0.0.1:9464 by default: a test must not
+		// depend on a fixed port being free.
+		t.Fatalf("starting `creditflow run` without --metrics-addr (it would bind the fixed default port): %v", args)
+	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = env

@@ -226,7 +226,7 @@ func TestPodVersionReachesSamples(t *testing.T) {
 		t.Fatalf("pod did not start\n%s", pod.out.String())
 	}
 	run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4",
-		"--log-level", "warn", "--scorers", "http://127.0.0.1:"+port)
+		"--log-level", "warn", "--metrics-addr=", "--scorers", "http://127.0.0.1:"+port)
 
 	versions := func(ids []string) map[string]int64 {
 		t.Helper()

@@ -25,12 +25,15 @@ func runAnnounce(args []string) error {
 	var topic, checkpoint *string
 	var version *int64
 	var create *bool
-	var timeout *time.Duration
+	var timeout, startup *time.Duration
 	fs.inGroup(groupGeneral, func() {
 		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
 		timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
 	})
 	kf := addKafkaFlags(fs)
+	fs.inGroup(groupKafka, func() {
+		startup = fs.Duration("startup-timeout", 10*time.Second, "wait at most this long for a broker to answer, then exit non-zero")
+	})
 	fs.inGroup(groupPolicy, func() {
 		topic = fs.String("topic-policy", policy.DefaultTopic, "compacted topic of policy announcements")
 		version = fs.Int64("version", -1, "policy version now being trained (>= 0, monotone)")
@@ -50,6 +53,9 @@ func runAnnounce(args []string) error {
 	brokers := splitList(*kf.brokers)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := sec.WaitReachable(ctx, brokers, *startup); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	if *create {

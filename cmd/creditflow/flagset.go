@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -140,7 +141,36 @@ func (f *flagSet) parseWith(args []string, parse func([]string) error) error {
 		return err
 	}
 	if err != nil {
-		return usageError{fmt.Errorf("%v\nRun 'creditflow %s -h' for the flags.", err, f.Name())}
+		return usageError{fmt.Errorf("%s; run 'creditflow %s -h' for the flags", asGiven(err.Error(), args), f.Name())}
 	}
 	return nil
+}
+
+// flagInError finds the flag the flag package names in its error messages
+// ("flag provided but not defined: -x", "invalid value … for flag -x: …").
+var flagInError = regexp.MustCompile(`(defined: |flag )-([^\s:=]+)`)
+
+// asGiven rewrites the flag package's error so that the flag reads as the
+// user typed it (--bogus, not -bogus), and "unknown flag" for one that does
+// not exist.
+func asGiven(msg string, args []string) string {
+	m := flagInError.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg
+	}
+	name := msg[m[4]:m[5]]
+	given := "-" + name
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); n == name && strings.HasPrefix(a, "-") {
+			given, _, _ = strings.Cut(a, "=")
+			break
+		}
+	}
+	if strings.HasPrefix(msg, "flag provided but not defined: ") {
+		return "unknown flag " + given
+	}
+	return msg[:m[3]] + given + msg[m[5]:]
 }

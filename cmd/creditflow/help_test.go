@@ -74,12 +74,26 @@ func TestUnknownFlagIsAShortUsageError(t *testing.T) {
 		if !errors.As(err, &ue) {
 			t.Fatalf("%s --no-such-flag: %v, want a usageError", n, err)
 		}
-		if !strings.Contains(err.Error(), "-no-such-flag") || !strings.Contains(err.Error(), "creditflow "+n+" -h") {
-			t.Errorf("%s: %q", n, err)
+		if !strings.Contains(err.Error(), "unknown flag --no-such-flag;") || !strings.Contains(err.Error(), "creditflow "+n+" -h") ||
+			strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %q, want one line naming --no-such-flag as given", n, err)
 		}
 		if out != "" {
 			t.Errorf("%s printed on an unknown flag:\n%s", n, out)
 		}
+	}
+}
+
+// TestBadFlagValueNamesTheFlagAsGiven: a bad value names the flag the way
+// it was typed, on one line.
+func TestBadFlagValueNamesTheFlagAsGiven(t *testing.T) {
+	_, err := captureStderr(t, func() error { return commands["demo"].run([]string{"--groups=many"}) })
+	if err == nil || !strings.Contains(err.Error(), "flag --groups:") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("demo --groups=many: %q, want one line naming --groups", err)
+	}
+	_, err = captureStderr(t, func() error { return commands["demo"].run([]string{"-bogus"}) })
+	if err == nil || !strings.Contains(err.Error(), "unknown flag -bogus;") {
+		t.Fatalf("demo -bogus: %q", err)
 	}
 }
 

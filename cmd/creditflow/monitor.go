@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -54,6 +55,10 @@ func runMonitor(args []string) error {
 		tok = fs.String("tokenizer", "", "a model's tokenizer.json (or its folder) for the sample view's text; default: the built-in byte vocabulary")
 	})
 	kf := addKafkaFlags(fs)
+	var startup *time.Duration
+	fs.inGroup(groupKafka, func() {
+		startup = fs.Duration("startup-timeout", 10*time.Second, "wait at most this long for a broker to answer, then exit non-zero")
+	})
 	fs.inGroup(groupTopics, func() {
 		topicList = fs.String("topics", topics.Samples, "samples topics to read, comma-separated (two or more are drawn side by side)")
 		dead = fs.String("topic-dead-letters", topics.DeadLetters, "dead-letter topic (empty: leave out)")
@@ -93,6 +98,9 @@ func runMonitor(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := sec.WaitReachable(ctx, src.Brokers, *startup); err != nil {
+		return err
+	}
 	if *once {
 		sum, err := m.Once(ctx)
 		if err != nil {

@@ -43,6 +43,7 @@ func runReplay(args []string) error {
 	fs.inGroup(groupKafka, func() {
 		fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
 		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
+		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "replication factor of the output topics the replay creates (0: the brokers' default); existing topics are used as they are")
 	})
 	fs.inGroup(groupTopics, func() {
 		fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
@@ -109,12 +110,12 @@ func runReplay(args []string) error {
 	}
 	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
 	specs := []producers.TopicSpec{
-		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg},
-		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1, Configs: topicCfg},
-		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true, Configs: topicCfg},
+		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg},
+		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg},
+		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: cfg.ReplicationFactor, Compact: true, Configs: topicCfg},
 	}
 	if cfg.MaxPolicyLag >= 0 {
-		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: 1, Configs: topicCfg})
+		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
 	}
 	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
 		return err

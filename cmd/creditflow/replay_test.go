@@ -6,12 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
 )
 
 // livePipeline runs the demo pipeline against an embedded broker so that
@@ -131,5 +135,50 @@ func TestReplayNeverTouchesLiveTopics(t *testing.T) {
 	}
 	if out, err := captureStdout(t, func() error { return runReplay(append(args, "--append")) }); err != nil {
 		t.Fatalf("replay --append: %v\n%s", err, out)
+	}
+}
+
+// TestReplayWithoutCreatePermission: on a cluster that refuses CreateTopics
+// (a service account without the CREATE permission), a replay into output
+// topics that operators created runs, and creates nothing.
+func TestReplayWithoutCreatePermission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline on an embedded broker")
+	}
+	b := brokertest.Start(t, broker.WithDefaultPartitions(2))
+	o := demo.Defaults()
+	o.Groups, o.Partitions, o.Bad, o.Scorers, o.Brokers, o.Timeout = 2, 2, 0, 1, b.Addrs(), 2*time.Minute
+	if _, err := demo.Run(context.Background(), o); err != nil {
+		t.Fatalf("live pipeline: %v", err)
+	}
+	const out = "ops.samples.replay"
+	if err := producers.EnsureTopics(context.Background(), b.Addrs(), kafkasec.Config{},
+		producers.TopicSpec{Name: out, Partitions: 2}, producers.TopicSpec{Name: out + ".state", Partitions: 1, Compact: true},
+		producers.TopicSpec{Name: out + ".dead-letters", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	creates := 0
+	b.Cluster().ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster().KeepControl()
+		creates++
+		r := req.(*kmsg.CreateTopicsRequest)
+		resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, tp := range r.Topics {
+			rt := kmsg.NewCreateTopicsResponseTopic()
+			rt.Topic, rt.ErrorCode = tp.Topic, kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	args := []string{"--brokers", strings.Join(b.Addrs(), ","), "--log-level", "error", "--topic-samples", out, "--lambda", "1"}
+	if stdout, err := captureStdout(t, func() error { return runReplay(args) }); err != nil {
+		t.Fatalf("replay into existing topics without CREATE permission: %v\n%s", err, stdout)
+	}
+	var samples int64
+	for _, e := range topicEnds(t, b.Addrs(), out)[out] {
+		samples += e
+	}
+	if samples != 10 || creates != 0 {
+		t.Fatalf("replay wrote %d samples (want 10) after %d CreateTopics requests (want 0)", samples, creates)
 	}
 }

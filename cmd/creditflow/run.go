@@ -107,7 +107,8 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	fs.inGroup(groupKafka, func() {
 		fs.StringVar(&cfg.GroupID, "group", cfg.GroupID, "consumer group prefix (<group>.score, <group>.advantage); a replay with new settings uses a new group")
 		create = fs.Int("create-topics", 0, "create missing topics with this many partitions (0: expect them to exist)")
-		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
+		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "with --create-topics: replication factor of the topics created (0: the brokers' default)")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer and for every topic used to exist, then exit non-zero")
 		fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "consumer group session timeout: how soon the partitions of a replica that died move to the others")
 		fs.DurationVar(&cfg.CommitInterval, "commit-interval", cfg.CommitInterval, "how often offsets and state snapshots are committed")
 	})
@@ -208,6 +209,11 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			return fmt.Errorf("--create-topics at %s: %w", strings.Join(cfg.Brokers, ","), err)
 		}
 	}
+	// Every topic read or written must exist: found now, not when the first
+	// output is retried for ever.
+	if err := cfg.WaitTopics(ctx, runScore, runAdv, *startup); err != nil {
+		return err
+	}
 	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(reg))
 	if err != nil {
 		return err
@@ -288,7 +294,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		stop()
 	case <-ctx.Done():
 	}
-	log.Info().Dur("deadline", *shutdown).Msg("shutting down: draining in-flight work")
+	log.Info().Dur("deadline_ms", *shutdown).Msg("shutting down: draining in-flight work")
 	deadline := time.After(*shutdown)
 	for ; n > 0; n-- {
 		select {

@@ -43,7 +43,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 		maxCalls = fs.Int("max-model-calls", 0, "model calls run at once (0: GOMAXPROCS)")
 	})
 	fs.inGroup(groupPolicy, func() {
-		version = fs.Int64("policy-version", 0, "policy version reported by /v1/info")
+		version = fs.Int64("policy-version", -1, "policy version of the weights, reported by /v1/info and with every answer (-1: unknown, weights never announced)")
 		follow = fs.Bool("follow-policy", false, "follow the policy topic on --brokers: load each newly announced checkpoint folder and answer with its version")
 		policyTopic = fs.String("topic-policy", policy.DefaultTopic, "policy topic followed with --follow-policy")
 	})

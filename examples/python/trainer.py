@@ -58,8 +58,24 @@ def main():
     out = open(args.out, "w") if args.out else None
     stream = creditflow.SampleStream(args.brokers, args.group, topic=args.topic, max_policy_lag=args.max_policy_lag,
                                      idle_timeout=args.timeout, group_timeout=10)
-    seen, invalid, policy_tokens = set(), 0, 0
+    seen, counts = set(), {"invalid": 0, "policy_tokens": 0}
     deadline = time.time() + args.timeout
+    interrupted = False
+    try:
+        train(args, stream, out, seen, counts, deadline)
+    except KeyboardInterrupt:  # Ctrl-C: stop like a finished run, without a traceback
+        interrupted = True
+    stream.close()
+    print(json.dumps({"samples": len(seen), "duplicates": stream.duplicates, "stale": stream.stale,
+                      "invalid": counts["invalid"], "policy_tokens": counts["policy_tokens"],
+                      "interrupted": interrupted}))
+    if interrupted:
+        return 130
+    return 0 if len(seen) >= args.expect and counts["invalid"] == 0 else 1
+
+
+def train(args, stream, out, seen, counts, deadline):
+    """The training loop: counts invalid samples and policy tokens into counts."""
     for batch in stream.batches(args.batch, max_wait=2):
         arrays = creditflow.to_numpy(batch)             # padded [B, L]
         packed = creditflow.to_numpy(batch, packed=True)  # [1, T] + cu_seqlens
@@ -68,11 +84,11 @@ def main():
             try:
                 check(s)
             except ValueError as e:
-                invalid += 1
+                counts["invalid"] += 1
                 print("invalid sample %s: %s" % (s["trajectory_id"], e), file=sys.stderr)
                 continue
             seen.add(s["trajectory_id"])
-            policy_tokens += int(s["loss_mask"].sum())
+            counts["policy_tokens"] += int(s["loss_mask"].sum())
             if out:
                 per_token = s["advantages"] if s["output"] != "token_rewards" else s["token_rewards"]
                 out.write(json.dumps({"trajectory_id": s["trajectory_id"], "prompt_id": s["prompt_id"],
@@ -84,10 +100,6 @@ def main():
         stream.commit()  # after the training step: at-least-once
         if len(seen) >= args.expect or time.time() > deadline:
             break
-    stream.close()
-    print(json.dumps({"samples": len(seen), "duplicates": stream.duplicates, "stale": stream.stale,
-                      "invalid": invalid, "policy_tokens": policy_tokens}))
-    return 0 if len(seen) >= args.expect and invalid == 0 else 1
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@ type Options struct {
 	Prefix string
 	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
 	Model *model.Model
+	// StartMs is the event time (created_at_ms, Unix ms) of the first
+	// trajectory; later ones follow 10 ms apart. 0: the wall clock when the
+	// run starts, so sample ages and event-time charts are real. The same
+	// StartMs and Seed give the same output bytes.
+	StartMs int64
 }
 
 // Defaults is the demo's default size.
@@ -73,22 +78,36 @@ type Progress struct {
 
 // Summary is what a run measured. JSON names are stable.
 type Summary struct {
-	Method        string         `json:"method"`
-	GroupsIn      int            `json:"groups_in"`
-	GroupsOut     int            `json:"groups_out"`
-	Trajectories  int            `json:"trajectories"`
-	SamplesOut    int            `json:"samples_out"`
-	Duplicates    int            `json:"duplicate_samples"`
-	DeadLetters   int            `json:"dead_letters"`
-	DeadByReason  map[string]int `json:"dead_letters_by_reason"`
-	InjectedBad   int            `json:"injected_bad"` // malformed records injected on purpose (Options.Bad)
-	Lost          int            `json:"lost"`
-	Invalid       int            `json:"invalid_samples"`
-	Seconds       float64        `json:"seconds"`
-	TrajPerSecond float64        `json:"trajectories_per_second"`
-	TokensPerSec  float64        `json:"sample_tokens_per_second"`
-	LatencyP50Ms  float64        `json:"latency_p50_ms"`
-	LatencyP99Ms  float64        `json:"latency_p99_ms"`
+	Method string `json:"method"`
+	// StartMs is the first trajectory's event time: pass it as
+	// Options.StartMs (--start-ms) to reproduce the run's output bytes.
+	StartMs      int64          `json:"start_ms"`
+	GroupsIn     int            `json:"groups_in"`
+	GroupsOut    int            `json:"groups_out"`
+	Trajectories int            `json:"trajectories"`
+	SamplesOut   int            `json:"samples_out"`
+	Duplicates   int            `json:"duplicate_samples"`
+	DeadLetters  int            `json:"dead_letters"`
+	DeadByReason map[string]int `json:"dead_letters_by_reason"`
+	InjectedBad  int            `json:"injected_bad"` // malformed records injected on purpose (Options.Bad)
+	Lost         int            `json:"lost"`
+	// Interrupted: the run was stopped (Ctrl-C) before every sample
+	// arrived. Nothing is counted as lost then: Pending trajectories were
+	// produced and their samples not yet consumed, NotProduced never were.
+	Interrupted bool `json:"interrupted,omitempty"`
+	Pending     int  `json:"pending,omitempty"`
+	NotProduced int  `json:"not_produced,omitempty"`
+	Invalid     int  `json:"invalid_samples"`
+	// RewardMean is the mean outcome reward of the samples consumed;
+	// SuccessRate the share with a reward of at least SuccessThreshold (1.0:
+	// an exact match for F1 rewards), as creditflow_successes_total counts.
+	RewardMean    float64 `json:"reward_mean"`
+	SuccessRate   float64 `json:"success_rate"`
+	Seconds       float64 `json:"seconds"`
+	TrajPerSecond float64 `json:"trajectories_per_second"`
+	TokensPerSec  float64 `json:"sample_tokens_per_second"`
+	LatencyP50Ms  float64 `json:"latency_p50_ms"`
+	LatencyP99Ms  float64 `json:"latency_p99_ms"`
 	// LAPO
 	EligibleTurns  int     `json:"eligible_turns,omitempty"`
 	PositiveDelta  float64 `json:"positive_delta_share,omitempty"`
@@ -160,6 +179,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			srvOpts = append(srvOpts, gpu.WithServerRegistry(r))
 			localOpts = append(localOpts, gpu.WithLocalRegisterer(r))
 		}
+		// The scorers serve the newest policy version the rollouts use (a
+		// scorer that follows the trainer), so the scorer version lag is known.
+		localOpts = append(localOpts, gpu.WithPolicyVersion(synth.NewestPolicyVersion(o.Groups)))
 		srv := gpu.NewServer(gpu.NewLocal(m, localOpts...), srvOpts...)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = srv.Serve(ctx, ln) }()
@@ -232,6 +254,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	// Rollout workers: groups produced at most MaxAhead ahead of the trainer.
 	gen := synth.Default()
 	gen.Seed, gen.GroupSize = o.Seed, o.GroupSize
+	gen.BaseMs = o.StartMs
+	if gen.BaseMs == 0 {
+		gen.BaseMs = start.UnixMilli()
+	}
+	startMs := gen.BaseMs
 	if o.Method == credit.MethodAttnSR {
 		gen.Shape = synth.ALFWorld
 	}
@@ -282,6 +309,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	var runErr error
+	interrupted := false
 wait:
 	for {
 		select {
@@ -302,11 +330,13 @@ wait:
 			break wait
 		case <-ctx.Done():
 			runErr = ctx.Err()
+			interrupted = true
 			break wait
 		}
 	}
 	elapsed := time.Since(start)
-	sum := tr.summary(elapsed)
+	sum := tr.summary(elapsed, interrupted)
+	sum.StartMs = startMs
 	sum.ScorerRequests = client.Stats().Requests
 	cancel()
 	if runErr == nil {
@@ -376,7 +406,12 @@ type trainer struct {
 	stepNeg    int
 	steps      int
 	hits       *hits
+	rewardSum  float64
+	successes  int
 }
+
+// successThreshold is the stages' default --success-threshold.
+var successThreshold = stage.DefaultConfig().SuccessThreshold
 
 func newTrainer(o Options) *trainer {
 	return &trainer{o: o, seen: map[string]bool{}, groups: map[string]int{}, dead: map[string]int{}, producedAt: map[string]time.Time{}, hits: newHits()}
@@ -502,6 +537,10 @@ func (t *trainer) sample(r consumers.Record) {
 		return
 	}
 	t.seen[s.TrajectoryID] = true
+	t.rewardSum += s.Reward
+	if s.Reward >= successThreshold {
+		t.successes++
+	}
 	t.hits.observe(s)
 	t.tokens += int64(len(s.Tokens))
 	t.groups[s.PromptID]++
@@ -545,14 +584,25 @@ func share(a, n int) float64 {
 	return float64(a) / float64(n)
 }
 
-func (t *trainer) summary(el time.Duration) Summary {
+func (t *trainer) summary(el time.Duration, interrupted bool) Summary {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	expected := t.o.Groups * t.o.GroupSize
+	produced := t.groupsIn * t.o.GroupSize
 	s := Summary{
-		Method: t.o.Method, GroupsIn: t.groupsIn, GroupsOut: t.groupsDone, Trajectories: t.groupsIn * t.o.GroupSize,
+		Method: t.o.Method, GroupsIn: t.groupsIn, GroupsOut: t.groupsDone, Trajectories: produced,
 		SamplesOut: len(t.seen), Duplicates: t.dups, DeadLetters: sumMap(t.dead), DeadByReason: t.dead, InjectedBad: t.o.Bad,
 		Lost: expected - len(t.seen), Invalid: t.invalid, Seconds: round(el.Seconds(), 3),
+	}
+	if interrupted && s.Lost > 0 {
+		// Stopped by the user: what did not arrive is not lost (it is on the
+		// trajectories topic, or was never produced).
+		s.Interrupted, s.Lost = true, 0
+		s.Pending, s.NotProduced = max(0, produced-len(t.seen)), expected-produced
+	}
+	if good := len(t.seen) - t.invalid; good > 0 {
+		s.RewardMean = round(t.rewardSum/float64(good), 4)
+		s.SuccessRate = round(float64(t.successes)/float64(good), 4)
 	}
 	s.TrajPerSecond = round(float64(len(t.seen))/el.Seconds(), 2)
 	s.TokensPerSec = round(float64(t.tokens)/el.Seconds(), 0)

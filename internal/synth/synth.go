@@ -94,7 +94,7 @@ func (c Config) Generate(g, i int) (schemas.Trajectory, Truth) {
 		PromptID:      PromptID(g),
 		GroupSize:     int32(c.GroupSize),
 		SampleIndex:   int32(i),
-		PolicyVersion: int64(g / 16),
+		PolicyVersion: policyVersion(g),
 		CreatedAtMs:   c.BaseMs + int64(g*c.GroupSize+i)*c.StepMs,
 	}
 	temp := float32(1.0)
@@ -124,3 +124,10 @@ func Tokens(s string) []int32 {
 	}
 	return out
 }
+
+// policyVersion is the policy version of group g's rollouts: a new version
+// every 16 groups.
+func policyVersion(g int) int64 { return int64(g / 16) }
+
+// NewestPolicyVersion is the policy version of the last of groups groups.
+func NewestPolicyVersion(groups int) int64 { return policyVersion(max(0, groups-1)) }

@@ -229,72 +229,79 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 		return nil
 	}
 
+	// A malformed line ends the input there: the lines before it are all
+	// answered (groups still open are finalized as partial, as at the end of
+	// input), then the error is returned.
 	br := bufio.NewReaderSize(r, 1<<20)
-	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadBytes('\n')
-		if rerr != nil && !errors.Is(rerr, io.EOF) {
-			return fmt.Errorf("reading line %d: %w", lineNo, rerr)
-		}
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			var in Input
-			dec := json.NewDecoder(bytes.NewReader(t))
-			dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
-			if err := dec.Decode(&in); err != nil {
-				return fmt.Errorf("line %d: not a scored trajectory object: %v (the fields are listed in docs/offline.md)", lineNo, err)
+	readErr := func() error {
+		for lineNo := 1; ; lineNo++ {
+			line, rerr := br.ReadBytes('\n')
+			if rerr != nil && !errors.Is(rerr, io.EOF) {
+				return fmt.Errorf("reading line %d: %w", lineNo, rerr)
 			}
-			if _, err := dec.Token(); err != io.EOF {
-				return fmt.Errorf("line %d: more than one JSON value on the line; write one scored trajectory object per line", lineNo)
-			}
-			if in.GroupSize == nil || *in.GroupSize < 1 {
-				return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
-			}
-			m := in.Member()
-			if err := credit.ValidateMember(m, cfg); err != nil {
-				return fmt.Errorf("line %d: %v", lineNo, err)
-			}
-			if !withinTokens(m, o.maxTokens) {
-				return fmt.Errorf("line %d: trajectory %q has more than %d tokens (raise the limit with --max-tokens)", lineNo, m.TrajectoryID, o.maxTokens)
-			}
-			switch {
-			case seen[m.TrajectoryID]:
-				fmt.Fprintf(diag, "line %d: trajectory %q repeated; ignored\n", lineNo, m.TrajectoryID)
-			case finalized[m.PromptID]:
-				seen[m.TrajectoryID] = true
-				fmt.Fprintf(diag, "line %d: trajectory %q is late: group %q was already finalized; no output\n", lineNo, m.TrajectoryID, m.PromptID)
-			default:
-				g := open[m.PromptID]
-				if g == nil {
-					g = &group{size: m.GroupSize}
-					open[m.PromptID] = g
-					order = append(order, m.PromptID)
+			if t := bytes.TrimSpace(line); len(t) > 0 {
+				var in Input
+				dec := json.NewDecoder(bytes.NewReader(t))
+				dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
+				if err := dec.Decode(&in); err != nil {
+					return fmt.Errorf("line %d: not a scored trajectory object: %v (the fields are listed in docs/offline.md)", lineNo, err)
 				}
-				if m.GroupSize != g.size {
-					fmt.Fprintf(diag, "line %d: trajectory %q says group_size %d but group %q has %d; ignored\n", lineNo, m.TrajectoryID, m.GroupSize, m.PromptID, g.size)
-					break
+				if _, err := dec.Token(); err != io.EOF {
+					return fmt.Errorf("line %d: more than one JSON value on the line; write one scored trajectory object per line", lineNo)
 				}
-				seen[m.TrajectoryID] = true
-				g.members = append(g.members, m)
-				if len(g.members) == g.size {
-					if err := finalize(m.PromptID, false); err != nil {
-						bw.Flush()
-						return fmt.Errorf("line %d: %w", lineNo, err)
+				if in.GroupSize == nil || *in.GroupSize < 1 {
+					return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
+				}
+				m := in.Member()
+				if err := credit.ValidateMember(m, cfg); err != nil {
+					return fmt.Errorf("line %d: %v", lineNo, err)
+				}
+				if !withinTokens(m, o.maxTokens) {
+					return fmt.Errorf("line %d: trajectory %q has more than %d tokens (raise the limit with --max-tokens)", lineNo, m.TrajectoryID, o.maxTokens)
+				}
+				switch {
+				case seen[m.TrajectoryID]:
+					fmt.Fprintf(diag, "line %d: trajectory %q repeated; ignored\n", lineNo, m.TrajectoryID)
+				case finalized[m.PromptID]:
+					seen[m.TrajectoryID] = true
+					fmt.Fprintf(diag, "line %d: trajectory %q is late: group %q was already finalized; no output\n", lineNo, m.TrajectoryID, m.PromptID)
+				default:
+					g := open[m.PromptID]
+					if g == nil {
+						g = &group{size: m.GroupSize}
+						open[m.PromptID] = g
+						order = append(order, m.PromptID)
+					}
+					if m.GroupSize != g.size {
+						fmt.Fprintf(diag, "line %d: trajectory %q says group_size %d but group %q has %d; ignored\n", lineNo, m.TrajectoryID, m.GroupSize, m.PromptID, g.size)
+						break
+					}
+					seen[m.TrajectoryID] = true
+					g.members = append(g.members, m)
+					if len(g.members) == g.size {
+						if err := finalize(m.PromptID, false); err != nil {
+							return fmt.Errorf("line %d: %w", lineNo, err)
+						}
 					}
 				}
 			}
+			if rerr != nil { // io.EOF
+				return nil
+			}
 		}
-		if rerr != nil { // io.EOF
-			break
-		}
-	}
+	}()
 	for _, pid := range order {
 		if _, ok := open[pid]; ok {
 			if err := finalize(pid, true); err != nil {
 				bw.Flush()
-				return fmt.Errorf("end of input: %w", err)
+				return errors.Join(readErr, fmt.Errorf("end of input: %w", err))
 			}
 		}
 	}
-	return bw.Flush()
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return readErr
 }
 
 // withinTokens reports whether m has at most limit tokens, without

@@ -152,3 +152,36 @@ func TestTokens(t *testing.T) {
 		t.Errorf("ppo turn %v, want null weight and advantage", tt)
 	}
 }
+
+// TestMalformedLineAnswersEarlierLines: a malformed line stops the run with
+// an error, after every line before it was answered — a group finalized
+// earlier, and a group still open, finalized as partial as at the end of
+// input.
+func TestMalformedLineAnswersEarlierLines(t *testing.T) {
+	in := `{"trajectory_id":"a1","prompt_id":"a","group_size":2,"reward":1,"turns":[{"kind":"answer","action_tokens":1}]}
+{"trajectory_id":"a2","prompt_id":"a","group_size":2,"reward":0,"turns":[{"kind":"answer","action_tokens":1}]}
+{"trajectory_id":"b1","prompt_id":"b","group_size":2,"reward":1,"turns":[{"kind":"answer","action_tokens":1}]}
+{"trajectory_id":
+{"trajectory_id":"c1","prompt_id":"c","group_size":1,"reward":1,"turns":[{"kind":"answer","action_tokens":1}]}
+`
+	var out bytes.Buffer
+	err := Compute(strings.NewReader(in), &out, nil, credit.DefaultConfig())
+	if err == nil || !strings.Contains(err.Error(), "line 4") {
+		t.Fatalf("err = %v, want one naming line 4", err)
+	}
+	var ids []string
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m["trajectory_id"].(string))
+		if m["trajectory_id"] == "b1" && m["partial"] != true {
+			t.Errorf("b1's open group finalized as %v, want partial", m["partial"])
+		}
+	}
+	if got := strings.Join(ids, ","); got != "a1,a2,b1" {
+		t.Fatalf("answered %q before the malformed line, want a1,a2,b1", got)
+	}
+}

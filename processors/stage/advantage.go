@@ -222,21 +222,78 @@ drain:
 	return nil
 }
 
+// loadSnapshot finds the newest snapshot written under key on the state
+// topic.
+//
+// Snapshots are written with the key's partitioner (murmur2, like every
+// keyed record), so with n state partitions a key's snapshots all sit in
+// partition PartitionFor(key, n). The key names the input partition, not
+// its owner, so it is the same partition after any rebalance or restart,
+// whichever replica writes or reads it. Only that partition is read.
+//
+// When the key is not there and the topic has more than one partition, the
+// others are read too: partitions added to the state topic move keys, and
+// the snapshots written before lie where the old count put them. Of the
+// copies found, the one furthest ahead (NextOffset, then the more groups
+// emitted ahead) is restored; the next snapshot goes where the key hashes
+// now, so later loads find it there.
 func (a *AdvantageStage) loadSnapshot(ctx context.Context, key string) (*state.Snapshot, error) {
-	var last []byte
-	_, err := consumers.ReadPartitionRange(ctx, a.cfg.Brokers, a.cfg.Security, a.cfg.Topics.State, 0, 0, func(r consumers.Record) error {
-		if string(r.Key) == key {
-			last = r.Value
-		}
-		return nil
-	})
+	topic := a.cfg.Topics.State
+	parts, err := consumers.Partitions(ctx, a.cfg.Brokers, a.cfg.Security, topic)
 	if err != nil {
-		return nil, fmt.Errorf("advantage stage: read state topic %s: %w", a.cfg.Topics.State, err)
+		return nil, fmt.Errorf("advantage stage: state topic %s: %w", topic, err)
 	}
-	if len(last) == 0 {
-		return nil, nil
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("advantage stage: state topic %s has no partitions (create it, or run with --create-topics)", topic)
 	}
-	return state.UnmarshalSnapshot(last)
+	sort.Ints(parts)
+	home := parts[producers.PartitionFor([]byte(key), len(parts))]
+	read := func(p int) ([]byte, error) {
+		var last []byte
+		_, err := consumers.ReadPartitionRange(ctx, a.cfg.Brokers, a.cfg.Security, topic, p, 0, func(r consumers.Record) error {
+			if string(r.Key) == key {
+				last = r.Value // compaction keeps the newest; until then, the last one read is
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("advantage stage: read state topic %s partition %d: %w", topic, p, err)
+		}
+		return last, nil
+	}
+	last, err := read(home)
+	if err != nil || len(last) > 0 {
+		if err != nil {
+			return nil, err
+		}
+		return state.UnmarshalSnapshot(last)
+	}
+	var best *state.Snapshot
+	bestAt := -1
+	for _, p := range parts {
+		if p == home {
+			continue
+		}
+		b, err := read(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 {
+			continue
+		}
+		s, err := state.UnmarshalSnapshot(b)
+		if err != nil {
+			return nil, err
+		}
+		if best == nil || s.NextOffset > best.NextOffset || (s.NextOffset == best.NextOffset && len(s.Emitted) > len(best.Emitted)) {
+			best, bestAt = s, p
+		}
+	}
+	if best != nil {
+		a.log.Warn().Str("key", key).Int("found_in", bestAt).Int("expected_in", home).Int("state_partitions", len(parts)).
+			Msg("state snapshot found outside the partition its key hashes to (were partitions added to the state topic?); restored, and written to the expected partition from now on")
+	}
+	return best, nil
 }
 
 // handle processes one record in offset order.
@@ -340,7 +397,7 @@ func (p *partition) idle() {
 	}
 	expired := p.groups.AdvanceIdle(p.lastWM + quiet.Milliseconds())
 	if len(expired) > 0 {
-		p.log.Info().Int("groups", len(expired)).Dur("idle", quiet).Msg("idle partition: windows closed by processing time")
+		p.log.Info().Int("groups", len(expired)).Dur("idle_ms", quiet).Msg("idle partition: windows closed by processing time")
 	}
 	p.closeBefore(p.next, expired)
 }

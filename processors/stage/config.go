@@ -72,6 +72,9 @@ type Config struct {
 	// Kafka record sizes and compression (docs/kafka.md).
 	Compression     string // producer compression: lz4 (default), zstd, snappy, gzip or none
 	MaxMessageBytes int    // the topics' max.message.bytes (default 1048588, Kafka's); larger records are written as chunks
+	// ReplicationFactor of the topics TopicSpecs describes (0: the
+	// brokers' default, default.replication.factor).
+	ReplicationFactor int
 
 	Logger  zerolog.Logger
 	Metrics *Metrics
@@ -153,6 +156,9 @@ func (c *Config) Check() error {
 			return fmt.Errorf("topic %s has no name", name)
 		}
 	}
+	if c.ReplicationFactor < 0 {
+		return fmt.Errorf("--replication-factor %d: use a positive factor, or 0 for the brokers' default", c.ReplicationFactor)
+	}
 	if c.MaxPolicyLag < PolicyLagOff {
 		return fmt.Errorf("--max-policy-lag %d: want a number of versions >= 0, or %d for off", c.MaxPolicyLag, PolicyLagOff)
 	}
@@ -196,15 +202,17 @@ func (c *Config) Check() error {
 // TopicSpecs are the topics the pipeline needs, for producers.EnsureTopics.
 func (c *Config) TopicSpecs(partitions int) []producers.TopicSpec {
 	specs := []producers.TopicSpec{
-		{Name: c.Topics.Trajectories, Partitions: partitions, ReplicationFactor: 1},
-		{Name: c.Topics.Scored, Partitions: partitions, ReplicationFactor: 1},
-		{Name: c.Topics.Samples, Partitions: partitions, ReplicationFactor: 1},
-		{Name: c.Topics.DeadLetters, Partitions: 1, ReplicationFactor: 1},
-		{Name: c.Topics.State, Partitions: 1, ReplicationFactor: 1, Compact: true},
+		{Name: c.Topics.Trajectories, Partitions: partitions, ReplicationFactor: c.ReplicationFactor},
+		{Name: c.Topics.Scored, Partitions: partitions, ReplicationFactor: c.ReplicationFactor},
+		{Name: c.Topics.Samples, Partitions: partitions, ReplicationFactor: c.ReplicationFactor},
+		{Name: c.Topics.DeadLetters, Partitions: 1, ReplicationFactor: c.ReplicationFactor},
+		{Name: c.Topics.State, Partitions: 1, ReplicationFactor: c.ReplicationFactor, Compact: true},
 	}
-	specs = append(specs, producers.TopicSpec{Name: c.Topics.SamplesStale, Partitions: partitions, ReplicationFactor: 1})
+	specs = append(specs, producers.TopicSpec{Name: c.Topics.SamplesStale, Partitions: partitions, ReplicationFactor: c.ReplicationFactor})
 	if c.Topics.Policy != "" {
-		specs = append(specs, policy.TopicSpec(c.Topics.Policy))
+		ps := policy.TopicSpec(c.Topics.Policy)
+		ps.ReplicationFactor = c.ReplicationFactor
+		specs = append(specs, ps)
 	}
 	for i := range specs {
 		if specs[i].Configs == nil {

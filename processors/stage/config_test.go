@@ -25,3 +25,21 @@ func TestCheckRejectsRepeatedLayers(t *testing.T) {
 		t.Fatalf("negative layer: Check() = %v, want an error", err)
 	}
 }
+
+// TestTopicSpecsReplicationFactor: the topics --create-topics makes take
+// the brokers' default replication factor unless one is configured.
+func TestTopicSpecsReplicationFactor(t *testing.T) {
+	for _, rf := range []int{0, 3} {
+		cfg := DefaultConfig()
+		cfg.ReplicationFactor = rf
+		specs := cfg.TopicSpecs(4)
+		if len(specs) < 7 {
+			t.Fatalf("%d topic specs, want the 7 topics of the pipeline", len(specs))
+		}
+		for _, s := range specs {
+			if s.ReplicationFactor != rf {
+				t.Errorf("replication factor %d: topic %s gets %d", rf, s.Name, s.ReplicationFactor)
+			}
+		}
+	}
+}

@@ -23,6 +23,13 @@ type env struct {
 // changed by adjust) plus extra topics, everything closed at the end of the test.
 func newEnv(t *testing.T, partitions int, adjust func(*stage.Config), extra ...string) *env {
 	t.Helper()
+	return newEnvState(t, partitions, 1, adjust, extra...)
+}
+
+// newEnvState is newEnv with a state topic of statePartitions partitions
+// (what a cluster's default gives when operators create the topics).
+func newEnvState(t *testing.T, partitions, statePartitions int, adjust func(*stage.Config), extra ...string) *env {
+	t.Helper()
 	b, err := broker.Start(broker.WithDefaultPartitions(partitions))
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +43,11 @@ func newEnv(t *testing.T, partitions int, adjust func(*stage.Config), extra ...s
 		adjust(&cfg)
 	}
 	specs := cfg.TopicSpecs(partitions)
+	for i := range specs {
+		if specs[i].Name == cfg.Topics.State {
+			specs[i].Partitions = statePartitions
+		}
+	}
 	for _, name := range extra {
 		specs = append(specs, producers.TopicSpec{Name: name, Partitions: partitions, ReplicationFactor: 1})
 	}

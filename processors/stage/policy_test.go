@@ -186,7 +186,7 @@ func TestSignalsKnownValues(t *testing.T) {
 		r := rewards[g][recs[i].Trajectory.SampleIndex]
 		recs[i].Trajectory.Reward = &r
 		recs[i].Trajectory.PolicyVersion = int64(g)
-		recs[i].ScorerPolicyVersion = 2
+		recs[i].ScorerPolicyVersion = []int64{2, 2, -1}[g] // -1: a scorer that does not know its version
 		src := []string{"nq", "hotpotqa", "nq"}[g]
 		recs[i].Trajectory.Source = &src
 	}
@@ -200,7 +200,7 @@ func TestSignalsKnownValues(t *testing.T) {
 		"creditflow_trajectory_tokens":          9,
 		"creditflow_trajectory_turns":           9,
 		"creditflow_sample_age_seconds":         9,
-		"creditflow_scorer_policy_lag_versions": 9,
+		"creditflow_scorer_policy_lag_versions": 6, // not for the scorer of unknown version
 		"creditflow_policy_version_newest":      2,
 		"creditflow_policy_version_announced":   -1,
 	} {
@@ -215,8 +215,9 @@ func TestSignalsKnownValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := map[string]string{"q000000": "nq", "q000001": "hotpotqa", "q000002": "nq"}[s.PromptID]
-			if s.Source == nil || *s.Source != want || s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 2 {
-				t.Fatalf("sample %s: source %v scorer_policy_version %v, want %q and 2", s.TrajectoryID, s.Source, s.ScorerPolicyVersion, want)
+			wantV := map[string]int64{"q000000": 2, "q000001": 2, "q000002": -1}[s.PromptID]
+			if s.Source == nil || *s.Source != want || s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != wantV {
+				t.Fatalf("sample %s: source %v scorer_policy_version %v, want %q and %d", s.TrajectoryID, s.Source, s.ScorerPolicyVersion, want, wantV)
 			}
 		}
 	}

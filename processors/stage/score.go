@@ -136,19 +136,59 @@ func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit con
 			cancel()
 		}
 	}()
+	// idle fires when an acknowledged offset is still uncommitted one commit
+	// interval after the last commit: an idle partition commits what it
+	// finished instead of waiting for its next record (or a restart, which
+	// would score those records again).
+	var idleTimer *time.Timer
+	defer func() {
+		if idleTimer != nil {
+			idleTimer.Stop()
+		}
+	}()
+	idle := func() <-chan time.Time {
+		if toCommit <= committed {
+			return nil
+		}
+		wait := max(0, s.cfg.CommitInterval-time.Since(lastCommit))
+		if idleTimer == nil {
+			idleTimer = time.NewTimer(wait)
+		} else {
+			idleTimer.Reset(wait)
+		}
+		return idleTimer.C
+	}
+	commitIdle := func() {
+		if err := commit(ctx, toCommit); err == nil {
+			committed, lastCommit = toCommit, time.Now()
+		}
+	}
 	for {
 		j := next
 		next = nil
-		if j == nil {
+		for j == nil {
 			var ok bool
-			if j, ok = <-jobs; !ok {
+			select {
+			case j, ok = <-jobs:
+				if !ok {
+					return nil
+				}
+			case <-idle():
+				commitIdle()
+			case <-ctx.Done():
 				return nil
 			}
 		}
-		select {
-		case <-j.done:
-		case <-ctx.Done():
-			return nil
+	wait:
+		for {
+			select {
+			case <-j.done:
+				break wait
+			case <-idle():
+				commitIdle()
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		batch := []*scoreJob{j}
 	gather:
@@ -285,7 +325,7 @@ func retry(ctx context.Context, log zerolog.Logger, what string, permanent func(
 		if perr := permanent(err); perr != nil {
 			return perr
 		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Msg(what + " failed; retrying")
+		log.Warn().Err(err).Dur("retry_in_ms", backoff).Msg(what + " failed; retrying")
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

@@ -110,7 +110,9 @@ func (a *AdvantageStage) signals(members []*schemas.Scored, results []credit.Res
 		m.turns.Observe(float64(len(t.Turns)))
 		m.lag.Observe(float64(newest - t.PolicyVersion))
 		m.age.Observe(max(0, float64(now-t.CreatedAtMs)/1000))
-		m.scorerLag.Observe(float64(members[i].ScorerPolicyVersion - t.PolicyVersion))
+		if v := members[i].ScorerPolicyVersion; v >= 0 { // -1: the scorer does not know its weights' version
+			m.scorerLag.Observe(float64(v - t.PolicyVersion))
+		}
 	}
 	if len(results) > 0 {
 		lo, hi := results[0].Reward, results[0].Reward

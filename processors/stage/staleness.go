@@ -37,7 +37,7 @@ func (a *AdvantageStage) startPolicy(ctx context.Context) {
 	}
 	a.follower = f
 	if !f.WaitReady(ctx, policyReadyWait) && ctx.Err() == nil {
-		a.log.Warn().Str("topic", f.Topic()).Dur("waited", policyReadyWait).
+		a.log.Warn().Str("topic", f.Topic()).Dur("waited_ms", policyReadyWait).
 			Msg("policy topic not read to its end yet; samples are routed against the announcements read so far")
 	}
 }

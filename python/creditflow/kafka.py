@@ -14,6 +14,7 @@ Guarantees:
 """
 
 import collections
+import logging
 import threading
 import time
 
@@ -22,6 +23,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from .chunks import Reassembler
 from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, decode_sample, encode_policy, encode_trajectory
 from .trajectory import InvalidTrajectory, Limits, validate_trajectory
+
+log = logging.getLogger("creditflow")
 
 __all__ = ["RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "ensure_policy_topic", "DeliveryError",
            "TOPIC_TRAJECTORIES", "TOPIC_SAMPLES", "TOPIC_POLICY", "POLICY_KEY"]
@@ -336,7 +339,9 @@ class SampleStream:
     def __init__(self, brokers, group_id, topic=TOPIC_SAMPLES, max_policy_lag=None, policy_topic=TOPIC_POLICY,
                  dedupe_window=100000, idle_timeout=None, group_timeout=30.0, **client_config):
         conf = {"group.id": group_id, "enable.auto.commit": False, "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest"}
+                "auto.offset.reset": "earliest",
+                # a trainer started before the samples topic exists finds it within seconds
+                "topic.metadata.refresh.interval.ms": 2000}
         conf.update(_config(brokers, client_config))
         self.topic, self.max_policy_lag = topic, max_policy_lag
         self.idle_timeout, self.group_timeout = idle_timeout, group_timeout
@@ -352,6 +357,7 @@ class SampleStream:
         self._next = {}
         self._pending = collections.defaultdict(set)
         self._policy = None
+        self._waiting_for_topic = False
         if max_policy_lag is not None:
             self._policy = PolicyWatcher(brokers, topic=policy_topic, **client_config)
             self._policy.catch_up(10.0)
@@ -377,9 +383,20 @@ class SampleStream:
         if msg is None:
             return None
         if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+            code = msg.error().code()
+            if code == KafkaError._PARTITION_EOF:
+                return None
+            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                # The trainer started before the processor created the topic: wait for it.
+                if not self._waiting_for_topic:
+                    log.warning("topic %s does not exist yet; waiting for it (creditflow run --create-topics "
+                                "creates it)", self.topic)
+                    self._waiting_for_topic = True
                 return None
             raise KafkaException(msg.error())
+        if self._waiting_for_topic:
+            log.warning("topic %s exists now; reading it", self.topic)
+            self._waiting_for_topic = False
         self._consumed(msg)
         rec, broken = self._chunks.add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or [])
         self.broken_chunks += len(broken)

@@ -28,7 +28,7 @@ class Limits:
 
     vocab_size: int = 151936
     max_turns: int = 64
-    max_tokens: int = 32768
+    max_tokens: int = 131072  # 128k-token agent trajectories
     max_record_bytes: int = 4 << 20
     eligible_kinds: tuple = field(default=("search",))
 

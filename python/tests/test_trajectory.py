@@ -80,7 +80,7 @@ class Validation(unittest.TestCase):
         ("invalid", "turns[1].kind", dict(turns=[("search", [4, 5], [6]), ("think", [8, 9])])),
         ("invalid", "turns[0].action", dict(turns=[("search", [], [6]), ("answer", [8, 9, 1, 2])])),
         ("too_many_turns", "turns", dict(turns=[("search", [1])] * 65, rollout_logprobs=None)),
-        ("too_many_tokens", "turns", dict(prompt_ids=[1] * 32765)),
+        ("too_many_tokens", "turns", dict(prompt_ids=[1] * 131069)),
         ("token_out_of_range", "prompt", dict(prompt_ids=[1, 151936])),
         ("token_out_of_range", "turns[0].observation", dict(turns=[("search", [4, 5], [-1]), ("answer", [8, 9])])),
         ("bad_span", "gold_answers", dict(gold_answers=[""])),
@@ -104,6 +104,7 @@ class Validation(unittest.TestCase):
 
     def test_valid_passes_and_limits_are_configurable(self):
         build_trajectory(**base())
+        build_trajectory(**base(prompt_ids=[1] * 40070))  # a 40k-token agent trajectory, as the processor takes
         build_trajectory(**base(turns=[("think", [4, 5], [6]), ("answer", [8, 9])]),
                          limits=Limits(eligible_kinds=("think",)))
         with self.assertRaises(InvalidTrajectory):
