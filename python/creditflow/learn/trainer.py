@@ -61,9 +61,9 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="folder for the checkpoints v1, v2, …")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--groups-per-step", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--clip", type=float, default=0.2)
-    ap.add_argument("--epochs", type=int, default=4, help="gradient steps on each batch (PPO epochs)")
+    ap.add_argument("--epochs", type=int, default=2, help="gradient steps on each batch (PPO epochs)")
     ap.add_argument("--max-policy-lag", type=int, default=None,
                     help="skip samples more than N versions behind the newest announced one (counted as stale)")
     ap.add_argument("--seed", type=int, default=1)
@@ -81,6 +81,8 @@ def main(argv=None):
     t_start = time.monotonic()
     trajectories = 0
 
+    # Version 0 is the starting checkpoint: announced, so that scorers report it as known.
+    announce_policy(a.brokers, 0, os.path.abspath(a.init), topic=a.policy_topic)
     stream = SampleStream(a.brokers, a.group, topic=a.samples_topic, group_timeout=60,
                           max_policy_lag=a.max_policy_lag, policy_topic=a.policy_topic)
     by_version, by_scorer = collections.Counter(), collections.Counter()
