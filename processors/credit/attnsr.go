@@ -42,8 +42,28 @@ func StepGraph(aa, ao [][]float64) [][]float64 {
 	return g
 }
 
+// stepGraphLower is StepGraph's entries below the diagonal, row j holding
+// its j entries, all rows in one allocation: what Backtrack reads, the same
+// numbers bit for bit, in K(K−1)/2 values instead of K².
+func stepGraphLower(aa, ao [][]float64) [][]float64 {
+	k := len(aa)
+	flat := make([]float64, k*(k-1)/2)
+	g := make([][]float64, k)
+	o := 0
+	for j := range g {
+		row := flat[o : o+j : o+j]
+		for c := 0; c < j; c++ {
+			row[c] = 0.5*aa[j][c] + 0.5*ao[j][c]
+		}
+		g[j] = row
+		o += j
+	}
+	return g
+}
+
 // Backtrack is §3.2 step 1 on one layer's graph G: a_K = 1 and, for k from
 // K−1 down to 1, a_k = ρ · Σ_{j>k} a_j · G[j,k]. Returns a for all K steps.
+// It reads only G[j,k] with k < j (a row may hold only those).
 func Backtrack(g [][]float64, rho float64) []float64 {
 	k := len(g)
 	a := make([]float64, k)
@@ -304,7 +324,7 @@ func Allocate(layers []LayerGraph, k int, cfg Config) Allocation {
 	per := make([][]float64, len(layers))
 	masses := make([]float64, len(layers))
 	for i, lg := range layers {
-		a := Backtrack(StepGraph(lg.AA, lg.AO), cfg.Rho)
+		a := Backtrack(stepGraphLower(lg.AA, lg.AO), cfg.Rho)
 		per[i] = Softmax(Recency(a, cfg.Eta, cfg.Eps), cfg.T)
 		masses[i] = FocusMass(lg.AA, lg.AO)
 	}

@@ -161,3 +161,62 @@ class Encoding(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ScoredGraphs(unittest.TestCase):
+    """Scored records with compact step graphs (graphs) and of the generation before them
+    (K×K in attention) both decode."""
+
+    GOLDEN = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "schemas",
+                                        "testdata", "v2", "scored_attnsr_groups.hex")
+
+    def test_later_generation_fingerprint(self):
+        self.assertEqual(wire.codec("Scored").writers["8017725"].fingerprint.hex(), "7ccadbc95ab7607d")
+        self.assertEqual(wire.codec("Scored").current.fingerprint.hex(), "fe3c928b94decf4d")
+
+    @unittest.skipUnless(__import__("os").path.exists(GOLDEN), "not run from a repository checkout")
+    def test_golden_kxk_records_decode(self):
+        with open(self.GOLDEN) as f:
+            lines = f.read().split()
+        for line in lines:
+            r = wire.decode_scored(bytes.fromhex(line))
+            k = len(r["trajectory"]["turns"])
+            self.assertEqual(r["graphs"], [])
+            self.assertTrue(r["attention"])
+            for g in r["attention"]:
+                self.assertEqual(g["aa"].shape, (k, k))
+
+    def test_compact_record_roundtrip(self):
+        k = 4
+        aa = np.arange(k * (k - 1) // 2, dtype="<f8") / 10
+        ao = aa / 2
+        traj = wire.decode_trajectory(creditflow.encode_trajectory(_trajectory(k)))
+        datum = {"trajectory": _plain(traj), "method": "attnsr", "direction": "", "turns": [],
+                 "attention": [], "scorer_model": "m", "scorer_policy_version": 3, "truncations": 0,
+                 "scored_at_ms": 1, "graphs": [{"layer": 8, "k": k, "aa": aa.tobytes(), "ao": ao.tobytes()}]}
+        r = wire.decode_scored(wire.codec("Scored").encode(datum))
+        g = r["graphs"][0]
+        np.testing.assert_array_equal(g["aa"], aa)
+        np.testing.assert_array_equal(g["ao"], ao)
+        self.assertEqual(g["aa"][3 * 2 // 2 + 1], aa[4])  # entry [3, 1] at j(j-1)/2 + k
+        datum["graphs"][0]["aa"] = aa[:-1].tobytes()
+        with self.assertRaises(wire.WireError):
+            wire.decode_scored(wire.codec("Scored").encode(datum))
+
+
+def _trajectory(k):
+    return {"trajectory_id": "t", "prompt_id": "p", "group_size": 1, "sample_index": 0, "policy_version": 0,
+            "created_at_ms": 0, "prompt": [1, 2],
+            "turns": [{"kind": "tool", "action": [3], "observation": [4]} for _ in range(k - 1)]
+            + [{"kind": "answer", "action": [5], "observation": []}], "reward": 1.0}
+
+
+def _plain(t):
+    """A decoded trajectory as the encoder takes it (numpy views back to bytes)."""
+    out = dict(t)
+    for f in ("prompt", "gold_target", "rollout_logprobs"):
+        if isinstance(out.get(f), np.ndarray):
+            out[f] = out[f].tobytes()
+    out["turns"] = [{"kind": tu["kind"], "action": tu["action"].tobytes(), "observation": tu["observation"].tobytes()
+                     if isinstance(tu["observation"], np.ndarray) else (tu["observation"] or b"")} for tu in t["turns"]]
+    return out
