@@ -146,7 +146,7 @@ func validateLowerGraph(id string, k int, g *LowerGraph, seen map[int32]bool) er
 	}
 	for _, m := range [2][]float64{g.AA, g.AO} {
 		for i, x := range m {
-			if !finite(x) || x < -attentionSlack || x > 1+attentionSlack {
+			if !(x >= -attentionSlack && x <= 1+attentionSlack) { // NaN and ±Inf fail too
 				j := 1
 				for LowerIndex(j+1, 0) <= i {
 					j++

@@ -124,7 +124,7 @@ func ValidateMember(m Member, cfg Config) error {
 						return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s row %d has %d entries, want K = %d (or the %d left of the diagonal)", id, i, lg.Layer, name, j, len(row), k, j)
 					}
 					for c := 0; c < j; c++ {
-						if v := row[c]; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+						if v := row[c]; !(v >= 0 && v <= math.MaxFloat64) { // NaN, ±Inf and negatives fail; one test per entry
 							return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s[%d][%d] = %v is not a finite attention mass >= 0", id, i, lg.Layer, name, j, c, v)
 						}
 					}
