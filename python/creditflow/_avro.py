@@ -232,7 +232,11 @@ _unpack_d = struct.Struct("<d").unpack_from
 def _dec_union(inner, path):
     """Decoder of a ["null", T] union whose T decodes with `inner`."""
     def dec_union(b, mv, pos, p=path):
-        i, pos = _read_varint(b, pos, 10)
+        c = b[pos] if pos < len(b) else 0x80
+        if c < 0x80:  # a one-byte varint, as every branch index is: no call
+            i, pos = (c >> 1) ^ -(c & 1), pos + 1
+        else:
+            i, pos = _read_varint(b, pos, 10)
         if i == 0:
             return None, pos
         if i == 1:
@@ -285,6 +289,9 @@ def _dec_compile(node, named, path):
         return dec_bool
     if t == "int":
         def dec_int(b, mv, pos, p=path):
+            c = b[pos] if pos < len(b) else 0x80
+            if c < 0x80:
+                return (c >> 1) ^ -(c & 1), pos + 1
             v, pos = _read_varint(b, pos, 5)
             if not -(1 << 31) <= v < (1 << 31):
                 raise DecodeError("%s: int %d out of 32-bit range" % (p, v))
@@ -304,7 +311,11 @@ def _dec_compile(node, named, path):
         is_str = t == "string"
 
         def dec_bytes(b, mv, pos, p=path):
-            n, pos = _read_varint(b, pos, 10)
+            c = b[pos] if pos < len(b) else 0x80
+            if c < 0x80:  # lengths under 64: kinds, ids, short strings
+                n, pos = (c >> 1) ^ -(c & 1), pos + 1
+            else:
+                n, pos = _read_varint(b, pos, 10)
             end = pos + n
             if n < 0 or end > len(b):
                 raise DecodeError("%s: length %d does not fit in the %d bytes that remain" % (p, n, len(b) - pos))
