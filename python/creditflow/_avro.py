@@ -19,6 +19,8 @@ Measured against python3-avro in ``python/tests/bench_decode.py`` (see docs/pyth
 import json
 import struct
 
+from ._avro_fast import FALLBACK, compile_decoder
+
 __all__ = ["Schema", "canonical_form", "fingerprint", "DecodeError"]
 
 
@@ -411,6 +413,7 @@ class Schema:
         if _fullname(rjson["name"], rjson.get("namespace", "")) != self.fullname:
             raise ValueError("cannot read %s as %s" % (self.fullname, rjson["name"]))
         self._dec = _dec_record(self.json, rjson, {}, "")
+        self._fast = compile_decoder(self.json, rjson)
 
     def encode_body(self, datum: dict) -> bytes:
         out = []
@@ -421,4 +424,8 @@ class Schema:
         """Decodes one record from data[pos:]; returns (dict, end position)."""
         if not isinstance(data, bytes):
             data = bytes(data)
-        return self._dec(data, memoryview(data), pos)
+        mv = memoryview(data)
+        try:
+            return self._fast(data, mv, pos)
+        except FALLBACK:  # not what the fast decoder expects: the checking one decides
+            return self._dec(data, mv, pos)

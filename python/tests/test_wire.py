@@ -220,3 +220,70 @@ def _plain(t):
     out["turns"] = [{"kind": tu["kind"], "action": tu["action"].tobytes(), "observation": tu["observation"].tobytes()
                      if isinstance(tu["observation"], np.ndarray) else (tu["observation"] or b"")} for tu in t["turns"]]
     return out
+
+
+class FastDecoder(unittest.TestCase):
+    """The straight-line decoder returns what the checking decoder returns, or leaves the
+    bytes to it (never a different value, never a value where it raises)."""
+
+    @staticmethod
+    def plain(v):
+        if isinstance(v, memoryview):
+            return bytes(v)
+        if isinstance(v, dict):
+            return {k: FastDecoder.plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [FastDecoder.plain(x) for x in v]
+        return v
+
+    def check(self, schema, body, pos=10):
+        from creditflow._avro import DecodeError
+        from creditflow._avro_fast import FALLBACK
+        mv = memoryview(body)
+        try:
+            slow = schema._dec(body, mv, pos)
+        except DecodeError:
+            slow = None
+        try:
+            fast = schema._fast(body, mv, pos)
+        except FALLBACK:
+            return "fallback"
+        self.assertIsNotNone(slow, "the fast decoder accepted bytes the checking one refuses")
+        self.assertEqual(self.plain(fast[0]), self.plain(slow[0]))
+        self.assertEqual(fast[1], slow[1])
+        return "fast"
+
+    def test_agrees_with_the_checking_decoder(self):
+        import random
+        rng = random.Random(7)
+        values = []
+        for n in (0, 1, 8, 300):
+            for ppo in (False, True):
+                for current in (True, False):
+                    values.append(("Sample", wire.codec("Sample").encode(sample_datum(n, seed=n, ppo=ppo, current=current),
+                                                                         None if current else wire.LEGACY)))
+        values += [("Scored", bytes.fromhex(l)) for l in _golden_scored()[:3]]
+        kinds = {"fast": 0, "fallback": 0}
+        for name, v in values:
+            c = wire.codec(name)
+            schema = c.readers[v[2:10]]
+            self.assertEqual(self.check(schema, v), "fast")
+            for _ in range(300):  # mutations: flipped bytes, cuts
+                b = bytearray(v)
+                for _ in range(rng.randint(1, 3)):
+                    i = rng.randrange(10, len(b))
+                    b[i] = rng.choice((0, 1, 2, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+                if rng.random() < 0.3:
+                    b = b[:rng.randrange(10, len(b))]
+                kinds[self.check(schema, bytes(b))] += 1
+        self.assertGreater(kinds["fallback"], 0)
+        self.assertGreater(kinds["fast"], 0)
+
+
+def _golden_scored():
+    import os
+    p = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "testdata", "v2", "scored_attnsr_groups.hex")
+    if not os.path.exists(p):
+        return []
+    with open(p) as f:
+        return f.read().split()
