@@ -98,6 +98,7 @@ def trainer(brokers, topic, n, group, batch):
 def main():
     brokers, topic, n, repeat, batch, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
         int(sys.argv[5]), sys.argv[6]
+    creditflow.wire.codec("Sample")  # compiled once per process (start-up, not steady state)
     runs = {"consumer": [0, 0.0], "trainer": [0, 0.0]}
     nbytes = tokens = 0
     for r in range(repeat):
