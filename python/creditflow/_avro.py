@@ -1,7 +1,9 @@
 """A small Avro binary codec for creditflow's schemas (docs/wire-format.md).
 
 It covers what the schemas use: records, arrays, two-branch ``["null", T]`` unions and the
-primitive types (no maps, enums or fixed). Schemas are compiled once into closures.
+primitive types (no maps, enums or fixed). Schemas are compiled once into closures, and each
+record schema also into one straight-line function (_avro_fast) that decodes well-formed bodies
+and leaves everything else to the closures, which check every byte.
 
 - Encoding is deterministic and byte-identical to the Go codecs: fields in schema order,
   a non-empty array as one block followed by the 0 terminator, a union as branch index +
