@@ -51,6 +51,9 @@ type Client struct {
 	scoreQ  chan *item
 	attnQ   chan *item
 	slots   chan struct{} // one per request in flight
+	// answers holds answer bodies for reuse: decoding copies what it
+	// keeps, so a body's buffer serves the next answer (readAnswer).
+	answers sync.Pool
 
 	infoLock chan struct{}
 	info     ModelInfo

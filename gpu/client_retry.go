@@ -85,7 +85,9 @@ func (c *Client) send(op string, items []*item) {
 		}
 		raw, aerr := c.attempt(ctx, ep, op, form, bodies[form], tokens)
 		if aerr == nil {
-			if derr := c.deliver(op, items, raw); derr != nil {
+			derr := c.deliver(op, items, raw) // copies what it keeps
+			c.release(raw)
+			if derr != nil {
 				aerr = &attemptError{kind: "protocol", retryable: true, err: fmt.Errorf("scorer %s: %w", ep.url, derr)}
 			} else {
 				c.markSuccess(ep)

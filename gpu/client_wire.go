@@ -41,7 +41,6 @@ func (c *Client) encode(op string, items []*item, form wireForm) ([]byte, int, e
 	for _, it := range items {
 		tokens += it.tokens
 	}
-	var v any
 	switch op {
 	case "score":
 		var sets []RowSet
@@ -64,13 +63,12 @@ func (c *Client) encode(op string, items []*item, form wireForm) ([]byte, int, e
 		for _, it := range items {
 			jobs = append(jobs, it.jobs...)
 		}
-		v = jobsToWire(jobs)
+		b, err := appendAttentionRequest(make([]byte, 0, 256+6*tokens), jobs)
+		if err != nil {
+			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
+		}
+		return b, tokens, nil
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
-	}
-	return b, tokens, nil
 }
 
 func (c *Client) newRequest(ctx context.Context, method, url string, body []byte) (*http.Request, error) {
@@ -92,10 +90,43 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 	return req, nil
 }
 
-// answer is a 200 body; binary when it is a binary graphs body.
+// answer is a 200 body; binary when it is a binary graphs body. buf is the
+// pooled buffer that holds data (release gives it back).
 type answer struct {
 	data   []byte
 	binary bool
+	buf    *[]byte
+}
+
+// readAnswer reads a response body whole into a buffer of c.answers (give
+// it back with release once decoded). A body that states its length is
+// read into a buffer of that size at once rather than one grown as it
+// arrives: an attention answer is ≈ 86 KB per job of six 30-step layers,
+// and growing (and zeroing) a fresh buffer for it was the largest cost of
+// the AttnSR score stage's client.
+func (c *Client) readAnswer(body io.Reader, length int64) (*[]byte, error) {
+	data, _ := c.answers.Get().(*[]byte)
+	if data == nil {
+		data = new([]byte)
+	}
+	buf := bytes.NewBuffer((*data)[:0])
+	if length > 0 && length <= maxPresizedAnswer {
+		buf.Grow(int(length) + bytes.MinRead) // ReadFrom wants MinRead free bytes to see the end
+	}
+	_, err := buf.ReadFrom(body)
+	*data = buf.Bytes()
+	return data, err
+}
+
+// maxPresizedAnswer bounds the buffer readAnswer sizes from a stated
+// Content-Length before reading (a longer body still reads, growing).
+const maxPresizedAnswer = 1 << 30
+
+// release gives an answer's buffer back for reuse.
+func (c *Client) release(a answer) {
+	if a.buf != nil {
+		c.answers.Put(a.buf)
+	}
 }
 
 // attempt sends one request in form to ep and returns the 200 body.
@@ -132,17 +163,20 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wire
 		return answer{}, classifyTransport(ctx, actx, ep, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	buf, err := c.readAnswer(resp.Body, resp.ContentLength)
 	if err != nil {
+		c.answers.Put(buf)
 		return answer{}, classifyTransport(ctx, actx, ep, err)
 	}
+	data := *buf
 	if resp.StatusCode == http.StatusOK {
 		if v := resp.Header.Get(ProtocolHeader); v != "" && v != ProtocolVersion {
 			return answer{}, &attemptError{kind: "status", status: resp.StatusCode, err: &StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: CodeVersionMismatch,
 				Message: fmt.Sprintf("scorer answers with protocol %q, client speaks %q", v, ProtocolVersion)}}
 		}
-		return answer{data: data, binary: isMediaType(resp.Header.Get("Content-Type"), MediaTypeGraphs)}, nil
+		return answer{data: data, binary: isMediaType(resp.Header.Get("Content-Type"), MediaTypeGraphs), buf: buf}, nil
 	}
+	defer c.answers.Put(buf) // classifyStatus copies what it keeps
 	return answer{}, classifyStatus(ep, resp.StatusCode, data)
 }
 

@@ -152,3 +152,56 @@ func appendTokens(dst []byte, t []int32) []byte {
 	}
 	return append(dst, '"')
 }
+
+// appendAttentionRequest appends the JSON of an AttentionRequest for jobs,
+// the bytes of json.Marshal(jobsToWire(jobs)), written directly: the
+// token arrays are most of it, and encoding/json re-scans and compacts the
+// output of every MarshalJSON.
+func appendAttentionRequest(dst []byte, jobs []AttentionJob) ([]byte, error) {
+	dst = append(dst, `{"jobs":[`...)
+	for i := range jobs {
+		j := &jobs[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '{')
+		if j.ID != "" {
+			id, err := json.Marshal(j.ID)
+			if err != nil {
+				return nil, err
+			}
+			dst = append(append(append(dst, `"id":`...), id...), ',')
+		}
+		dst = appendTokens(append(dst, `"tokens":`...), j.Tokens)
+		dst = append(dst, `,"steps":[`...)
+		for k, s := range j.Steps {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendSpan(append(dst, `{"action":`...), s.Action)
+			dst = append(dst, `,"observation":`...)
+			if s.Observation[1] > s.Observation[0] {
+				dst = appendSpan(dst, s.Observation)
+			} else {
+				dst = append(dst, "null"...)
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+		dst = append(dst, `,"layers":`...)
+		if j.Layers == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = append(dst, '[')
+			for k, l := range j.Layers {
+				if k > 0 {
+					dst = append(dst, ',')
+				}
+				dst = strconv.AppendInt(dst, int64(l), 10)
+			}
+			dst = append(dst, ']')
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}"...), nil
+}

@@ -107,3 +107,40 @@ func TestScoreUnmarshalMatchesFloat64(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendAttentionRequestMatchesEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	cases := [][]AttentionJob{nil, {}, {{}}, {{ID: `q<1>&"x"\é`, Steps: []Step{}, Layers: []int{}}}}
+	for k := 0; k < 60; k++ {
+		var jobs []AttentionJob
+		for j := 0; j < r.IntN(4); j++ {
+			n := []int{0, 1, 2, 3, 767, 768, 769, 1536, 2000 + r.IntN(5)}[r.IntN(9)]
+			job := AttentionJob{ID: []string{"", "t-" + string(rune('a'+r.IntN(26)))}[r.IntN(2)], Tokens: make([]int32, n)}
+			for i := range job.Tokens {
+				job.Tokens[i] = r.Int32() - r.Int32()
+			}
+			for s := 0; s < r.IntN(5); s++ {
+				a := r.IntN(100)
+				job.Steps = append(job.Steps, Step{Action: [2]int{a, a + r.IntN(9)}, Observation: [2]int{a + 9, a + 9 + r.IntN(3) - 1}})
+			}
+			for l := 0; l < r.IntN(4); l++ {
+				job.Layers = append(job.Layers, r.IntN(40))
+			}
+			jobs = append(jobs, job)
+		}
+		cases = append(cases, jobs)
+	}
+	for i, jobs := range cases {
+		want, err := json.Marshal(jobsToWire(jobs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendAttentionRequest(nil, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("case %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}

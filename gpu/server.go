@@ -38,8 +38,9 @@ type Server struct {
 	draining atomic.Bool
 	metrics  *serverMetrics
 	handler  http.Handler
-	// bodies holds binary request bodies for reuse: decoding copies what it
-	// keeps, so a body's bytes are free once its request is decoded.
+	// bodies holds binary request and answer bodies for reuse: decoding
+	// copies what it keeps, so a request body's bytes are free once it is
+	// decoded, and an answer's once it is written.
 	bodies sync.Pool
 }
 
@@ -344,18 +345,24 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 	if raw, ok := resp.(rawBody); ok {
 		sw.Header().Set("Content-Type", raw.mediaType)
 		sw.Header().Set(ProtocolHeader, ProtocolVersion)
+		sw.Header().Set("Content-Length", strconv.Itoa(len(raw.data))) // the client sizes its buffer from it
 		sw.WriteHeader(http.StatusOK)
 		_, _ = sw.Write(raw.data)
+		if raw.buf != nil {
+			s.bodies.Put(raw.buf)
+		}
 	} else {
 		writeJSON(sw, http.StatusOK, resp)
 	}
 	s.logRequest(r, op, http.StatusOK, start, items, tokens, "")
 }
 
-// rawBody is an answer written as is (a binary body).
+// rawBody is an answer written as is (a binary body); buf, when not nil,
+// holds data and goes back to the server's buffers once written.
 type rawBody struct {
 	mediaType string
 	data      []byte
+	buf       *[]byte
 }
 
 // decodeJSON reads a JSON request body into req.
@@ -494,11 +501,17 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 			out.Results[i] = graphsToWire(g)
 		}
 		if binaryAnswer {
-			data, err := appendGraphs(nil, out)
+			buf, _ := s.bodies.Get().(*[]byte)
+			if buf == nil {
+				buf = new([]byte)
+			}
+			data, err := appendGraphs((*buf)[:0], out)
+			*buf = data
 			if err != nil {
+				s.bodies.Put(buf)
 				return nil, err
 			}
-			return rawBody{mediaType: MediaTypeGraphs, data: data}, nil
+			return rawBody{mediaType: MediaTypeGraphs, data: data, buf: buf}, nil
 		}
 		return out, nil
 	})

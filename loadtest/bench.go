@@ -62,6 +62,16 @@ type SizeResult struct {
 	BytesPerOpenMember         float64 `json:"bytes_per_open_member"`
 	BytesPerOpenMemberVsRecord float64 `json:"bytes_per_open_member_vs_record"`
 
+	// The trainer's end (sizes with it): samples/s of a Python trainer
+	// (SampleStream.batches → to_torch) and of a bare confluent_kafka
+	// consumer over the same samples, their ratio, the tensor library, or
+	// why it did not run.
+	TrainerPerS         float64 `json:"trainer_per_s,omitempty"`
+	TrainerConsumerPerS float64 `json:"trainer_consumer_per_s,omitempty"`
+	TrainerVsConsumer   float64 `json:"trainer_vs_consumer,omitempty"`
+	TrainerTensors      string  `json:"trainer_tensors,omitempty"`
+	TrainerNote         string  `json:"trainer_note,omitempty"`
+
 	Error string `json:"error,omitempty"` // what failed for this size (the fields it did not reach are 0)
 }
 
@@ -89,6 +99,7 @@ type benchOptions struct {
 	cpuProfile   string
 	profilePhase string
 	memProfile   string
+	python       string // the trainer phase's interpreter; "" skips the phase
 }
 
 func benchCmd(args []string) (int, error) {
@@ -111,6 +122,7 @@ func benchCmd(args []string) (int, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, the embedded broker's (a child process) to this file + \".broker\" and the instant scorer's (another) to this file + \".scorer\"")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score or advantage) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
+	fs.StringVar(&o.python, "trainer-python", "/usr/bin/python3", "the interpreter of the trainer phase (needs numpy and confluent_kafka; torch when present); empty skips the phase")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -252,7 +264,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		return fail(fmt.Errorf("write the input: %w", err))
 	}
 	var pass, passScored, score, advantage rate
-	scoredTopic := ""
+	scoredTopic, samplesTopic := "", ""
 	for rep := 0; rep < max(1, o.repeat); rep++ {
 		for k := 0; k < 2; k++ { // short: twice per round
 			pt, err := e.passthrough(ctx, input.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), 1, n, nil)
@@ -304,7 +316,22 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			return fail(err)
 		}
 		advantage = advantage.plus(at)
+		if s.Trainer && o.python != "" && rep == max(1, o.repeat)-1 { // the last run's samples feed the trainer phase
+			samplesTopic = topics.Samples
+			created = slices.DeleteFunc(created, func(t string) bool { return t == samplesTopic })
+		}
 		e.drop(ctx, created...)
+	}
+	if samplesTopic != "" {
+		tr, err := e.trainer(ctx, o.python, samplesTopic, n, o.repeat)
+		e.drop(ctx, samplesTopic)
+		if err != nil {
+			return fail(err)
+		}
+		r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerTensors, r.TrainerNote = round3(tr.PerS), round3(tr.ConsumerPerS), tr.Tensors, tr.Note
+		if tr.ConsumerPerS > 0 {
+			r.TrainerVsConsumer = round3(tr.PerS / tr.ConsumerPerS)
+		}
 	}
 	keys, scored, err := e.readAll(ctx, scoredTopic)
 	if err != nil {

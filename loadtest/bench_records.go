@@ -15,6 +15,9 @@ type benchSize struct {
 	Method string // lapo | attnsr
 	Tokens int    // tokens per trajectory: observations are padded up to it (0: the synthetic shape as it is)
 	Steps  int    // attnsr: steps (turns) per trajectory
+	// Trainer: also measure the trainer's end, a Python trainer reading
+	// the samples against a bare consumer (bench_trainer.go).
+	Trainer bool
 }
 
 // benchSizes are the sizes the bench knows, the default (search-QA) first.
@@ -24,9 +27,9 @@ type benchSize struct {
 // built-in tiny model (about 450 tokens), which would make the default size
 // a third of what the bench is meant to measure.
 var benchSizes = []benchSize{
-	{Name: "search-qa", Method: "lapo", Tokens: 1300},
+	{Name: "search-qa", Method: "lapo", Tokens: 1300, Trainer: true},
 	{Name: "8k", Method: "lapo", Tokens: 8 << 10},
-	{Name: "32k", Method: "lapo", Tokens: 32 << 10},
+	{Name: "32k", Method: "lapo", Tokens: 32 << 10, Trainer: true},
 	{Name: "128k", Method: "lapo", Tokens: 128 << 10},
 	{Name: "attnsr-k30", Method: "attnsr", Steps: 30},
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +42,8 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the stages on an embedded broker")
 	}
-	o := benchOptions{records: 100, partitions: 2, openGroups: 200, repeat: 1, timeout: 90 * time.Second, seed: 7}
+	o := benchOptions{records: 100, partitions: 2, openGroups: 200, repeat: 1, timeout: 90 * time.Second, seed: 7,
+		python: "/usr/bin/python3"}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := runBench(ctx, o, []benchSize{benchSizes[0], benchSizes[len(benchSizes)-1]})
@@ -66,6 +68,28 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 	}
 	if len(res.Sizes) != 1 || res.Sizes[0].Size != "attnsr-k30" || res.OpenGroups != 200 {
 		t.Fatalf("sizes %+v, open groups %d", res.Sizes, res.OpenGroups)
+	}
+	// The trainer's end: measured where the interpreter has confluent_kafka, a note otherwise;
+	// never on the AttnSR size.
+	r := res.SizeResult
+	if r.TrainerNote != "" {
+		t.Logf("trainer phase: %s", r.TrainerNote)
+	} else if want := r.TrainerPerS / r.TrainerConsumerPerS; r.TrainerPerS <= 0 || r.TrainerConsumerPerS <= 0 ||
+		r.TrainerVsConsumer < want-0.01 || r.TrainerVsConsumer > want+0.01 || r.TrainerTensors == "" {
+		t.Fatalf("trainer phase: %v /s, consumer %v /s, ratio %v, tensors %q", r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerVsConsumer, r.TrainerTensors)
+	}
+	if a := res.Sizes[0]; a.TrainerPerS != 0 || a.TrainerNote != "" {
+		t.Fatalf("attnsr-k30 ran the trainer phase: %+v", a)
+	}
+}
+
+// TestTrainerPhaseSkipsWithANote: without an interpreter that has
+// confluent_kafka the phase is a note, not a failure.
+func TestTrainerPhaseSkipsWithANote(t *testing.T) {
+	var e benchEnv
+	r, err := e.trainer(context.Background(), "/nonexistent/python3", "samples", 10, 1)
+	if err != nil || !strings.Contains(r.Note, "skipped") || !strings.Contains(r.Note, "confluent_kafka") || r.PerS != 0 {
+		t.Fatalf("%+v, %v", r, err)
 	}
 }
 

@@ -35,6 +35,10 @@ var (
 	v1ScoredSchema string
 	//go:embed v1/sample.avsc
 	v1SampleSchema string
+	// The second generation of Scored: Trajectory.source, graphs only in
+	// attention (K×K).
+	//go:embed v2/scored.avsc
+	v2ScoredSchema string
 )
 
 // history lists, per record, the earlier writer schemas decoders still
@@ -42,7 +46,7 @@ var (
 // changing the current one.
 var history = map[string][]string{
 	NameTrajectory: {v1TrajectorySchema},
-	NameScored:     {v1ScoredSchema},
+	NameScored:     {v1ScoredSchema, v2ScoredSchema},
 	NameSample:     {v1SampleSchema},
 }
 

@@ -392,6 +392,7 @@ func scoredToNative(s *Scored) map[string]any {
 		"scorer_policy_version": s.ScorerPolicyVersion,
 		"truncations":           s.Truncations,
 		"scored_at_ms":          s.ScoredAtMs,
+		"graphs":                lowerGraphsToNative(s.Graphs),
 	}
 }
 
@@ -423,12 +424,16 @@ func scoredFromNative(n *nat) *Scored {
 	s.ScorerPolicyVersion = n.i64("scorer_policy_version")
 	s.Truncations = n.i32("truncations")
 	s.ScoredAtMs = n.i64("scored_at_ms")
+	s.Graphs = lowerGraphsFromNative(n, "graphs")
 	return s
 }
 
 func scoredSize(s *Scored) int {
 	n := trajectorySize(&s.Trajectory) + 64 + len(s.Method) + len(s.Direction) + len(s.ScorerModel) + 27*len(s.Turns)
 	for _, g := range s.Attention {
+		n += 16 + 8*len(g.AA) + 8*len(g.AO)
+	}
+	for _, g := range s.Graphs {
 		n += 16 + 8*len(g.AA) + 8*len(g.AO)
 	}
 	return n

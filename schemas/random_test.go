@@ -90,6 +90,22 @@ func TestRandomRoundTrips(t *testing.T) {
 			}
 			s.Attention = append(s.Attention, g)
 		}
+		for i := rng.IntN(3); i > 0; i-- {
+			g := LowerGraph{Layer: rng.Int32(), K: rng.Int32N(5)}
+			if n := rng.IntN(7); n > 0 {
+				g.AA = make([]float64, n)
+				for j := range g.AA {
+					g.AA[j] = rng.Float64()
+				}
+			}
+			if n := rng.IntN(7); n > 0 {
+				g.AO = make([]float64, n)
+				for j := range g.AO {
+					g.AO[j] = rng.Float64()
+				}
+			}
+			s.Graphs = append(s.Graphs, g)
+		}
 		roundTrip(t, ScoredRecords(), s)
 
 		sm := &Sample{TrajectoryID: randString(rng), PromptID: randString(rng), GroupSize: rng.Int32(),

@@ -219,7 +219,8 @@ func appendScored(b []byte, s *Scored) []byte {
 	b = appendString(b, s.ScorerModel)
 	b = appendLong(b, s.ScorerPolicyVersion)
 	b = appendLong(b, int64(s.Truncations))
-	return appendLong(b, s.ScoredAtMs)
+	b = appendLong(b, s.ScoredAtMs)
+	return appendLowerGraphs(b, s.Graphs)
 }
 
 func appendPacked64(b []byte, v []float64) []byte {

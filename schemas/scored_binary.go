@@ -193,6 +193,7 @@ func decodeScoredBinary(body []byte) (*Scored, bool) {
 	s.ScorerPolicyVersion = r.long()
 	s.Truncations = r.int()
 	s.ScoredAtMs = r.long()
+	s.Graphs = r.lowerGraphs()
 	return s, r.ok && len(r.b) == 0
 }
 
@@ -239,6 +240,7 @@ func binaryProbes() (Trajectory, Scored, bool) {
 		RolloutLogprobs: []float32{-0.5, -1}, Temperature: &f, Source: &ans}
 	sc := Scored{Trajectory: t, Method: "lapo", Direction: "backward", Turns: []TurnScore{{Delta: &r, With: &r}},
 		Attention: []LayerGraph{{Layer: 3, K: 1, AA: []float64{0.5}, AO: []float64{0.25}}}, ScorerModel: "m",
-		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9}
+		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9,
+		Graphs: []LowerGraph{{Layer: 5, K: 2, AA: []float64{0.125}, AO: []float64{0.375}}}}
 	return t, sc, true
 }

@@ -76,6 +76,17 @@ func randScoredBin(r *rand.Rand) Scored {
 		}
 		s.Attention = append(s.Attention, g)
 	}
+	for k := r.IntN(3); k > 0; k-- {
+		n := r.IntN(5)
+		g := LowerGraph{Layer: r.Int32N(28), K: int32(n)}
+		if m := LowerLen(n); m > 0 {
+			g.AA, g.AO = make([]float64, m), make([]float64, m)
+			for i := range g.AA {
+				g.AA[i], g.AO[i] = r.Float64(), r.Float64()
+			}
+		}
+		s.Graphs = append(s.Graphs, g)
+	}
 	return s
 }
 

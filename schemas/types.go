@@ -51,7 +51,9 @@ type TurnScore struct {
 }
 
 // LayerGraph is one layer's AttnSR step graph (docs/method.md §3.1), K×K row-major,
-// row j = querying step, column k; zero where k >= j.
+// row j = querying step, column k; zero where k >= j. Records of the
+// generations before compact graphs carry their graphs so (Scored.Attention);
+// the score stage now writes LowerGraphs (Scored.Graphs).
 type LayerGraph struct {
 	Layer int32
 	K     int32
@@ -70,6 +72,11 @@ type Scored struct {
 	ScorerPolicyVersion int64
 	Truncations         int32
 	ScoredAtMs          int64 // wall-clock metadata (excluded from determinism)
+	// Graphs are the step graphs below their diagonals (the compact form
+	// the score stage writes); a record carries its graphs either here or,
+	// as records written before the field existed do, in Attention.
+	// StepGraphs gives either as LowerGraphs.
+	Graphs []LowerGraph
 }
 
 // TurnDiag is the per-turn diagnostics of a sample (docs/offline.md output "turns").

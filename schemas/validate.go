@@ -211,8 +211,10 @@ const attentionSlack = 1e-4
 // lapo has direction backward or forward and one TurnScore per turn whose
 // present values are finite; attnsr turn scores are empty or aligned; every
 // LayerGraph has K = number of turns, K*K finite entries in AA and AO within
-// [0, 1] (small round-off allowed), and distinct layers; attnsr with K >= 2
-// has at least one layer; truncations >= 0.
+// [0, 1] (small round-off allowed), and distinct layers; so does every
+// LowerGraph, with K(K−1)/2 entries each; a record carries graphs in
+// Attention or in Graphs, not both; attnsr with K >= 2 has at least one
+// layer; truncations >= 0.
 func ValidateScored(s *Scored, lim Limits) error {
 	if s == nil {
 		return invalid(ReasonInvalid, "nil scored record")
@@ -234,7 +236,7 @@ func ValidateScored(s *Scored, lim Limits) error {
 		if len(s.Turns) != 0 && len(s.Turns) != k {
 			return invalid(ReasonInvalid, "scored %s: %d turn scores for %d turns", id, len(s.Turns), k)
 		}
-		if k >= 2 && len(s.Attention) == 0 {
+		if k >= 2 && len(s.Attention) == 0 && len(s.Graphs) == 0 {
 			return invalid(ReasonInvalid, "scored %s: attnsr record with %d steps has no step graphs", id, k)
 		}
 	default:
@@ -250,7 +252,15 @@ func ValidateScored(s *Scored, lim Limits) error {
 			}
 		}
 	}
-	seen := make(map[int32]bool, len(s.Attention))
+	if len(s.Attention) > 0 && len(s.Graphs) > 0 {
+		return invalid(ReasonInvalid, "scored %s: step graphs in both attention and graphs; a record carries them in one", id)
+	}
+	seen := make(map[int32]bool, len(s.Attention)+len(s.Graphs))
+	for _, g := range s.Graphs {
+		if err := validateLowerGraph(id, k, &g, seen); err != nil {
+			return err
+		}
+	}
 	for _, g := range s.Attention {
 		if seen[g.Layer] {
 			return invalid(ReasonInvalid, "scored %s: layer %d appears twice", id, g.Layer)

@@ -42,8 +42,32 @@ func StepGraph(aa, ao [][]float64) [][]float64 {
 	return g
 }
 
+// backtrackGraphs is Backtrack(StepGraph(aa, ao), rho) without building G:
+// the backtrack reads each G[j,k] (k < j) exactly once, so it computes it
+// where it reads it, rounded to float64 as a stored G entry is, and the
+// result is the same bit for bit (TestBacktrackGraphsMatches), with no
+// K×K (or K(K−1)/2) graph allocated per layer.
+func backtrackGraphs(aa, ao [][]float64, rho float64) []float64 {
+	k := len(aa)
+	a := make([]float64, k)
+	if k == 0 {
+		return a
+	}
+	a[k-1] = 1
+	for c := k - 2; c >= 0; c-- {
+		s := 0.0
+		for j := c + 1; j < k; j++ {
+			g := float64(0.5*aa[j][c] + 0.5*ao[j][c]) // §3.1, as StepGraph stores it
+			s += a[j] * g
+		}
+		a[c] = rho * s
+	}
+	return a
+}
+
 // Backtrack is §3.2 step 1 on one layer's graph G: a_K = 1 and, for k from
 // K−1 down to 1, a_k = ρ · Σ_{j>k} a_j · G[j,k]. Returns a for all K steps.
+// It reads only G[j,k] with k < j (a row may hold only those).
 func Backtrack(g [][]float64, rho float64) []float64 {
 	k := len(g)
 	a := make([]float64, k)
@@ -304,7 +328,7 @@ func Allocate(layers []LayerGraph, k int, cfg Config) Allocation {
 	per := make([][]float64, len(layers))
 	masses := make([]float64, len(layers))
 	for i, lg := range layers {
-		a := Backtrack(StepGraph(lg.AA, lg.AO), cfg.Rho)
+		a := backtrackGraphs(lg.AA, lg.AO, cfg.Rho)
 		per[i] = Softmax(Recency(a, cfg.Eta, cfg.Eps), cfg.T)
 		masses[i] = FocusMass(lg.AA, lg.AO)
 	}

@@ -561,3 +561,42 @@ func TestTokenBuffersReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestBacktrackGraphsMatches: the backtrack on aa and ao directly is
+// Backtrack of the StepGraph, bit for bit, with rows of K entries or of the
+// j left of the diagonal, on graphs whose entries include zeros, tiny and
+// subnormal masses.
+func TestBacktrackGraphsMatches(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	for n := 0; n < 400; n++ {
+		k := r.Intn(31)
+		aa, ao := make([][]float64, k), make([][]float64, k)
+		lower := r.Intn(2) == 0
+		for j := range aa {
+			w := k
+			if lower {
+				w = j
+			}
+			aa[j], ao[j] = make([]float64, w), make([]float64, w)
+			for c := 0; c < w; c++ {
+				for _, m := range [2][]float64{aa[j], ao[j]} {
+					switch r.Intn(8) {
+					case 0:
+						m[c] = 0
+					case 1:
+						m[c] = math.SmallestNonzeroFloat64 * float64(1+r.Intn(9))
+					default:
+						m[c] = r.Float64() / float64(j+1)
+					}
+				}
+			}
+		}
+		rho := []float64{0.9, 1, 0.5, 1.0 / 3}[r.Intn(4)]
+		want, got := Backtrack(StepGraph(aa, ao), rho), backtrackGraphs(aa, ao, rho)
+		for i := range want {
+			if math.Float64bits(want[i]) != math.Float64bits(got[i]) {
+				t.Fatalf("K=%d lower=%v: a[%d] = %v, want %v", k, lower, i, got[i], want[i])
+			}
+		}
+	}
+}

@@ -16,9 +16,10 @@ type Turn struct {
 	Delta             *float64
 }
 
-// LayerGraph is one layer's AttnSR step graph (docs/method.md §3.1): AA and AO are
-// K×K, row j = querying step, column k = attended step; entries with k ≥ j
-// are ignored.
+// LayerGraph is one layer's AttnSR step graph (docs/method.md §3.1): AA and AO have
+// K rows, row j = querying step, column k = attended step; a row holds
+// either all K columns or only the j left of the diagonal (the entries with
+// k ≥ j are ignored, so they may be left out).
 type LayerGraph struct {
 	Layer  int
 	AA, AO [][]float64
@@ -119,11 +120,11 @@ func ValidateMember(m Member, cfg Config) error {
 					return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s has %d rows, want K = %d (one per turn)", id, i, lg.Layer, name, len(mat), k)
 				}
 				for j, row := range mat {
-					if len(row) != k {
-						return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s row %d has %d entries, want K = %d", id, i, lg.Layer, name, j, len(row), k)
+					if len(row) != k && len(row) != j {
+						return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s row %d has %d entries, want K = %d (or the %d left of the diagonal)", id, i, lg.Layer, name, j, len(row), k, j)
 					}
 					for c := 0; c < j; c++ {
-						if v := row[c]; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+						if v := row[c]; !(v >= 0 && v <= math.MaxFloat64) { // NaN, ±Inf and negatives fail; one test per entry
 							return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s[%d][%d] = %v is not a finite attention mass >= 0", id, i, lg.Layer, name, j, c, v)
 						}
 					}

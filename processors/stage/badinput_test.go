@@ -205,7 +205,7 @@ func TestOversizedOutput(t *testing.T) {
 			big := small("big", "big-0", 1, 0, 0)
 			reward := 1.0
 			big.Reward = &reward
-			for len(big.Turns) < 300 { // 300 steps: 300×300 float64 ×2 per layer, over 1 MB
+			for len(big.Turns) < 380 { // 380 steps: 380×379/2 float64 ×2 below the diagonal per layer, over 1 MB
 				big.Turns = append([]schemas.Turn{{Kind: schemas.KindTool, Action: synth.Tokens("go"), Observation: synth.Tokens("ok")}}, big.Turns...)
 			}
 			after := small("after", "after-0", 1, 0, 0)

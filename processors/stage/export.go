@@ -1,6 +1,8 @@
 package stage
 
 import (
+	"slices"
+
 	"github.com/creditflow/creditflow/processors/offline"
 	"github.com/creditflow/creditflow/schemas"
 )
@@ -20,7 +22,27 @@ func ComputeInput(s *schemas.Scored) offline.Input {
 			ObservationTokens: t.ObservationTokens, Delta: t.Delta})
 	}
 	for _, l := range m.Attention {
-		in.Attention = append(in.Attention, offline.InputLayer{Layer: l.Layer, AA: l.AA, AO: l.AO})
+		in.Attention = append(in.Attention, offline.InputLayer{Layer: l.Layer, AA: square(l.AA), AO: square(l.AO)})
 	}
 	return in
+}
+
+// square gives a graph's rows all K columns, zeros on and above the
+// diagonal where a row holds only the entries left of it (compact graphs),
+// so that an export is the same whichever generation wrote the record.
+func square(rows [][]float64) [][]float64 {
+	k := len(rows)
+	out := rows
+	for j, row := range rows {
+		if len(row) == k {
+			continue
+		}
+		if &out[0] == &rows[0] {
+			out = slices.Clone(rows)
+		}
+		full := make([]float64, k)
+		copy(full, row)
+		out[j] = full
+	}
+	return out
 }

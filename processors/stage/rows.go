@@ -217,4 +217,31 @@ func attentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 	return gpu.AttentionJob{ID: t.TrajectoryID, Tokens: tokens, Steps: steps, Layers: layers}
 }
 
+// lowerGraphs are the scorer's K×K step graphs in the scored record's
+// compact form: the entries below each diagonal (docs/wire-format.md,
+// "Scored"), each graph's two matrices in one allocation. The client
+// checked that every graph is K×K; a scorer that answers otherwise gets no
+// panic here, only a record that the advantage stage refuses.
+func lowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
+	if len(gs) == 0 {
+		return nil
+	}
+	out := make([]schemas.LowerGraph, len(gs))
+	for i, g := range gs {
+		k := len(g.AA)
+		n := schemas.LowerLen(k)
+		flat := make([]float64, 2*n)
+		aa, ao := flat[:n:n], flat[n:]
+		for j := 1; j < k; j++ {
+			o := schemas.LowerIndex(j, 0)
+			copy(aa[o:o+j], g.AA[j])
+			if j < len(g.AO) {
+				copy(ao[o:o+j], g.AO[j])
+			}
+		}
+		out[i] = schemas.LowerGraph{Layer: int32(g.Layer), K: int32(k), AA: aa, AO: ao}
+	}
+	return out
+}
+
 func ptr(x float64) *float64 { return &x }

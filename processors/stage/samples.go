@@ -27,12 +27,25 @@ func member(s *schemas.Scored) credit.Member {
 			m.Turns[i].Delta = s.Turns[i].Delta
 		}
 	}
-	for _, g := range s.Attention {
+	// The graphs below their diagonals (what AttnSR reads), whichever
+	// generation wrote the record: row j of a layer is a view of its j
+	// entries left of the diagonal.
+	graphs := s.StepGraphs()
+	if len(graphs) > 0 {
+		m.Attention = make([]credit.LayerGraph, 0, len(graphs))
+	}
+	for _, g := range graphs {
 		k := int(g.K)
-		lg := credit.LayerGraph{Layer: int(g.Layer), AA: make([][]float64, k), AO: make([][]float64, k)}
+		if k < 0 || len(g.AA) != schemas.LowerLen(k) || len(g.AO) != schemas.LowerLen(k) {
+			m.Attention = append(m.Attention, credit.LayerGraph{Layer: int(g.Layer)}) // ValidateMember refuses it
+			continue
+		}
+		rows := make([][]float64, 2*k)
+		lg := credit.LayerGraph{Layer: int(g.Layer), AA: rows[:k:k], AO: rows[k:]}
 		for j := 0; j < k; j++ {
-			lg.AA[j] = g.AA[j*k : (j+1)*k]
-			lg.AO[j] = g.AO[j*k : (j+1)*k]
+			o := schemas.LowerIndex(j, 0)
+			lg.AA[j] = g.AA[o : o+j : o+j]
+			lg.AO[j] = g.AO[o : o+j : o+j]
 		}
 		m.Attention = append(m.Attention, lg)
 	}

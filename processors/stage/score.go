@@ -403,15 +403,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if version >= 0 { // the weights that computed these graphs
 			sc.ScorerPolicyVersion = version
 		}
-		for _, g := range graphs[0] {
-			k := len(g.AA)
-			lg := schemas.LayerGraph{Layer: int32(g.Layer), K: int32(k), AA: make([]float64, 0, k*k), AO: make([]float64, 0, k*k)}
-			for r := 0; r < k; r++ {
-				lg.AA = append(lg.AA, g.AA[r]...)
-				lg.AO = append(lg.AO, g.AO[r]...)
-			}
-			sc.Attention = append(sc.Attention, lg)
-		}
+		sc.Graphs = lowerGraphs(graphs[0])
 	default:
 		sc.Direction = s.cfg.Direction
 		plan, err := planLAPO(t, s.cfg.Direction, s.cfg.Credit, s.info.PlaceholderIDs)

@@ -1,7 +1,9 @@
 """A small Avro binary codec for creditflow's schemas (docs/wire-format.md).
 
 It covers what the schemas use: records, arrays, two-branch ``["null", T]`` unions and the
-primitive types (no maps, enums or fixed). Schemas are compiled once into closures.
+primitive types (no maps, enums or fixed). Schemas are compiled once into closures, and each
+record schema also into one straight-line function (_avro_fast) that decodes well-formed bodies
+and leaves everything else to the closures, which check every byte.
 
 - Encoding is deterministic and byte-identical to the Go codecs: fields in schema order,
   a non-empty array as one block followed by the 0 terminator, a union as branch index +
@@ -18,6 +20,8 @@ Measured against python3-avro in ``python/tests/bench_decode.py`` (see docs/pyth
 
 import json
 import struct
+
+from ._avro_fast import FALLBACK, compile_decoder
 
 __all__ = ["Schema", "canonical_form", "fingerprint", "DecodeError"]
 
@@ -232,7 +236,11 @@ _unpack_d = struct.Struct("<d").unpack_from
 def _dec_union(inner, path):
     """Decoder of a ["null", T] union whose T decodes with `inner`."""
     def dec_union(b, mv, pos, p=path):
-        i, pos = _read_varint(b, pos, 10)
+        c = b[pos] if pos < len(b) else 0x80
+        if c < 0x80:  # a one-byte varint, as every branch index is: no call
+            i, pos = (c >> 1) ^ -(c & 1), pos + 1
+        else:
+            i, pos = _read_varint(b, pos, 10)
         if i == 0:
             return None, pos
         if i == 1:
@@ -285,6 +293,9 @@ def _dec_compile(node, named, path):
         return dec_bool
     if t == "int":
         def dec_int(b, mv, pos, p=path):
+            c = b[pos] if pos < len(b) else 0x80
+            if c < 0x80:
+                return (c >> 1) ^ -(c & 1), pos + 1
             v, pos = _read_varint(b, pos, 5)
             if not -(1 << 31) <= v < (1 << 31):
                 raise DecodeError("%s: int %d out of 32-bit range" % (p, v))
@@ -304,7 +315,11 @@ def _dec_compile(node, named, path):
         is_str = t == "string"
 
         def dec_bytes(b, mv, pos, p=path):
-            n, pos = _read_varint(b, pos, 10)
+            c = b[pos] if pos < len(b) else 0x80
+            if c < 0x80:  # lengths under 64: kinds, ids, short strings
+                n, pos = (c >> 1) ^ -(c & 1), pos + 1
+            else:
+                n, pos = _read_varint(b, pos, 10)
             end = pos + n
             if n < 0 or end > len(b):
                 raise DecodeError("%s: length %d does not fit in the %d bytes that remain" % (p, n, len(b) - pos))
@@ -400,6 +415,7 @@ class Schema:
         if _fullname(rjson["name"], rjson.get("namespace", "")) != self.fullname:
             raise ValueError("cannot read %s as %s" % (self.fullname, rjson["name"]))
         self._dec = _dec_record(self.json, rjson, {}, "")
+        self._fast = compile_decoder(self.json, rjson)
 
     def encode_body(self, datum: dict) -> bytes:
         out = []
@@ -410,4 +426,8 @@ class Schema:
         """Decodes one record from data[pos:]; returns (dict, end position)."""
         if not isinstance(data, bytes):
             data = bytes(data)
-        return self._dec(data, memoryview(data), pos)
+        mv = memoryview(data)
+        try:
+            return self._fast(data, mv, pos)
+        except FALLBACK:  # not what the fast decoder expects: the checking one decides
+            return self._dec(data, mv, pos)

@@ -320,6 +320,9 @@ class PolicyWatcher:
 
 # ----- trainers ------------------------------------------------------------------------------
 
+_BULK = 256  # messages SampleStream takes from librdkafka per call
+
+
 class SampleStream:
     """Reads training samples with a consumer group; iterate for single samples.
 
@@ -353,6 +356,8 @@ class SampleStream:
         # records larger than one message arrive as chunks (docs/wire-format.md)
         self._chunks = Reassembler()
         self.broken_chunks = 0
+        # messages fetched from librdkafka in bulk (consume) and not handled yet
+        self._buf = collections.deque()
         # offsets: per (topic, partition) the next offset consumed and the offsets still buffered
         self._next = {}
         self._pending = collections.defaultdict(set)
@@ -369,6 +374,9 @@ class SampleStream:
         return self._policy.version if self._policy is not None else None
 
     def _on_revoke(self, consumer, partitions):
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        if self._buf:  # fetched, not handled: the partitions' next owner reads them
+            self._buf = collections.deque(m for m in self._buf if (m.topic(), m.partition()) not in gone)
         for tp in partitions:
             self._next.pop((tp.topic, tp.partition), None)
             self._pending.pop((tp.topic, tp.partition), None)
@@ -379,7 +387,15 @@ class SampleStream:
 
     def _poll(self, timeout):
         """One sample that passed the filters, as (sample, (topic, partition, offset)), or None."""
-        msg = self._consumer.poll(timeout)
+        if not self._buf:
+            # What librdkafka already holds, in bulk (one call for up to _BULK messages, not
+            # one each); when it holds nothing, wait for one message as before (consume with a
+            # timeout would wait the whole timeout for a full bulk).
+            self._buf.extend(self._consumer.consume(num_messages=_BULK, timeout=0))
+        if self._buf:
+            msg = self._buf.popleft()
+        else:
+            msg = self._consumer.poll(timeout)
         if msg is None:
             return None
         if msg.error():
@@ -467,32 +483,42 @@ class SampleStream:
                     if batch:
                         yield batch
                     return
-        groups = collections.OrderedDict()  # prompt_id -> [first_seen, seen_count, [(sample, tpo)]]
+        groups = collections.OrderedDict()  # prompt_id -> [first_seen, seen_count, [(sample, tpo)]], oldest first
         batch, since = [], None
         last = time.monotonic()
+
+        def release(pid, now):
+            nonlocal since
+            g = groups.pop(pid)
+            for s, (t, p, o) in g[2]:
+                self._pending[(t, p)].discard(o)
+                batch.append(s)
+                self.yielded += 1
+            since = since or now
+
         while True:
-            r = self._poll(0.5)
+            # Wait no longer than a pending batch may (max_wait), so that it leaves on time.
+            wait = 0.5 if not batch or max_wait is None else min(0.5, max(0.0, since + max_wait - time.monotonic()))
+            r = self._poll(wait)
             now = time.monotonic()
             if r is not None:
                 last = now
                 s, (t, p, o) = r
-                g = groups.get(s["prompt_id"])
+                pid = s["prompt_id"]
+                g = groups.get(pid)
                 if g is None:
-                    g = groups[s["prompt_id"]] = [now, 0, []]
+                    g = groups[pid] = [now, 0, []]
                 g[1] += 1
                 if not s.get("_skipped"):
                     g[2].append((s, (t, p, o)))
                     self._pending[(t, p)].add(o)
-            for pid in list(groups):
-                g = groups[pid]
-                size = g[2][0][0]["group_size"] if g[2] else 0
-                if (g[2] and g[1] >= size) or now - g[0] > self.group_timeout:
-                    del groups[pid]
-                    for s, (t, p, o) in g[2]:
-                        self._pending[(t, p)].discard(o)
-                        batch.append(s)
-                        self.yielded += 1
-                    since = since or now
+                if g[2] and g[1] >= g[2][0][0]["group_size"]:  # only this group can have completed
+                    release(pid, now)
+            while groups:  # partial groups time out oldest first
+                pid, g = next(iter(groups.items()))
+                if now - g[0] <= self.group_timeout:
+                    break
+                release(pid, now)
             if batch and (len(batch) >= n or (max_wait is not None and now - since >= max_wait)):
                 yield batch
                 batch, since = [], None

@@ -25,6 +25,9 @@ MAGIC = b"\xc3\x01"
 HEADER_SCHEMA = "creditflow-schema"
 #: Writer-schema generation of the records written before policy versions (release aeddc48).
 LEGACY = "aeddc48"
+#: Later writer-schema generations still decoded, per record: Scored of release 8017725
+#: (Trajectory.source, step graphs K×K in ``attention`` only; schemas/v2/ in the repository).
+LATER = {"Scored": ("8017725",)}
 #: encode_trajectory's default writer: the oldest generation that can hold the record.
 AUTO = "auto"
 CURRENT = "current"
@@ -63,6 +66,10 @@ class _Codec:
             old = Schema(schema_text(name, LEGACY), reader=self.current)
             self.readers.setdefault(old.fingerprint, old)
             self.writers[LEGACY] = old
+        for gen in LATER.get(name, ()):
+            later = Schema(schema_text(name, gen), reader=self.current)
+            self.readers.setdefault(later.fingerprint, later)
+            self.writers[gen] = later
 
     def encode(self, datum, writer=None):
         if writer == CURRENT:
@@ -209,7 +216,10 @@ def decode_trajectory(value: bytes) -> dict:
 # ----- Scored ----------------------------------------------------------------------------
 
 def decode_scored(value: bytes) -> dict:
-    """Decodes a framed Scored record; ``aa``/``ao`` become K×K float64 numpy views."""
+    """Decodes a framed Scored record; ``aa``/``ao`` of ``attention`` (records of earlier
+    generations) become K×K float64 numpy views, those of ``graphs`` (the compact form the
+    score stage writes: the K(K-1)/2 entries below the diagonal, row by row, entry [j, k] at
+    j(j-1)/2 + k) one-dimensional float64 views."""
     r = codec("Scored").decode(value)
     _trajectory_arrays(r["trajectory"])
     for g in r["attention"]:
@@ -219,6 +229,13 @@ def decode_scored(value: bytes) -> dict:
             if m.size != k * k:
                 raise WireError("undecodable", "layer %d %s has %d entries, want K*K = %d" % (g["layer"], f, m.size, k * k))
             g[f] = m.reshape(k, k) if k else m
+    for g in r["graphs"]:
+        k = g["k"]
+        for f in ("aa", "ao"):
+            m = _view(g[f], _F64, f)
+            if m.size != k * (k - 1) // 2:
+                raise WireError("undecodable", "layer %d %s has %d entries, want K(K-1)/2 = %d" % (g["layer"], f, m.size, k * (k - 1) // 2))
+            g[f] = m
     return r
 
 

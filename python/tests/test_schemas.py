@@ -38,6 +38,18 @@ class Drift(unittest.TestCase):
                     name = [k for k, v in wire._FILES.items() if v == fn][0]
                     self.assertEqual(wire.schema_text(name, wire.LEGACY), f.read(), fn)
 
+    def test_later_copies_equal_the_repositorys_folders(self):
+        for name, gens in wire.LATER.items():
+            for i, gen in enumerate(gens):
+                path = os.path.join(REPO_SCHEMAS, "v%d" % (i + 2), wire._FILES[name])
+                if not os.path.exists(path):
+                    self.skipTest("%s is not in this checkout" % path)
+                with open(path, encoding="utf-8") as f:
+                    self.assertEqual(wire.schema_text(name, gen), f.read(), path)
+                old = git_show(gen, "schemas/" + wire._FILES[name])
+                if old is not None:
+                    self.assertEqual(wire.schema_text(name, gen), old, "%s of release %s" % (name, gen))
+
     def test_legacy_copies_equal_release_aeddc48(self):
         for name, fn in wire._FILES.items():
             if name == "PolicyAnnouncement":

@@ -55,6 +55,12 @@ class ScriptedConsumer:
         time.sleep(min(timeout, 0.005))
         return None
 
+    def consume(self, num_messages=1, timeout=-1):
+        out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
+        if not out and timeout:
+            time.sleep(min(timeout, 0.005))
+        return out
+
     def commit(self, offsets=None, asynchronous=True):
         self.commits.append(sorted((tp.partition, tp.offset) for tp in offsets))
 

@@ -161,3 +161,129 @@ class Encoding(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ScoredGraphs(unittest.TestCase):
+    """Scored records with compact step graphs (graphs) and of the generation before them
+    (K×K in attention) both decode."""
+
+    GOLDEN = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "schemas",
+                                        "testdata", "v2", "scored_attnsr_groups.hex")
+
+    def test_later_generation_fingerprint(self):
+        self.assertEqual(wire.codec("Scored").writers["8017725"].fingerprint.hex(), "7ccadbc95ab7607d")
+        self.assertEqual(wire.codec("Scored").current.fingerprint.hex(), "fe3c928b94decf4d")
+
+    @unittest.skipUnless(__import__("os").path.exists(GOLDEN), "not run from a repository checkout")
+    def test_golden_kxk_records_decode(self):
+        with open(self.GOLDEN) as f:
+            lines = f.read().split()
+        for line in lines:
+            r = wire.decode_scored(bytes.fromhex(line))
+            k = len(r["trajectory"]["turns"])
+            self.assertEqual(r["graphs"], [])
+            self.assertTrue(r["attention"])
+            for g in r["attention"]:
+                self.assertEqual(g["aa"].shape, (k, k))
+
+    def test_compact_record_roundtrip(self):
+        k = 4
+        aa = np.arange(k * (k - 1) // 2, dtype="<f8") / 10
+        ao = aa / 2
+        traj = wire.decode_trajectory(creditflow.encode_trajectory(_trajectory(k)))
+        datum = {"trajectory": _plain(traj), "method": "attnsr", "direction": "", "turns": [],
+                 "attention": [], "scorer_model": "m", "scorer_policy_version": 3, "truncations": 0,
+                 "scored_at_ms": 1, "graphs": [{"layer": 8, "k": k, "aa": aa.tobytes(), "ao": ao.tobytes()}]}
+        r = wire.decode_scored(wire.codec("Scored").encode(datum))
+        g = r["graphs"][0]
+        np.testing.assert_array_equal(g["aa"], aa)
+        np.testing.assert_array_equal(g["ao"], ao)
+        self.assertEqual(g["aa"][3 * 2 // 2 + 1], aa[4])  # entry [3, 1] at j(j-1)/2 + k
+        datum["graphs"][0]["aa"] = aa[:-1].tobytes()
+        with self.assertRaises(wire.WireError):
+            wire.decode_scored(wire.codec("Scored").encode(datum))
+
+
+def _trajectory(k):
+    return {"trajectory_id": "t", "prompt_id": "p", "group_size": 1, "sample_index": 0, "policy_version": 0,
+            "created_at_ms": 0, "prompt": [1, 2],
+            "turns": [{"kind": "tool", "action": [3], "observation": [4]} for _ in range(k - 1)]
+            + [{"kind": "answer", "action": [5], "observation": []}], "reward": 1.0}
+
+
+def _plain(t):
+    """A decoded trajectory as the encoder takes it (numpy views back to bytes)."""
+    out = dict(t)
+    for f in ("prompt", "gold_target", "rollout_logprobs"):
+        if isinstance(out.get(f), np.ndarray):
+            out[f] = out[f].tobytes()
+    out["turns"] = [{"kind": tu["kind"], "action": tu["action"].tobytes(), "observation": tu["observation"].tobytes()
+                     if isinstance(tu["observation"], np.ndarray) else (tu["observation"] or b"")} for tu in t["turns"]]
+    return out
+
+
+class FastDecoder(unittest.TestCase):
+    """The straight-line decoder returns what the checking decoder returns, or leaves the
+    bytes to it (never a different value, never a value where it raises)."""
+
+    @staticmethod
+    def plain(v):
+        if isinstance(v, memoryview):
+            return bytes(v)
+        if isinstance(v, dict):
+            return {k: FastDecoder.plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [FastDecoder.plain(x) for x in v]
+        return v
+
+    def check(self, schema, body, pos=10):
+        from creditflow._avro import DecodeError
+        from creditflow._avro_fast import FALLBACK
+        mv = memoryview(body)
+        try:
+            slow = schema._dec(body, mv, pos)
+        except DecodeError:
+            slow = None
+        try:
+            fast = schema._fast(body, mv, pos)
+        except FALLBACK:
+            return "fallback"
+        self.assertIsNotNone(slow, "the fast decoder accepted bytes the checking one refuses")
+        self.assertEqual(self.plain(fast[0]), self.plain(slow[0]))
+        self.assertEqual(fast[1], slow[1])
+        return "fast"
+
+    def test_agrees_with_the_checking_decoder(self):
+        import random
+        rng = random.Random(7)
+        values = []
+        for n in (0, 1, 8, 300):
+            for ppo in (False, True):
+                for current in (True, False):
+                    values.append(("Sample", wire.codec("Sample").encode(sample_datum(n, seed=n, ppo=ppo, current=current),
+                                                                         None if current else wire.LEGACY)))
+        values += [("Scored", bytes.fromhex(l)) for l in _golden_scored()[:3]]
+        kinds = {"fast": 0, "fallback": 0}
+        for name, v in values:
+            c = wire.codec(name)
+            schema = c.readers[v[2:10]]
+            self.assertEqual(self.check(schema, v), "fast")
+            for _ in range(300):  # mutations: flipped bytes, cuts
+                b = bytearray(v)
+                for _ in range(rng.randint(1, 3)):
+                    i = rng.randrange(10, len(b))
+                    b[i] = rng.choice((0, 1, 2, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+                if rng.random() < 0.3:
+                    b = b[:rng.randrange(10, len(b))]
+                kinds[self.check(schema, bytes(b))] += 1
+        self.assertGreater(kinds["fallback"], 0)
+        self.assertGreater(kinds["fast"], 0)
+
+
+def _golden_scored():
+    import os
+    p = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "testdata", "v2", "scored_attnsr_groups.hex")
+    if not os.path.exists(p):
+        return []
+    with open(p) as f:
+        return f.read().split()

@@ -1,0 +1,152 @@
+"""Straight-line decoders: a record schema (with the reader it resolves to) compiled into the
+source of one Python function, so that decoding a record is one call instead of one closure
+call per field, and a one-byte varint (most lengths, counts, union branches and small ints) is
+read inline.
+
+The fast decoder only ever returns what the closure decoder of _avro would return for the same
+bytes. It checks nothing it can leave to that decoder: whenever the bytes are not what it
+expects (a length past the end, a bad union branch or boolean, an int out of range, a string
+that is not UTF-8) it raises _Fallback and Schema.decode_body runs the closure decoder, which
+gives the value or the precise DecodeError.
+"""
+
+import struct
+
+__all__ = ["compile_decoder"]
+
+
+class _Fallback(Exception):
+    """The bytes need the checking decoder."""
+
+
+def _read_varint(b, pos, maxbytes):
+    u = shift = 0
+    for _ in range(maxbytes):
+        c = b[pos]
+        pos += 1
+        u |= (c & 0x7F) << shift
+        if c < 0x80:
+            return (u >> 1) ^ -(u & 1), pos
+        shift += 7
+    raise _Fallback
+
+
+class _Gen:
+    def __init__(self, named):
+        self.lines, self.n, self.named = [], 0, named
+
+    def var(self, base):
+        self.n += 1
+        return "%s%d" % (base, self.n)
+
+    def emit(self, ind, line):
+        self.lines.append("    " * ind + line)
+
+    def varint(self, ind, dst, maxbytes=10):
+        c = self.var("c")
+        self.emit(ind, "%s = b[pos]" % c)
+        self.emit(ind, "if %s < 128:" % c)
+        self.emit(ind + 1, "%s = (%s >> 1) ^ -(%s & 1); pos += 1" % (dst, c, c))
+        self.emit(ind, "else:")
+        self.emit(ind + 1, "%s, pos = rv(b, pos, %d)" % (dst, maxbytes))
+
+    def node(self, ind, w, r, dst):
+        """Code that decodes writer node w (read as r) into variable dst."""
+        if isinstance(w, str) and w in self.named:
+            w, r = self.named[w]
+        if isinstance(w, list):
+            if len(w) != 2 or w[0] != "null":
+                raise ValueError("only [\"null\", T] unions")
+            rr = r[1] if isinstance(r, list) else w[1]
+            br = self.var("br")
+            self.varint(ind, br)
+            self.emit(ind, "if %s == 0:" % br)
+            self.emit(ind + 1, "%s = None" % dst)
+            self.emit(ind, "elif %s == 1:" % br)
+            self.node(ind + 1, w[1], rr, dst)
+            self.emit(ind, "else:")
+            self.emit(ind + 1, "raise Fallback")
+            return
+        t = w if isinstance(w, str) else w["type"]
+        if t == "record":
+            self.record(ind, w, r if isinstance(r, dict) and r.get("type") == "record" else w, dst)
+        elif t == "array":
+            ri = r["items"] if isinstance(r, dict) and r.get("type") == "array" else w["items"]
+            n, item = self.var("n"), self.var("it")
+            self.emit(ind, "%s = []" % dst)
+            self.varint(ind, n)
+            self.emit(ind, "while %s:" % n)
+            self.emit(ind + 1, "if %s < 0:" % n)
+            sz = self.var("sz")
+            self.emit(ind + 2, "%s = -%s" % (n, n))
+            self.varint(ind + 2, sz)
+            self.emit(ind + 2, "if %s < 0 or %s > blen - pos:" % (sz, sz))
+            self.emit(ind + 3, "raise Fallback")
+            self.emit(ind + 1, "if %s > blen - pos:" % n)
+            self.emit(ind + 2, "raise Fallback")
+            self.emit(ind + 1, "for _ in range(%s):" % n)
+            self.node(ind + 2, w["items"], ri, item)
+            self.emit(ind + 2, "%s.append(%s)" % (dst, item))
+            self.varint(ind + 1, n)
+        elif t == "null":
+            self.emit(ind, "%s = None" % dst)
+        elif t == "boolean":
+            c = self.var("c")
+            self.emit(ind, "%s = b[pos]; pos += 1" % c)
+            self.emit(ind, "if %s > 1:" % c)
+            self.emit(ind + 1, "raise Fallback")
+            self.emit(ind, "%s = %s == 1" % (dst, c))
+        elif t in ("int", "long"):
+            self.varint(ind, dst, 5 if t == "int" else 10)
+            if t == "int":
+                self.emit(ind, "if not -2147483648 <= %s <= 2147483647:" % dst)
+                self.emit(ind + 1, "raise Fallback")
+        elif t in ("float", "double"):
+            size = 4 if t == "float" else 8
+            self.emit(ind, "if pos + %d > blen:" % size)
+            self.emit(ind + 1, "raise Fallback")
+            self.emit(ind, "%s = %s(b, pos)[0]; pos += %d" % (dst, "uf" if t == "float" else "ud", size))
+        elif t in ("bytes", "string"):
+            n = self.var("n")
+            self.varint(ind, n)
+            self.emit(ind, "if %s < 0 or pos + %s > blen:" % (n, n))
+            self.emit(ind + 1, "raise Fallback")
+            if t == "string":
+                self.emit(ind, "%s = str(mv[pos:pos + %s], 'utf-8'); pos += %s" % (dst, n, n))
+            else:
+                self.emit(ind, "%s = mv[pos:pos + %s]; pos += %s" % (dst, n, n))
+        else:
+            raise ValueError("schema type %r" % (t,))
+
+    def record(self, ind, w, r, dst):
+        self.named[w["name"]] = (w, r)
+        rnames = {f["name"]: f for f in r["fields"]}
+        self.emit(ind, "%s = {}" % dst)
+        for f in w["fields"]:
+            rf = rnames.get(f["name"])
+            v = self.var("v")
+            self.node(ind, f["type"], rf["type"] if rf is not None else f["type"], v)
+            if rf is not None:
+                self.emit(ind, "%s[%r] = %s" % (dst, f["name"], v))
+        wnames = {f["name"] for f in w["fields"]}
+        for f in r["fields"]:
+            if f["name"] not in wnames:
+                d = f["default"]
+                self.emit(ind, "%s[%r] = %s" % (dst, f["name"], "[]" if d == [] else repr(d)))
+
+
+def compile_decoder(writer, reader):
+    """fn(b, mv, pos) -> (dict, pos) for records written with `writer` read as `reader`
+    (parsed JSON schemas); raises _Fallback where the checking decoder must decide."""
+    g = _Gen({})
+    g.emit(1, "blen = len(b)")
+    g.record(1, writer, reader, "out")
+    g.emit(1, "return out, pos")
+    src = "def decode(b, mv, pos):\n" + "\n".join(g.lines) + "\n"
+    env = {"rv": _read_varint, "Fallback": _Fallback, "uf": struct.Struct("<f").unpack_from,
+           "ud": struct.Struct("<d").unpack_from}
+    exec(compile(src, "<avro decoder %s>" % writer["name"], "exec"), env)  # noqa: S102 (our own schema, our own code)
+    return env["decode"]
+
+
+FALLBACK = (_Fallback, IndexError, UnicodeDecodeError)

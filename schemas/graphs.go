@@ -1,0 +1,159 @@
+package schemas
+
+// Compact AttnSR step graphs (docs/wire-format.md, "Scored"): the entries
+// below the diagonal only, which are all that AttnSR reads (docs/method.md
+// §3.1–§3.2: the backtrack reads G[j,k] for k < j, the focus mass the
+// terminal row left of the diagonal).
+
+// LowerGraph is one layer's AttnSR step graph with only its entries below
+// the diagonal: AA and AO hold K(K−1)/2 values each, row by row, row j (the
+// querying step) holding columns 0..j−1, so that entry [j,k] (k < j) is at
+// LowerIndex(j, k). Its values are those of the K×K LayerGraph it stands
+// for, bit for bit.
+type LowerGraph struct {
+	Layer int32
+	K     int32
+	AA    []float64
+	AO    []float64
+}
+
+// LowerIndex is the position of entry [j,k], k < j, of a graph below its
+// diagonal: j(j−1)/2 + k.
+func LowerIndex(j, k int) int { return j*(j-1)/2 + k }
+
+// LowerLen is the number of entries below the diagonal of a K×K graph.
+func LowerLen(k int) int { return k * (k - 1) / 2 }
+
+// Lower is g without the entries on and above its diagonal (which AttnSR
+// never reads and which the protocol sets to 0).
+func (g *LayerGraph) Lower() LowerGraph {
+	k := int(g.K)
+	n := LowerLen(k)
+	flat := make([]float64, 2*n)
+	out := LowerGraph{Layer: g.Layer, K: g.K, AA: flat[:n:n], AO: flat[n:]}
+	for j := 1; j < k; j++ {
+		copy(out.AA[LowerIndex(j, 0):LowerIndex(j+1, 0)], g.AA[j*k:j*k+j])
+		copy(out.AO[LowerIndex(j, 0):LowerIndex(j+1, 0)], g.AO[j*k:j*k+j])
+	}
+	return out
+}
+
+// StepGraphs are s's step graphs below the diagonal: Graphs as written, or
+// the graphs of a record of an earlier generation (K×K, in Attention) cut
+// to their lower triangles.
+func (s *Scored) StepGraphs() []LowerGraph {
+	if len(s.Graphs) > 0 || len(s.Attention) == 0 {
+		return s.Graphs
+	}
+	out := make([]LowerGraph, 0, len(s.Attention))
+	for i := range s.Attention {
+		g := &s.Attention[i]
+		if k := int(g.K); k < 0 || len(g.AA) != k*k || len(g.AO) != k*k {
+			out = append(out, LowerGraph{Layer: g.Layer, K: g.K}) // mis-shaped: ValidateScored refuses it
+			continue
+		}
+		out = append(out, g.Lower())
+	}
+	return out
+}
+
+func lowerGraphsToNative(gs []LowerGraph) []any {
+	out := make([]any, len(gs))
+	for i := range gs {
+		g := &gs[i]
+		out[i] = map[string]any{"layer": g.Layer, "k": g.K, "aa": packFloat64(g.AA), "ao": packFloat64(g.AO)}
+	}
+	return out
+}
+
+func lowerGraphsFromNative(n *nat, field string) []LowerGraph {
+	items := n.list(field)
+	if len(items) == 0 {
+		return nil
+	}
+	out := make([]LowerGraph, len(items))
+	n.records(field, func(i int, r *nat) {
+		out[i] = LowerGraph{Layer: r.i32("layer"), K: r.i32("k"), AA: r.float64s("aa"), AO: r.float64s("ao")}
+	})
+	return out
+}
+
+// appendLowerGraphs appends the Avro binary of gs (an array of LowerGraph).
+func appendLowerGraphs(b []byte, gs []LowerGraph) []byte {
+	if len(gs) > 0 {
+		b = appendLong(b, int64(len(gs)))
+		for i := range gs {
+			g := &gs[i]
+			b = appendLong(b, int64(g.Layer))
+			b = appendLong(b, int64(g.K))
+			b = appendPacked64(b, g.AA)
+			b = appendPacked64(b, g.AO)
+		}
+	}
+	return appendLong(b, 0)
+}
+
+// lowerGraphs reads an array of LowerGraph; each graph's AA and AO share one
+// allocation.
+func (r *binReader) lowerGraphs() []LowerGraph {
+	var out []LowerGraph
+	r.array(func() {
+		g := LowerGraph{Layer: r.int(), K: r.int()}
+		aa, ao := r.raw(), r.raw()
+		if len(aa)%8 != 0 || len(ao)%8 != 0 {
+			r.ok = false
+			return
+		}
+		if n, m := len(aa)/8, len(ao)/8; n+m > 0 {
+			flat := make([]float64, n+m)
+			if n > 0 {
+				g.AA = unpackInto(flat[:n:n], aa)
+			}
+			if m > 0 {
+				g.AO = unpackInto(flat[n:], ao)
+			}
+		}
+		out = append(out, g)
+	})
+	return out
+}
+
+// unpackInto reads len(v) packed little-endian float64s from b into v.
+func unpackInto(v []float64, b []byte) []float64 {
+	if hostLittleEndian {
+		copy(asBytes(v), b)
+		return v
+	}
+	return unpackPortable(b, v)
+}
+
+// validateLowerGraph is ValidateScored for one compact graph: a layer not
+// seen before and not negative, K = turns, K(K−1)/2 entries per matrix, each
+// a probability mass in [0, 1] (small round-off allowed).
+func validateLowerGraph(id string, k int, g *LowerGraph, seen map[int32]bool) error {
+	if seen[g.Layer] {
+		return invalid(ReasonInvalid, "scored %s: layer %d appears twice", id, g.Layer)
+	}
+	seen[g.Layer] = true
+	if g.Layer < 0 {
+		return invalid(ReasonInvalid, "scored %s: negative layer %d", id, g.Layer)
+	}
+	if int(g.K) != k {
+		return invalid(ReasonInvalid, "scored %s: layer %d has K=%d for %d turns", id, g.Layer, g.K, k)
+	}
+	if n := LowerLen(k); len(g.AA) != n || len(g.AO) != n {
+		return invalid(ReasonInvalid, "scored %s: layer %d has %d AA and %d AO entries below the diagonal, want K(K-1)/2 = %d", id, g.Layer, len(g.AA), len(g.AO), n)
+	}
+	for _, m := range [2][]float64{g.AA, g.AO} {
+		for i, x := range m {
+			if !(x >= -attentionSlack && x <= 1+attentionSlack) { // NaN and ±Inf fail too
+				j := 1
+				for LowerIndex(j+1, 0) <= i {
+					j++
+				}
+				return invalid(ReasonInvalid, "scored %s: layer %d entry [%d,%d] is %v, want a probability mass in [0, 1]", id, g.Layer, j, i-LowerIndex(j, 0), x)
+			}
+		}
+	}
+	return nil
+}
