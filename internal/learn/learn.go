@@ -78,7 +78,7 @@ type Options struct {
 
 // Defaults is a run that shows a clear rise on two cores in minutes.
 func Defaults() Options {
-	return Options{Method: MethodLAPO, Seed: 1, Workers: 2, Steps: 24, GroupsPerStep: 8, GroupSize: 5,
+	return Options{Method: MethodLAPO, Seed: 1, Workers: 2, Steps: 16, GroupsPerStep: 8, GroupSize: 5,
 		MaxPolicyLag: 1, LR: 2e-4, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
 		GroupID: "creditflow-learn", Timeout: 20 * time.Minute, Logger: zerolog.Nop()}
 }
