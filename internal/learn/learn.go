@@ -296,6 +296,9 @@ wait:
 			break wait
 		case <-ctx.Done():
 			runErr = fmt.Errorf("learn: gave up after %v (trainer at step %d of %d)", o.Timeout, r.stepsDone(), o.Steps)
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				runErr = fmt.Errorf("learn: interrupted at trainer step %d of %d", r.stepsDone(), o.Steps)
+			}
 			break wait
 		}
 	}
@@ -319,7 +322,7 @@ wait:
 	sum.Seconds = time.Since(start).Seconds()
 	published := r.published()
 	sum.Trajectories = len(published)
-	found, stale, ferr := r.drain(context.Background(), brokers, published, 60*time.Second)
+	found, stale, ferr := r.drain(context.Background(), brokers, published, time.Minute)
 	if ferr != nil && runErr == nil {
 		runErr = ferr
 	}
@@ -481,13 +484,15 @@ func counts(v any) map[string]int {
 }
 
 // drain waits until every published trajectory is found (by key) in the
-// samples or the stale topic, or until patience runs out; it returns the
-// trajectory ids found and the number of stale samples.
+// samples or the stale topic, or until it has found nothing new for
+// patience; it returns the trajectory ids found and the number of stale
+// samples.
 func (r *run) drain(ctx context.Context, brokers []string, published map[string]bool, patience time.Duration) (map[string]bool, int64, error) {
 	found := map[string]bool{}
 	next := map[string]int64{} // "topic/partition" -> next offset to read
 	var stale int64
 	deadline := time.Now().Add(patience)
+	lastMissing := len(published) + 1
 	for {
 		for _, topic := range []string{r.o.Topics.Samples, r.o.Topics.SamplesStale} {
 			parts, err := consumers.Partitions(ctx, brokers, kafkasec.Config{}, topic)
@@ -517,6 +522,9 @@ func (r *run) drain(ctx context.Context, brokers []string, published map[string]
 		}
 		if missing == 0 || time.Now().After(deadline) {
 			return found, stale, nil
+		}
+		if missing < lastMissing { // progress: the processor is still working off a backlog
+			deadline, lastMissing = time.Now().Add(patience), missing
 		}
 		time.Sleep(time.Second)
 	}
