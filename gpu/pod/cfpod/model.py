@@ -22,6 +22,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from . import attention
 from . import safetensors as st
 from .cache import Cache
 from .config import (ARCHITECTURES, Config, InputError, ModelError, dtype_from_name,  # noqa: F401
@@ -29,7 +30,6 @@ from .config import (ARCHITECTURES, Config, InputError, ModelError, dtype_from_n
 from .graphs import QUERY_BLOCK, _StepGraphs  # noqa: F401
 from .scoring import Usage, _Node, _RowScoring  # noqa: F401
 
-_HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
 class Model(_RowScoring, _StepGraphs):
@@ -55,7 +55,7 @@ class Model(_RowScoring, _StepGraphs):
         self.inv_freq = cfg.inv_freq.to(self.device)
         self._half = half
         # Fused attention kernels on accelerators; the float32 reference path elsewhere.
-        self.use_sdpa = _HAS_SDPA and self.device.type == "cuda"
+        self.use_sdpa = attention.HAS_SDPA and self.device.type == "cuda"
         # How score_rows shares prefixes (see there). The walk does the least arithmetic;
         # tree packing makes fewer, larger calls (cfpod.bench measures both).
         self.packing = "walk"
@@ -142,48 +142,10 @@ class Model(_RowScoring, _StepGraphs):
             k = self._rms(k, W["self_attn.k_norm.weight"])
         return self._rope(q, cos, sin), self._rope(k, cos, sin), v
 
-    def _attend(self, q, K, V, allowed, causal0=False):
-        """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D]; returns
-        [T, Hq*D]. allowed(s, e) gives the bool mask [e-s, S] of the keys queries s..e-1 may
-        see; causal0: the queries are positions 0..S-1 of one sequence (plain causal)."""
-        c = self.cfg
-        T, S = q.shape[0], K.shape[1]
-        group = c.heads // c.kv_heads
-        scale = 1.0 / math.sqrt(c.head_dim)
-        qh = q.permute(1, 0, 2)  # [Hq, T, D]
-        if self.use_sdpa:
-            Kx = K.repeat_interleave(group, 0) if group > 1 else K
-            Vx = V.repeat_interleave(group, 0) if group > 1 else V
-            if causal0:
-                o = F.scaled_dot_product_attention(qh[None], Kx[None], Vx[None], is_causal=True)[0]
-            else:
-                # A masked call may fall back to a kernel that materializes the scores:
-                # bound them to 2^27 values per chunk.
-                step = max(1, (1 << 27) // max(S * c.heads, 1))
-                outs = []
-                for s in range(0, T, step):
-                    e = min(T, s + step)
-                    outs.append(F.scaled_dot_product_attention(qh[None, :, s:e], Kx[None], Vx[None],
-                                                               attn_mask=allowed(s, e)[None, None])[0])
-                o = torch.cat(outs, 1)
-            return o.permute(1, 0, 2).reshape(T, -1)
-        # Reference path: float32 scores and softmax, query blocks bound the memory.
-        qg = qh.reshape(c.kv_heads, group, T, c.head_dim)
-        out = torch.empty(c.kv_heads, group, T, c.head_dim, dtype=self.dtype, device=q.device)
-        step = max(1, (1 << 24) // max(S * c.heads, 1))
-        Kt = K.float().transpose(1, 2)[:, None]  # [Hkv, 1, D, S]
-        Vf = V.float()[:, None]
-        for s in range(0, T, step):
-            e = min(T, s + step)
-            sc = torch.matmul(qg[:, :, s:e].float(), Kt) * scale  # [Hkv, g, b, S]
-            sc.masked_fill_(~allowed(s, e), float("-inf"))
-            p = torch.softmax(sc, -1)
-            out[:, :, s:e] = torch.matmul(p, Vf).to(self.dtype)
-        return out.reshape(c.heads, T, c.head_dim).permute(1, 0, 2).reshape(T, -1)
-
-    def _causal(self, qpos, S):
-        keys = torch.arange(S, device=self.device)
-        return lambda s, e: keys[None, :] <= qpos[s:e, None]
+    def _attend(self, q, K, V, causal=False, mask=None):
+        """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D] (attention.attend):
+        causal (the queries are the last T of the S positions) or the keys mask [T, S] allows."""
+        return attention.attend(q, K, V, causal=causal, mask=mask, use_sdpa=self.use_sdpa)
 
     @torch.no_grad()
     def forward(self, cache, toks, out_pos=None, layers=None, on_q=None):
@@ -217,8 +179,12 @@ class Model(_RowScoring, _StepGraphs):
                 # wanted positions need the rest of the layer.
                 x, q, qpos, cos, sin = x[out_pos], q[out_pos], pos[out_pos], cos[out_pos], sin[out_pos]
                 out_pos = torch.arange(x.shape[0], device=self.device)
-            a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T],
-                             self._causal(qpos, pos0 + T), pos0 == 0 and q.shape[0] == T)
+            if q.shape[0] == T:  # every position of the chunk: causal, lower-right aligned
+                a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T], causal=True)
+            else:  # the wanted positions only
+                keys = torch.arange(pos0 + T, device=self.device)
+                a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T],
+                                 mask=keys[None, :] <= qpos[:, None])
             x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
             h = self._rms(x, W["post_attention_layernorm.weight"])
             gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))

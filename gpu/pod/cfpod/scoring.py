@@ -239,17 +239,14 @@ class _RowScoring:
         kidx = torch.arange(U, device=dev)
         cos, sin = self._rope_tables(pos_t)
         x = self.embed[toks_t]
-        qidx = kidx
-
-        def allowed(s, e):
-            qi = qidx[s:e]
-            return anc_t[node_t[qi]][:, node_t] & (kidx[None, :] <= qi[:, None])
+        # The pack's mask, built once: token i sees the tokens j <= i of its node's ancestors.
+        mask = anc_t[node_t][:, node_t] & (kidx[None, :] <= kidx[:, None])
         for li in range(c.layers):
             W = self.layer_w[li]
             q, k, v = self._qkv(W, x, cos, sin)
             if li == c.layers - 1:  # the last layer only for the wanted positions
-                x, q, qidx = x[out_t], q[out_t], out_t
-            a = self._attend(q, k.permute(1, 0, 2), v.permute(1, 0, 2), allowed)
+                x, q, mask = x[out_t], q[out_t], mask[out_t]
+            a = self._attend(q, k.permute(1, 0, 2), v.permute(1, 0, 2), mask=mask)
             x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
             h = self._rms(x, W["post_attention_layernorm.weight"])
             gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))
