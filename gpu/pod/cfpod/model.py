@@ -28,11 +28,15 @@ from .cache import Cache
 from .config import (ARCHITECTURES, Config, InputError, ModelError, dtype_from_name,  # noqa: F401
                      find_placeholder, read_config, tensor_names)
 from .graphs import QUERY_BLOCK, _StepGraphs  # noqa: F401
+from .rowrun import Counts, _PlanRunner  # noqa: F401
 from .scoring import Usage, _Node, _RowScoring  # noqa: F401
 
+# Model work runs without autograd bookkeeping (torch.inference_mode where torch has it).
+inference = torch.inference_mode if hasattr(torch, "inference_mode") else torch.no_grad
 
 
-class Model(_RowScoring, _StepGraphs):
+
+class Model(_RowScoring, _PlanRunner, _StepGraphs):
     """A loaded network on one device in one dtype. Calls are not thread-safe on a
     shared device stream; the server serializes them."""
 
@@ -56,10 +60,13 @@ class Model(_RowScoring, _StepGraphs):
         self._half = half
         # Fused attention kernels on accelerators; the float32 reference path elsewhere.
         self.use_sdpa = attention.HAS_SDPA and self.device.type == "cuda"
-        # How score_rows shares prefixes (see there). The walk does the least arithmetic;
-        # tree packing makes fewer, larger calls (cfpod.bench measures both).
-        self.packing = "walk"
+        # How score_rows shares prefixes (see there). The walk does the least arithmetic and
+        # is bitwise equal to row-by-row scoring on CPU; tree packing makes fewer, larger
+        # calls of at most pack_tokens tokens, which keeps an accelerator busy.
+        self.packing = "tree" if self.device.type == "cuda" else "walk"
         self.pack_tokens = 4096
+        self.counts = None  # a rowrun.Counts to count the device's work (cfpod.bench)
+        self._head32 = self._head32_of = None
 
     @classmethod
     def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None):
@@ -102,6 +109,16 @@ class Model(_RowScoring, _StepGraphs):
                 t = a * (torch.rand(shape, generator=g) * 2 - 1)
             return t.to(device=device, dtype=dtype)
         return cls(cfg, get, device, dtype, name)
+
+    def head32(self):
+        """The LM head in float32 (log-probabilities are computed in float32 whatever the
+        model's dtype): the head itself in float32, else a float32 copy made once (vocab x
+        hidden x 4 bytes: 2.2 GB at Qwen2.5-7B's shape)."""
+        if self.lm_head.dtype == torch.float32:
+            return self.lm_head
+        if self._head32_of is not self.lm_head:
+            self._head32, self._head32_of = self.lm_head.float(), self.lm_head
+        return self._head32
 
     def info(self):
         c = self.cfg
@@ -147,7 +164,7 @@ class Model(_RowScoring, _StepGraphs):
         causal (the queries are the last T of the S positions) or the keys mask [T, S] allows."""
         return attention.attend(q, K, V, causal=causal, mask=mask, use_sdpa=self.use_sdpa)
 
-    @torch.no_grad()
+    @inference()
     def forward(self, cache, toks, out_pos=None, layers=None, on_q=None):
         """Appends toks (LongTensor [T]) to cache at positions cache.n, ... and returns the
         final-norm hidden states of the chunk positions in out_pos (LongTensor of chunk

@@ -11,7 +11,7 @@ import torch
 
 from . import metrics as M
 from .log import Logger
-from .model import InputError, Model, ModelError
+from .model import InputError, Model, ModelError, inference
 from .protocol import (PROTOCOL_VERSION, Reject, _score, bad, parse_attention_request,
                        parse_score_request, FEATURES)
 
@@ -215,7 +215,8 @@ class Pod:
         with self.compute_lock:
             t1 = time.monotonic()
             try:
-                return fn()
+                with inference():
+                    return fn()
             finally:
                 t2 = time.monotonic()
                 self.m_lock_wait.observe(t1 - t0, op)
@@ -229,10 +230,11 @@ class Pod:
         rows = [r for _, rs in sets for r in rs]
         self.m_items.inc(len(sets), "score")
         self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")
-        try:
-            scores, usage = self.run_model("score", lambda: cur.model.score_rows(rows))
+        try:  # validation and the plan (radix tree, calls, indices) outside the model lock
+            planned = cur.model.plan_rows(rows)
         except InputError as e:
             raise bad(str(e)) from None
+        scores, usage = self.run_model("score", lambda: cur.model.score_plan(planned))
         self.m_forwarded.inc(usage.tokens_forwarded)
         self.m_row_by_row.inc(usage.tokens_row_by_row)
         self.m_truncations.inc(usage.truncations)
@@ -244,7 +246,8 @@ class Pod:
             off += len(rs)
         return {"results": results, "usage": {"tokens_forwarded": usage.tokens_forwarded,
                                               "tokens_row_by_row": usage.tokens_row_by_row,
-                                              "truncations": usage.truncations},
+                                              "truncations": usage.truncations,
+                                              "packs": usage.packs, "max_pack_tokens": usage.max_pack_tokens},
                 "policy_version": cur.policy_version}
 
     def attention(self, req):
