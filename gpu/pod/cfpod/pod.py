@@ -18,6 +18,13 @@ from .protocol import (PROTOCOL_VERSION, Reject, _score, bad, parse_attention_re
 POLICY_VERSION_FILE = "policy_version"
 
 
+def out_of_memory(e):
+    """e reports an allocation that failed (CUDA, or the CPU allocator)."""
+    m = str(e)
+    return (type(e).__name__ == "OutOfMemoryError" or "out of memory" in m.lower()
+            or "can't allocate memory" in m)
+
+
 class Loaded:
     """A model and the policy version it serves; replaced as a whole on a hot load."""
 
@@ -61,6 +68,7 @@ class Pod:
         self._in_flight_lock = threading.Lock()
         self._idle = threading.Condition(self._in_flight_lock)
         self._init_metrics()
+        self.fit_tokens = {"score": 0, "attention": 0}  # the largest request of each op that has fit
         self.name = name
         self.current = None
         self.load(model_dir, None, default_version=policy_version)
@@ -93,6 +101,9 @@ class Pod:
                                  "Model loads, by result (ok, error).", ("result",))
         self.m_load_seconds = M.Gauge(r, "creditflow_scorer_pod_model_load_duration_seconds",
                                       "Duration of the last successful model load.")
+        self.m_oom = M.Counter(r, "creditflow_scorer_pod_out_of_memory_total",
+                               "Requests that ran out of accelerator memory (answered 413 out_of_memory), by op.",
+                               ("op",))
         self.m_device_bytes = M.Gauge(r, "creditflow_scorer_pod_device_memory_peak_bytes",
                                       "Peak accelerator memory allocated since start (0 on CPU).")
 
@@ -210,13 +221,32 @@ class Pod:
                 self._idle.wait(left)
         return True
 
-    def run_model(self, op, fn):
+    def run_model(self, op, fn, tokens=0):
+        """fn() under the model lock. Running out of accelerator memory is a 413
+        out_of_memory naming the largest request of op that has fit (the client splits the
+        request; a single set or job that does not fit is dead-lettered with the message)."""
         t0 = time.monotonic()
         with self.compute_lock:
             t1 = time.monotonic()
             try:
                 with inference():
-                    return fn()
+                    out = fn()
+                if tokens > self.fit_tokens[op]:
+                    self.fit_tokens[op] = tokens
+                return out
+            except Exception as e:  # noqa: BLE001 - only out-of-memory errors are turned into a 413
+                if not out_of_memory(e):
+                    raise
+                if str(self.device).startswith("cuda"):
+                    torch.cuda.empty_cache()
+                self.m_oom.inc(1, op)
+                fit = self.fit_tokens[op]
+                what = "scores" if op == "score" else "attention jobs"
+                raise Reject(413, "out_of_memory",
+                             f"scorer ran out of accelerator memory on a request of {tokens} tokens ({e}); "
+                             + (f"{what} requests of up to {fit} tokens have fit on this scorer: send fewer tokens "
+                                "per request (the client's token budget)" if fit else
+                                f"no {what} request has fit since the scorer started")) from None
             finally:
                 t2 = time.monotonic()
                 self.m_lock_wait.observe(t1 - t0, op)
@@ -229,12 +259,13 @@ class Pod:
         sets = parse_score_request(req, cur.info, self.check_limits)
         rows = [r for _, rs in sets for r in rs]
         self.m_items.inc(len(sets), "score")
-        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")
+        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")  # as check_limits counts
         try:  # validation and the plan (radix tree, calls, indices) outside the model lock
             planned = cur.model.plan_rows(rows)
         except InputError as e:
             raise bad(str(e)) from None
-        scores, usage = self.run_model("score", lambda: cur.model.score_plan(planned))
+        tokens = sum(len(r[0]) + len(r[1]) for r in rows)
+        scores, usage = self.run_model("score", lambda: cur.model.score_plan(planned), tokens)
         self.m_forwarded.inc(usage.tokens_forwarded)
         self.m_row_by_row.inc(usage.tokens_row_by_row)
         self.m_truncations.inc(usage.truncations)
@@ -258,7 +289,7 @@ class Pod:
         results = []
         for i, (jid, toks, steps, layers) in enumerate(jobs):
             try:
-                gs = self.run_model("attention", lambda: cur.model.step_graphs(toks, steps, layers))
+                gs = self.run_model("attention", lambda: cur.model.step_graphs(toks, steps, layers), len(toks))
             except InputError as e:
                 raise bad(f"job {i}: {e}", i, jid) from None
             results.append({"graphs": [{"layer": l, "aa": aa, "ao": ao} for l, aa, ao in gs]})
