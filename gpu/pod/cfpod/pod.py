@@ -123,10 +123,12 @@ class Pod:
                     policy_version = self.current.policy_version + 1 if self.current else 0
                 m = Model.load(folder, device=self.device, dtype=self.dtype,
                                placeholder_ids=self.placeholder_ids, name=name or self.name)
-            except (ModelError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - any failure (a bad file, CUDA out of memory) keeps the old model
                 self.m_loads.inc(1, "error")
+                if str(self.device).startswith("cuda"):
+                    torch.cuda.empty_cache()  # the half-built copy's memory
                 self.log.error("model load failed" + ("; the previous model keeps serving" if self.current else ""),
-                               folder=folder, error=str(e))
+                               folder=folder, error=f"{type(e).__name__}: {e}")
                 raise
             if self.packing:
                 m.packing = self.packing
@@ -153,27 +155,33 @@ class Pod:
             return self.current
 
     def reload_from_disk(self, reason):
-        """Reloads the current folder (SIGHUP, watcher); errors are logged, never raised."""
+        """Reloads the current folder (SIGHUP, watcher); any failure is counted and logged by
+        load (the old model keeps serving), never raised."""
         cur = self.current
         try:
             self.load(cur.folder)
-        except (ModelError, OSError):
-            pass
-        else:
-            self.log.info("reloaded", reason=reason)
+        except Exception:  # noqa: BLE001 - load counted and logged it
+            return False
+        self.log.info("reloaded", reason=reason)
+        return True
 
     def watch(self, interval, stop):
-        """Polls the current folder's policy_version file; reloads when it changes."""
+        """Polls the current folder's policy_version file; reloads when it changes. A failed
+        reload keeps the old model and is tried again at the next poll; nothing stops the
+        watcher but stop."""
         def run():
             while not stop.wait(interval):
-                cur = self.current
                 try:
-                    v = read_policy_version(cur.folder)
-                except ModelError as e:
-                    self.log.warn("ignoring policy_version file", error=str(e))
-                    continue
-                if v is not None and v != cur.policy_version:
-                    self.reload_from_disk(f"policy_version file says {v}")
+                    cur = self.current
+                    try:
+                        v = read_policy_version(cur.folder)
+                    except (ModelError, OSError) as e:
+                        self.log.warn("ignoring policy_version file", error=str(e))
+                        continue
+                    if v is not None and v != cur.policy_version:
+                        self.reload_from_disk(f"policy_version file says {v}")
+                except Exception as e:  # noqa: BLE001 - the watcher must outlive any failure
+                    self.log.error("policy_version watcher failed; watching on", error=f"{type(e).__name__}: {e}")
         t = threading.Thread(target=run, name="policy-watch", daemon=True)
         t.start()
         return t
