@@ -75,16 +75,21 @@ MASKED_SCORES = 1 << 27
 REFERENCE_SCORES = 1 << 24
 
 
-def attend(q, K, V, causal=False, mask=None, use_sdpa=False):
+def attend(q, K, V, causal=False, mask=None, use_sdpa=False, mask_from=0):
     """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D] (Hq a multiple of
-    Hkv, query head h reads key/value head h // (Hq / Hkv)); causal or mask as above.
-    Returns [T, Hq * D]."""
+    Hkv, query head h reads key/value head h // (Hq / Hkv)); causal or mask as above; with
+    mask_from > 0 every query sees keys [0, mask_from) and mask [T, S - mask_from] covers
+    the rest. Returns [T, Hq * D]."""
     T, Hq, D = q.shape
     Hkv, S = K.shape[0], K.shape[1]
     group = Hq // Hkv
     if (mask is None) == (not causal):
         raise ValueError("attend takes causal=True or a mask, not both")
     qh = q.permute(1, 0, 2)  # [Hq, T, D]
+    if mask_from and use_sdpa:
+        mask = torch.cat([torch.ones(T, mask_from, dtype=torch.bool, device=q.device), mask], 1)
+    elif mask_from:
+        mask = (mask_from, mask)
     if use_sdpa:
         o = _attend_sdpa(qh, K, V, group, T, S, causal, mask)
     else:
@@ -120,7 +125,8 @@ def _attend_sdpa(qh, K, V, group, T, S, causal, mask):
 
 
 def _attend_reference(qh, K, V, group, T, S, causal, mask):
-    """Float32 scores and softmax in query blocks."""
+    """Float32 scores and softmax in query blocks. Keys every query of a block may see (a
+    cached prefix) are not masked: only the block's last columns are."""
     Hq, _, D = qh.shape
     Hkv = K.shape[0]
     scale = 1.0 / math.sqrt(D)
@@ -129,15 +135,20 @@ def _attend_reference(qh, K, V, group, T, S, causal, mask):
     step = max(1, REFERENCE_SCORES // max(S * Hq, 1))
     Kt = K.float().transpose(1, 2)[:, None]  # [Hkv, 1, D, S]
     Vf = V.float()[:, None]
-    keys = torch.arange(S, device=qh.device)
+    dev = qh.device
     for s in range(0, T, step):
         e = min(T, s + step)
         sc = torch.matmul(qg[:, :, s:e].float(), Kt) * scale  # [Hkv, g, b, S]
-        if causal:
-            allowed = keys[None, :] <= torch.arange(S - T + s, S - T + e, device=qh.device)[:, None]
+        if causal:  # query i sees keys <= S - T + i: columns from S - T + s + 1 on need a mask
+            c0 = S - T + s + 1
+            if c0 < S:
+                allowed = (torch.arange(c0, S, device=dev)[None, :]
+                           <= torch.arange(S - T + s, S - T + e, device=dev)[:, None])
+                sc[..., c0:].masked_fill_(~allowed, float("-inf"))
+        elif isinstance(mask, tuple):  # (mask_from, mask of the later columns)
+            sc[..., mask[0]:].masked_fill_(~mask[1][s:e], float("-inf"))
         else:
-            allowed = mask[s:e]
-        sc.masked_fill_(~allowed, float("-inf"))
+            sc.masked_fill_(~mask[s:e], float("-inf"))
         p = torch.softmax(sc, -1)
         out[:, :, s:e] = torch.matmul(p, Vf).to(qh.dtype)
     return out.reshape(Hq, T, D)

@@ -28,6 +28,7 @@ from .cache import Cache
 from .config import (ARCHITECTURES, Config, InputError, ModelError, dtype_from_name,  # noqa: F401
                      find_placeholder, read_config, tensor_names)
 from .graphs import QUERY_BLOCK, _StepGraphs  # noqa: F401
+from .padded import _PaddedScoring
 from .rowrun import Counts, _PlanRunner  # noqa: F401
 from .scoring import Usage, _Node, _RowScoring  # noqa: F401
 
@@ -36,7 +37,7 @@ inference = torch.inference_mode if hasattr(torch, "inference_mode") else torch.
 
 
 
-class Model(_RowScoring, _PlanRunner, _StepGraphs):
+class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
     """A loaded network on one device in one dtype. Calls are not thread-safe on a
     shared device stream; the server serializes them."""
 
@@ -95,18 +96,23 @@ class Model(_RowScoring, _PlanRunner, _StepGraphs):
         return m
 
     @classmethod
-    def random(cls, cfg, seed=0, device="cpu", dtype=torch.float32, name="random"):
-        """A randomly initialized model (for benchmarks and checks; no download needed)."""
-        g = torch.Generator().manual_seed(seed)
+    def random(cls, cfg, seed=0, device="cpu", dtype=torch.float32, name="random", on_device=False):
+        """A randomly initialized model (for benchmarks and checks; no download needed).
+        The weights are drawn on the CPU (the same on every device for a seed), or with
+        on_device on the device itself (a 7B-shaped model in seconds, not minutes; other
+        numbers than the CPU's)."""
+        gdev = torch.device(device) if on_device else torch.device("cpu")
+        g = torch.Generator(device=gdev).manual_seed(seed)
 
         def get(n, shape):
+            r = torch.rand(shape, generator=g, device=gdev) * 2 - 1
             if n.endswith("norm.weight"):
-                t = 1 + 0.1 * (torch.rand(shape, generator=g) * 2 - 1)
+                t = 1 + 0.1 * r
             elif n.endswith(".bias"):
-                t = 0.05 * (torch.rand(shape, generator=g) * 2 - 1)
+                t = 0.05 * r
             else:
                 a = 1.0 if "embed" in n else math.sqrt(3.0 / shape[-1])
-                t = a * (torch.rand(shape, generator=g) * 2 - 1)
+                t = a * r
             return t.to(device=device, dtype=dtype)
         return cls(cfg, get, device, dtype, name)
 
@@ -159,10 +165,11 @@ class Model(_RowScoring, _PlanRunner, _StepGraphs):
             k = self._rms(k, W["self_attn.k_norm.weight"])
         return self._rope(q, cos, sin), self._rope(k, cos, sin), v
 
-    def _attend(self, q, K, V, causal=False, mask=None):
+    def _attend(self, q, K, V, causal=False, mask=None, mask_from=0):
         """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D] (attention.attend):
-        causal (the queries are the last T of the S positions) or the keys mask [T, S] allows."""
-        return attention.attend(q, K, V, causal=causal, mask=mask, use_sdpa=self.use_sdpa)
+        causal (the queries are the last T of the S positions) or the keys mask [T, S] allows
+        (with mask_from: keys [0, mask_from) visible to all, mask over the rest)."""
+        return attention.attend(q, K, V, causal=causal, mask=mask, use_sdpa=self.use_sdpa, mask_from=mask_from)
 
     @inference()
     def forward(self, cache, toks, out_pos=None, layers=None, on_q=None):

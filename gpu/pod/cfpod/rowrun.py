@@ -101,11 +101,15 @@ class _PlanRunner:
         kidx = torch.arange(U, device=dev)
         cos, sin = self._rope_tables(pos)
         x = self.embed[toks]
-        # The pack's mask, built once: the cached path, then the pack's own ancestors.
-        inner = anc[node_of][:, node_of] & (kidx[None, :] <= kidx[:, None])
-        mask = inner
-        if prefix > 0:
-            mask = torch.cat([torch.ones(U, prefix, dtype=torch.bool, device=dev), inner], 1)
+        # The pack's mask, built once: the cached path (all visible), then the pack's own
+        # ancestors. The fused kernels take it whole; the reference path masks only the
+        # pack's columns.
+        mask = anc[node_of][:, node_of] & (kidx[None, :] <= kidx[:, None])
+        mask_from = 0
+        if prefix > 0 and self.use_sdpa:
+            mask = torch.cat([torch.ones(U, prefix, dtype=torch.bool, device=dev), mask], 1)
+        elif prefix > 0:
+            mask_from = prefix
         if cache is not None:
             cache.n = prefix  # the path; ensure keeps it when it grows the cache
             cache.ensure(prefix + U)
@@ -120,7 +124,7 @@ class _PlanRunner:
                 K, V = cache.k[li][:, :prefix + U], cache.v[li][:, :prefix + U]
             else:
                 K, V = k.permute(1, 0, 2), v.permute(1, 0, 2)
-            a = self._attend(q, K, V, mask=mask)
+            a = self._attend(q, K, V, mask=mask, mask_from=mask_from)
             x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
             h = self._rms(x, W["post_attention_layernorm.weight"])
             gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))

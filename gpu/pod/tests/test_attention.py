@@ -93,6 +93,19 @@ class AttendTest(unittest.TestCase):
                                     self.assertEqual(len(calls), -(-T // 3))
                                     self.assertNotIn("enable_gqa", calls[0])
 
+    def test_mask_from_equals_the_whole_mask(self):
+        # A pack on a cached path: keys [0, p) visible to every query, the mask over the rest.
+        g = torch.Generator().manual_seed(2)
+        q, K, V = self.inputs(6, 20)
+        inner = torch.rand(6, 8, generator=g).to(DEVICE) < 0.5
+        inner[:, 0] = True
+        whole = torch.cat([torch.ones(6, 12, dtype=torch.bool, device=DEVICE), inner], 1)
+        want = attention.attend(q, K, V, mask=whole)
+        self.assertTrue(torch.equal(attention.attend(q, K, V, mask=inner, mask_from=12), want))
+        with sdpa_path(True, True):
+            got = attention.attend(q, K, V, mask=inner, mask_from=12, use_sdpa=True)
+        self.assertLess(float((got - want).abs().max()), 1e-5)
+
     def test_lower_right_alignment(self):
         # One query over a 9-key prefix sees all 9 keys (top-left alignment would give 1).
         q, K, V = self.inputs(1, 9, H=2, KV=2)

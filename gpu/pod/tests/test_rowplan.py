@@ -107,5 +107,19 @@ class PlanTest(unittest.TestCase):
         self.assertLess(u.tokens_forwarded, u.tokens_row_by_row)
 
 
+class PaddedBaselineTest(unittest.TestCase):
+    def test_padded_batches_score_as_row_by_row(self):
+        r = random.Random(7)
+        rows = search_rows(r, 96, 96) + search_rows(r, 96, 96, turns=2) + [([5, 6, 7], [8, 9], (0, 2), 0.5)]
+        m, _ = model_from(small_config("Qwen3ForCausalLM"), seed=8)
+        naive, _ = m.score_rows_naive(rows)
+        for budget in (1, 200, 1 << 16):
+            with self.subTest(budget=budget):
+                got, padded = m.score_rows_padded(rows, batch_tokens=budget)
+                for a, b in zip(got, naive):
+                    self.assertAlmostEqual(a, b, delta=TOL)
+                self.assertGreaterEqual(padded, sum(len(c) + len(t) for c, t, *_ in rows))
+
+
 if __name__ == "__main__":
     unittest.main()
