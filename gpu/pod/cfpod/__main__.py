@@ -56,7 +56,8 @@ def parse_args(argv):
     p.add_argument("--tls-key", default=_env("tls_key"))
     p.add_argument("--packing", default=_env("packing"), choices=["walk", "tree"],
                    help="prefix sharing of LAPO rows: walk (depth-first over the prefix tree, one call per "
-                        "edge; default) or tree (each trajectory's tree packed into one call with an ancestor mask)")
+                        "edge; default on cpu) or tree (subtrees packed into calls of at most 4,096 tokens with "
+                        "an ancestor mask; default on cuda)")
     p.add_argument("--threads", type=int, default=int(_env("threads", "0")), help="torch CPU threads (0: torch's default)")
     p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warn", "error"])
     a = p.parse_args(argv)
