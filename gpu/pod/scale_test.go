@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,11 +42,11 @@ func wireSets(sets []gpu.RowSet) gpu.ScoreRequest {
 // TestPodTreePackingAtScale starts the pod with --packing tree on a checkpoint it has not
 // seen and sends what broke it before: 1,500 chained rows (a gold answer scored after every
 // prefix of one trajectory: a radix tree 1,500 nodes deep), scored like the Go reference,
-// and the backward rows of a 30-turn trajectory of 32,000 tokens, whose tree (~490k
-// distinct tokens) must go in packs of at most 4,096 tokens.
+// and (with CREDITFLOW_POD_LONG=1) the backward rows of a 30-turn trajectory of 32,000
+// tokens, whose tree (~490k distinct tokens) must go in packs of at most 4,096 tokens.
 func TestPodTreePackingAtScale(t *testing.T) {
 	if testing.Short() {
-		t.Skip("minutes of CPU: the 32k-token trajectory forwards ~490k tokens")
+		t.Skip("a minute of CPU: 1,500 rows")
 	}
 	dir := filepath.Join(t.TempDir(), "unseen")
 	if err := model.WriteTiny(dir); err != nil {
@@ -92,6 +93,11 @@ func TestPodTreePackingAtScale(t *testing.T) {
 	})
 
 	t.Run("32k-token trajectory", func(t *testing.T) {
+		if os.Getenv("CREDITFLOW_POD_LONG") == "" {
+			// ~490k tokens over 16k-token contexts on average: minutes of CPU, so not in
+			// every `go test ./...`; the Python tests check the same plan's bounds.
+			t.Skip("set CREDITFLOW_POD_LONG=1 to score a 32k-token, 30-turn trajectory (minutes of CPU)")
+		}
 		const turns, total = 30, 32000
 		prompt := tok(300, 256)
 		per := (total - len(prompt) - 30) / turns
