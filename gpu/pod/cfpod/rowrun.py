@@ -50,7 +50,6 @@ class _PlanRunner:
         """The log-probability of every scored token of plan, in plan.outs order (floats)."""
         if not plan.outs:
             return []
-        dev = self.device
         ints = self.upload(plan.ints)
         temps = self.upload(plan.temps, torch.float64)
         cache = None
