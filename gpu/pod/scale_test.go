@@ -94,9 +94,10 @@ func TestPodTreePackingAtScale(t *testing.T) {
 
 	t.Run("32k-token trajectory", func(t *testing.T) {
 		if os.Getenv("CREDITFLOW_POD_LONG") == "" {
-			// ~490k tokens over 16k-token contexts on average: minutes of CPU, so not in
+			// ~490k tokens over 16k-token contexts on average: 6.4e10 attention scores on
+			// the tiny model, ~20 CPU-minutes on a small machine's reference path, so not in
 			// every `go test ./...`; the Python tests check the same plan's bounds.
-			t.Skip("set CREDITFLOW_POD_LONG=1 to score a 32k-token, 30-turn trajectory (minutes of CPU)")
+			t.Skip("set CREDITFLOW_POD_LONG=1 to score a 32k-token, 30-turn trajectory (tens of CPU-minutes)")
 		}
 		const turns, total = 30, 32000
 		prompt := tok(300, 256)
