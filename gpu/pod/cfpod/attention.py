@@ -10,7 +10,9 @@ Guarantees:
   as is_causal, a cached prefix with torch's lower-right causal bias (no mask is built)
   where this torch has it (HAS_LOWER_RIGHT, torch >= 2.3), else with an explicit mask;
   grouped key/value heads through enable_gqa where this torch has it (HAS_GQA, torch >= 2.5;
-  no per-layer copy of K and V), else repeated per query head. A masked call goes in query
+  no per-layer copy of K and V; with the lower-right bias only where that combination runs,
+  HAS_LOWER_RIGHT_GQA), else repeated per query head. Each feature is probed on a tiny
+  input when the module loads, so a torch that lacks one falls back instead of failing. A masked call goes in query
   chunks so that a kernel that materializes scores holds at most 2^27 of them.
 - the reference path (CPU, or torch without SDPA) computes float32 scores and softmax in
   query blocks of at most 2^24 scores, whatever the dtype; it is the arithmetic the Go
@@ -53,9 +55,22 @@ def _probe_lower_right():
     return causal_lower_right
 
 
+def _probe_lower_right_gqa():
+    """Whether the lower-right bias takes enable_gqa too (its dispatch may not pass it on)."""
+    if _lower_right_bias is None or not HAS_GQA:
+        return False
+    try:
+        F.scaled_dot_product_attention(torch.zeros(1, 4, 2, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8),
+                                       attn_mask=_lower_right_bias(2, 3), enable_gqa=True)
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 HAS_GQA = _probe_gqa()
 _lower_right_bias = _probe_lower_right()
 HAS_LOWER_RIGHT = _lower_right_bias is not None
+HAS_LOWER_RIGHT_GQA = _probe_lower_right_gqa()
 
 # The kernels attend calls (tests swap in reference implementations of the same contract to
 # run the SDPA path on a torch that lacks it).
@@ -103,7 +118,7 @@ def _attend_sdpa(qh, K, V, group, T, S, causal, mask):
         kw = {}
         Kx, Vx = K, V
         if group > 1:
-            if HAS_GQA:
+            if HAS_GQA and (T == S or HAS_LOWER_RIGHT_GQA):
                 kw["enable_gqa"] = True
             else:
                 Kx, Vx = K.repeat_interleave(group, 0), V.repeat_interleave(group, 0)

@@ -111,7 +111,7 @@ def main(argv=None):
         print(f"tf32 {k}: {v}")
     print(f"tf32 forced: {tf32_forced()}")
     print(f"sdpa: {attention.HAS_SDPA}; enable_gqa: {attention.HAS_GQA}; lower-right causal bias: "
-          f"{attention.HAS_LOWER_RIGHT}")
+          f"{attention.HAS_LOWER_RIGHT}; both at once: {attention.HAS_LOWER_RIGHT_GQA}")
     from .model import dtype_from_name
     for call, names in sdpa_kernels(dev, dtype_from_name(a.dtype)).items():
         print(f"kernels {call}: {', '.join(names) or '(none profiled)'}")

@@ -39,13 +39,14 @@ def sdpa_reference(q, k, v, attn_mask=None, is_causal=False, enable_gqa=False):
 @contextlib.contextmanager
 def sdpa_path(gqa, lower_right, sdpa=sdpa_reference, masked_scores=None):
     saved = (attention.HAS_GQA, attention.HAS_LOWER_RIGHT, attention._sdpa, attention._lower_right,
-             attention.MASKED_SCORES)
+             attention.MASKED_SCORES, attention.HAS_LOWER_RIGHT_GQA)
     calls = []
 
     def counting(*a, **k):
         calls.append(k)
         return sdpa(*a, **k)
     attention.HAS_GQA, attention.HAS_LOWER_RIGHT, attention._sdpa = gqa, lower_right, counting
+    attention.HAS_LOWER_RIGHT_GQA = gqa and lower_right
     if sdpa is sdpa_reference:
         attention._lower_right = attention.causal_mask
     if masked_scores:
@@ -54,7 +55,7 @@ def sdpa_path(gqa, lower_right, sdpa=sdpa_reference, masked_scores=None):
         yield calls
     finally:
         (attention.HAS_GQA, attention.HAS_LOWER_RIGHT, attention._sdpa, attention._lower_right,
-         attention.MASKED_SCORES) = saved
+         attention.MASKED_SCORES, attention.HAS_LOWER_RIGHT_GQA) = saved
 
 
 class AttendTest(unittest.TestCase):
@@ -71,7 +72,8 @@ class AttendTest(unittest.TestCase):
         for name, kernel in kernels:
             for gqa in (False, True):
                 for lower_right in (False, True):
-                    if name == "torch" and (gqa and not attention.HAS_GQA or lower_right and not attention.HAS_LOWER_RIGHT):
+                    if name == "torch" and (gqa and not attention.HAS_GQA or lower_right and not attention.HAS_LOWER_RIGHT
+                                            or gqa and lower_right and not attention.HAS_LOWER_RIGHT_GQA):
                         continue
                     for T, S in ((12, 12), (5, 12), (1, 9)):
                         q, K, V = self.inputs(T, S, seed=T * 100 + S)
