@@ -197,7 +197,7 @@ func classifyStatus(ep *endpoint, status int, data []byte) *attemptError {
 		return &attemptError{kind: "server", retryable: true, status: status, body: body,
 			err: fmt.Errorf("scorer %s answered %d %s: %s", ep.url, status, body.Code, body.Error)}
 	case (status == http.StatusBadRequest && body.Code != CodeVersionMismatch) || status == http.StatusRequestEntityTooLarge:
-		if status == http.StatusRequestEntityTooLarge {
+		if status == http.StatusRequestEntityTooLarge && body.Code != CodeOutOfMemory {
 			body.Code = CodeTooLarge
 		}
 		return &attemptError{kind: "rejected", status: status, body: body,

@@ -11,7 +11,7 @@ import (
 // large for any request... Retrying cannot help; the caller should
 // dead-letter the record it came from. Find it with errors.As.
 type RejectedError struct {
-	Code     string // CodeBadRequest or CodeTooLarge
+	Code     string // CodeBadRequest, CodeTooLarge or CodeOutOfMemory
 	Message  string // what was wrong
 	ID       string // id of the set or job at fault, when known
 	Item     int    // index of that set or job in the call, -1 when unknown

@@ -35,10 +35,16 @@ const (
 	CodeForbidden       = "forbidden"        // 403
 	CodeNotFound        = "not_found"        // 404
 	CodeMethod          = "method_not_allowed"
-	CodeTooLarge        = "too_large"  // 413: request bytes, rows or tokens over the server's limits
-	CodeOverloaded      = "overloaded" // 503: too many concurrent requests; retry elsewhere/later
-	CodeInternal        = "internal"   // 500
+	CodeTooLarge        = "too_large"     // 413: request bytes, rows or tokens over the server's limits
+	CodeOutOfMemory     = "out_of_memory" // 413: the request did not fit the accelerator's memory (see below)
+	CodeOverloaded      = "overloaded"    // 503: too many concurrent requests; retry elsewhere/later
+	CodeInternal        = "internal"      // 500
 )
+
+// An out_of_memory answer's message names the size that has fit. The client splits the
+// request like any 413 and rejects a single set or job that still does not fit with a
+// *RejectedError of code CodeOutOfMemory: that record is too large for the scorer's
+// accelerator, and resending it would fail the same way.
 
 // Tokens is a token-id array that travels on the wire as base64 (standard
 // alphabet, padded) of packed little-endian int32 values, 4 bytes per token.

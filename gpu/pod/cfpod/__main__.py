@@ -9,6 +9,7 @@ import threading
 
 import torch
 
+from .devinfo import full_float32
 from .model import ModelError, dtype_from_name
 from .server import Logger, Pod, make_server
 
@@ -55,7 +56,8 @@ def parse_args(argv):
     p.add_argument("--tls-key", default=_env("tls_key"))
     p.add_argument("--packing", default=_env("packing"), choices=["walk", "tree"],
                    help="prefix sharing of LAPO rows: walk (depth-first over the prefix tree, one call per "
-                        "edge; default) or tree (each trajectory's tree packed into one call with an ancestor mask)")
+                        "edge; default on cpu) or tree (subtrees packed into calls of at most 4,096 tokens with "
+                        "an ancestor mask; default on cuda)")
     p.add_argument("--threads", type=int, default=int(_env("threads", "0")), help="torch CPU threads (0: torch's default)")
     p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warn", "error"])
     a = p.parse_args(argv)
@@ -67,6 +69,13 @@ def parse_args(argv):
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     log = Logger(a.log_level)
+    # Float32 math in full float32 (NVIDIA's containers force TF32 through the environment,
+    # ~1e-2 off the reference scores); bfloat16 weights are not affected.
+    forced = {k: os.environ[k] for k in ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")
+              if os.environ.get(k, "0") != "0"}
+    full_float32()
+    if forced:
+        log.info("TF32 overrides switched off for this process", **forced)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     try:

@@ -22,17 +22,22 @@ import os
 import torch
 import torch.nn.functional as F
 
+from . import attention
 from . import safetensors as st
 from .cache import Cache
 from .config import (ARCHITECTURES, Config, InputError, ModelError, dtype_from_name,  # noqa: F401
                      find_placeholder, read_config, tensor_names)
 from .graphs import QUERY_BLOCK, _StepGraphs  # noqa: F401
+from .padded import _PaddedScoring
+from .rowrun import Counts, _PlanRunner  # noqa: F401
 from .scoring import Usage, _Node, _RowScoring  # noqa: F401
 
-_HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+# Model work runs without autograd bookkeeping (torch.inference_mode where torch has it).
+inference = torch.inference_mode if hasattr(torch, "inference_mode") else torch.no_grad
 
 
-class Model(_RowScoring, _StepGraphs):
+
+class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
     """A loaded network on one device in one dtype. Calls are not thread-safe on a
     shared device stream; the server serializes them."""
 
@@ -55,11 +60,14 @@ class Model(_RowScoring, _StepGraphs):
         self.inv_freq = cfg.inv_freq.to(self.device)
         self._half = half
         # Fused attention kernels on accelerators; the float32 reference path elsewhere.
-        self.use_sdpa = _HAS_SDPA and self.device.type == "cuda"
-        # How score_rows shares prefixes (see there). The walk does the least arithmetic;
-        # tree packing makes fewer, larger calls (cfpod.bench measures both).
-        self.packing = "walk"
+        self.use_sdpa = attention.HAS_SDPA and self.device.type == "cuda"
+        # How score_rows shares prefixes (see there). The walk does the least arithmetic and
+        # is bitwise equal to row-by-row scoring on CPU; tree packing makes fewer, larger
+        # calls of at most pack_tokens tokens, which keeps an accelerator busy.
+        self.packing = "tree" if self.device.type == "cuda" else "walk"
         self.pack_tokens = 4096
+        self.counts = None  # a rowrun.Counts to count the device's work (cfpod.bench)
+        self._head32 = self._head32_of = None
 
     @classmethod
     def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None):
@@ -88,20 +96,35 @@ class Model(_RowScoring, _StepGraphs):
         return m
 
     @classmethod
-    def random(cls, cfg, seed=0, device="cpu", dtype=torch.float32, name="random"):
-        """A randomly initialized model (for benchmarks and checks; no download needed)."""
-        g = torch.Generator().manual_seed(seed)
+    def random(cls, cfg, seed=0, device="cpu", dtype=torch.float32, name="random", on_device=False):
+        """A randomly initialized model (for benchmarks and checks; no download needed).
+        The weights are drawn on the CPU (the same on every device for a seed), or with
+        on_device on the device itself (a 7B-shaped model in seconds, not minutes; other
+        numbers than the CPU's)."""
+        gdev = torch.device(device) if on_device else torch.device("cpu")
+        g = torch.Generator(device=gdev).manual_seed(seed)
 
         def get(n, shape):
+            r = torch.rand(shape, generator=g, device=gdev) * 2 - 1
             if n.endswith("norm.weight"):
-                t = 1 + 0.1 * (torch.rand(shape, generator=g) * 2 - 1)
+                t = 1 + 0.1 * r
             elif n.endswith(".bias"):
-                t = 0.05 * (torch.rand(shape, generator=g) * 2 - 1)
+                t = 0.05 * r
             else:
                 a = 1.0 if "embed" in n else math.sqrt(3.0 / shape[-1])
-                t = a * (torch.rand(shape, generator=g) * 2 - 1)
+                t = a * r
             return t.to(device=device, dtype=dtype)
         return cls(cfg, get, device, dtype, name)
+
+    def head32(self):
+        """The LM head in float32 (log-probabilities are computed in float32 whatever the
+        model's dtype): the head itself in float32, else a float32 copy made once (vocab x
+        hidden x 4 bytes: 2.2 GB at Qwen2.5-7B's shape)."""
+        if self.lm_head.dtype == torch.float32:
+            return self.lm_head
+        if self._head32_of is not self.lm_head:
+            self._head32, self._head32_of = self.lm_head.float(), self.lm_head
+        return self._head32
 
     def info(self):
         c = self.cfg
@@ -142,50 +165,13 @@ class Model(_RowScoring, _StepGraphs):
             k = self._rms(k, W["self_attn.k_norm.weight"])
         return self._rope(q, cos, sin), self._rope(k, cos, sin), v
 
-    def _attend(self, q, K, V, allowed, causal0=False):
-        """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D]; returns
-        [T, Hq*D]. allowed(s, e) gives the bool mask [e-s, S] of the keys queries s..e-1 may
-        see; causal0: the queries are positions 0..S-1 of one sequence (plain causal)."""
-        c = self.cfg
-        T, S = q.shape[0], K.shape[1]
-        group = c.heads // c.kv_heads
-        scale = 1.0 / math.sqrt(c.head_dim)
-        qh = q.permute(1, 0, 2)  # [Hq, T, D]
-        if self.use_sdpa:
-            Kx = K.repeat_interleave(group, 0) if group > 1 else K
-            Vx = V.repeat_interleave(group, 0) if group > 1 else V
-            if causal0:
-                o = F.scaled_dot_product_attention(qh[None], Kx[None], Vx[None], is_causal=True)[0]
-            else:
-                # A masked call may fall back to a kernel that materializes the scores:
-                # bound them to 2^27 values per chunk.
-                step = max(1, (1 << 27) // max(S * c.heads, 1))
-                outs = []
-                for s in range(0, T, step):
-                    e = min(T, s + step)
-                    outs.append(F.scaled_dot_product_attention(qh[None, :, s:e], Kx[None], Vx[None],
-                                                               attn_mask=allowed(s, e)[None, None])[0])
-                o = torch.cat(outs, 1)
-            return o.permute(1, 0, 2).reshape(T, -1)
-        # Reference path: float32 scores and softmax, query blocks bound the memory.
-        qg = qh.reshape(c.kv_heads, group, T, c.head_dim)
-        out = torch.empty(c.kv_heads, group, T, c.head_dim, dtype=self.dtype, device=q.device)
-        step = max(1, (1 << 24) // max(S * c.heads, 1))
-        Kt = K.float().transpose(1, 2)[:, None]  # [Hkv, 1, D, S]
-        Vf = V.float()[:, None]
-        for s in range(0, T, step):
-            e = min(T, s + step)
-            sc = torch.matmul(qg[:, :, s:e].float(), Kt) * scale  # [Hkv, g, b, S]
-            sc.masked_fill_(~allowed(s, e), float("-inf"))
-            p = torch.softmax(sc, -1)
-            out[:, :, s:e] = torch.matmul(p, Vf).to(self.dtype)
-        return out.reshape(c.heads, T, c.head_dim).permute(1, 0, 2).reshape(T, -1)
+    def _attend(self, q, K, V, causal=False, mask=None, mask_from=0):
+        """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D] (attention.attend):
+        causal (the queries are the last T of the S positions) or the keys mask [T, S] allows
+        (with mask_from: keys [0, mask_from) visible to all, mask over the rest)."""
+        return attention.attend(q, K, V, causal=causal, mask=mask, use_sdpa=self.use_sdpa, mask_from=mask_from)
 
-    def _causal(self, qpos, S):
-        keys = torch.arange(S, device=self.device)
-        return lambda s, e: keys[None, :] <= qpos[s:e, None]
-
-    @torch.no_grad()
+    @inference()
     def forward(self, cache, toks, out_pos=None, layers=None, on_q=None):
         """Appends toks (LongTensor [T]) to cache at positions cache.n, ... and returns the
         final-norm hidden states of the chunk positions in out_pos (LongTensor of chunk
@@ -217,8 +203,12 @@ class Model(_RowScoring, _StepGraphs):
                 # wanted positions need the rest of the layer.
                 x, q, qpos, cos, sin = x[out_pos], q[out_pos], pos[out_pos], cos[out_pos], sin[out_pos]
                 out_pos = torch.arange(x.shape[0], device=self.device)
-            a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T],
-                             self._causal(qpos, pos0 + T), pos0 == 0 and q.shape[0] == T)
+            if q.shape[0] == T:  # every position of the chunk: causal, lower-right aligned
+                a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T], causal=True)
+            else:  # the wanted positions only
+                keys = torch.arange(pos0 + T, device=self.device)
+                a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T],
+                                 mask=keys[None, :] <= qpos[:, None])
             x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
             h = self._rms(x, W["post_attention_layernorm.weight"])
             gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))

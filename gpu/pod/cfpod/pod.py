@@ -11,11 +11,18 @@ import torch
 
 from . import metrics as M
 from .log import Logger
-from .model import InputError, Model, ModelError
+from .model import InputError, Model, ModelError, inference
 from .protocol import (PROTOCOL_VERSION, Reject, _score, bad, parse_attention_request,
                        parse_score_request, FEATURES)
 
 POLICY_VERSION_FILE = "policy_version"
+
+
+def out_of_memory(e):
+    """e reports an allocation that failed (CUDA, or the CPU allocator)."""
+    m = str(e)
+    return (type(e).__name__ == "OutOfMemoryError" or "out of memory" in m.lower()
+            or "can't allocate memory" in m)
 
 
 class Loaded:
@@ -61,6 +68,7 @@ class Pod:
         self._in_flight_lock = threading.Lock()
         self._idle = threading.Condition(self._in_flight_lock)
         self._init_metrics()
+        self.fit_tokens = {"score": 0, "attention": 0}  # the largest request of each op that has fit
         self.name = name
         self.current = None
         self.load(model_dir, None, default_version=policy_version)
@@ -93,6 +101,9 @@ class Pod:
                                  "Model loads, by result (ok, error).", ("result",))
         self.m_load_seconds = M.Gauge(r, "creditflow_scorer_pod_model_load_duration_seconds",
                                       "Duration of the last successful model load.")
+        self.m_oom = M.Counter(r, "creditflow_scorer_pod_out_of_memory_total",
+                               "Requests that ran out of accelerator memory (answered 413 out_of_memory), by op.",
+                               ("op",))
         self.m_device_bytes = M.Gauge(r, "creditflow_scorer_pod_device_memory_peak_bytes",
                                       "Peak accelerator memory allocated since start (0 on CPU).")
 
@@ -112,10 +123,12 @@ class Pod:
                     policy_version = self.current.policy_version + 1 if self.current else 0
                 m = Model.load(folder, device=self.device, dtype=self.dtype,
                                placeholder_ids=self.placeholder_ids, name=name or self.name)
-            except (ModelError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - any failure (a bad file, CUDA out of memory) keeps the old model
                 self.m_loads.inc(1, "error")
+                if str(self.device).startswith("cuda"):
+                    torch.cuda.empty_cache()  # the half-built copy's memory
                 self.log.error("model load failed" + ("; the previous model keeps serving" if self.current else ""),
-                               folder=folder, error=str(e))
+                               folder=folder, error=f"{type(e).__name__}: {e}")
                 raise
             if self.packing:
                 m.packing = self.packing
@@ -142,27 +155,33 @@ class Pod:
             return self.current
 
     def reload_from_disk(self, reason):
-        """Reloads the current folder (SIGHUP, watcher); errors are logged, never raised."""
+        """Reloads the current folder (SIGHUP, watcher); any failure is counted and logged by
+        load (the old model keeps serving), never raised."""
         cur = self.current
         try:
             self.load(cur.folder)
-        except (ModelError, OSError):
-            pass
-        else:
-            self.log.info("reloaded", reason=reason)
+        except Exception:  # noqa: BLE001 - load counted and logged it
+            return False
+        self.log.info("reloaded", reason=reason)
+        return True
 
     def watch(self, interval, stop):
-        """Polls the current folder's policy_version file; reloads when it changes."""
+        """Polls the current folder's policy_version file; reloads when it changes. A failed
+        reload keeps the old model and is tried again at the next poll; nothing stops the
+        watcher but stop."""
         def run():
             while not stop.wait(interval):
-                cur = self.current
                 try:
-                    v = read_policy_version(cur.folder)
-                except ModelError as e:
-                    self.log.warn("ignoring policy_version file", error=str(e))
-                    continue
-                if v is not None and v != cur.policy_version:
-                    self.reload_from_disk(f"policy_version file says {v}")
+                    cur = self.current
+                    try:
+                        v = read_policy_version(cur.folder)
+                    except (ModelError, OSError) as e:
+                        self.log.warn("ignoring policy_version file", error=str(e))
+                        continue
+                    if v is not None and v != cur.policy_version:
+                        self.reload_from_disk(f"policy_version file says {v}")
+                except Exception as e:  # noqa: BLE001 - the watcher must outlive any failure
+                    self.log.error("policy_version watcher failed; watching on", error=f"{type(e).__name__}: {e}")
         t = threading.Thread(target=run, name="policy-watch", daemon=True)
         t.start()
         return t
@@ -210,12 +229,32 @@ class Pod:
                 self._idle.wait(left)
         return True
 
-    def run_model(self, op, fn):
+    def run_model(self, op, fn, tokens=0):
+        """fn() under the model lock. Running out of accelerator memory is a 413
+        out_of_memory naming the largest request of op that has fit (the client splits the
+        request; a single set or job that does not fit is dead-lettered with the message)."""
         t0 = time.monotonic()
         with self.compute_lock:
             t1 = time.monotonic()
             try:
-                return fn()
+                with inference():
+                    out = fn()
+                if tokens > self.fit_tokens[op]:
+                    self.fit_tokens[op] = tokens
+                return out
+            except Exception as e:  # noqa: BLE001 - only out-of-memory errors are turned into a 413
+                if not out_of_memory(e):
+                    raise
+                if str(self.device).startswith("cuda"):
+                    torch.cuda.empty_cache()
+                self.m_oom.inc(1, op)
+                fit = self.fit_tokens[op]
+                what = "scores" if op == "score" else "attention jobs"
+                raise Reject(413, "out_of_memory",
+                             f"scorer ran out of accelerator memory on a request of {tokens} tokens ({e}); "
+                             + (f"{what} requests of up to {fit} tokens have fit on this scorer: send fewer tokens "
+                                "per request (the client's token budget)" if fit else
+                                f"no {what} request has fit since the scorer started")) from None
             finally:
                 t2 = time.monotonic()
                 self.m_lock_wait.observe(t1 - t0, op)
@@ -228,11 +267,13 @@ class Pod:
         sets = parse_score_request(req, cur.info, self.check_limits)
         rows = [r for _, rs in sets for r in rs]
         self.m_items.inc(len(sets), "score")
-        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")
-        try:
-            scores, usage = self.run_model("score", lambda: cur.model.score_rows(rows))
+        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")  # as check_limits counts
+        try:  # validation and the plan (radix tree, calls, indices) outside the model lock
+            planned = cur.model.plan_rows(rows)
         except InputError as e:
             raise bad(str(e)) from None
+        tokens = sum(len(r[0]) + len(r[1]) for r in rows)
+        scores, usage = self.run_model("score", lambda: cur.model.score_plan(planned), tokens)
         self.m_forwarded.inc(usage.tokens_forwarded)
         self.m_row_by_row.inc(usage.tokens_row_by_row)
         self.m_truncations.inc(usage.truncations)
@@ -244,7 +285,8 @@ class Pod:
             off += len(rs)
         return {"results": results, "usage": {"tokens_forwarded": usage.tokens_forwarded,
                                               "tokens_row_by_row": usage.tokens_row_by_row,
-                                              "truncations": usage.truncations},
+                                              "truncations": usage.truncations,
+                                              "packs": usage.packs, "max_pack_tokens": usage.max_pack_tokens},
                 "policy_version": cur.policy_version}
 
     def attention(self, req):
@@ -255,7 +297,7 @@ class Pod:
         results = []
         for i, (jid, toks, steps, layers) in enumerate(jobs):
             try:
-                gs = self.run_model("attention", lambda: cur.model.step_graphs(toks, steps, layers))
+                gs = self.run_model("attention", lambda: cur.model.step_graphs(toks, steps, layers), len(toks))
             except InputError as e:
                 raise bad(f"job {i}: {e}", i, jid) from None
             results.append({"graphs": [{"layer": l, "aa": aa, "ao": ao} for l, aa, ao in gs]})

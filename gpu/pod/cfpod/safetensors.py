@@ -1,4 +1,5 @@
-"""A safetensors reader and writer that needs nothing but the standard library and torch.
+"""A safetensors reader and writer that needs nothing but the standard library and torch
+(no numpy: torch 2.x wheels do not bring it).
 
 Format: an 8-byte little-endian header length, a JSON header mapping tensor names to
 {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the data section),
@@ -12,6 +13,7 @@ import json
 import mmap
 import os
 import struct
+import sys
 
 import torch
 
@@ -155,6 +157,19 @@ class TensorSet:
         return t.reshape(e.shape).to(device=device, dtype=dtype)
 
 
+def tensor_bytes(t):
+    """The bytes of a contiguous CPU tensor in the machine's order (little-endian on every
+    platform torch ships for), without numpy: copied into a bytearray through a uint8 view."""
+    if sys.byteorder != "little":
+        raise SafetensorsError("safetensors are little-endian; writing them on a big-endian machine is not supported")
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return b""
+    buf = bytearray(n)
+    torch.frombuffer(buf, dtype=torch.uint8).copy_(t.reshape(-1).view(torch.uint8))
+    return bytes(buf)
+
+
 def write(path, tensors, dtype="F32"):
     """Writes {name: tensor} to path in dtype (F32, F16 or BF16); for tests and tools."""
     if dtype not in WEIGHT_DTYPES:
@@ -165,7 +180,7 @@ def write(path, tensors, dtype="F32"):
     off = 0
     for name, t in tensors.items():
         t = t.detach().to("cpu", tdt).contiguous()
-        raw = (t.view(torch.int16) if tdt == torch.bfloat16 else t).numpy().tobytes()
+        raw = tensor_bytes(t)
         hdr[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)

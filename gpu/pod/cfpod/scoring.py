@@ -1,13 +1,15 @@
-"""LAPO row scores: the radix-tree prefix sharing of Model.score_rows (walk or packed),
-and the row-by-row baseline it is tested and measured against."""
+"""LAPO row scores: Model.score_rows (prefix sharing planned in rowplan.py, run in
+rowrun.py, walk or packed), and the row-by-row baseline it is tested and measured against."""
 
 import math
 
 import torch
 import torch.nn.functional as F
 
+from . import rowplan
 from .cache import Cache
 from .config import InputError
+from .rowplan import Node as _Node  # noqa: F401
 
 
 class Usage:
@@ -15,16 +17,8 @@ class Usage:
         self.tokens_forwarded = 0
         self.tokens_row_by_row = 0
         self.truncations = 0
-
-
-class _Node:
-    __slots__ = ("start", "end", "children", "outs", "ref")
-
-    def __init__(self, start, end):
-        self.start, self.end = start, end
-        self.children = []
-        self.outs = []  # (row, k, position of the scored token)
-
+        self.packs = 0  # model calls of tree packing (0 under walk)
+        self.max_pack_tokens = 0  # tokens of the largest of them
 
 
 class _RowScoring:
@@ -32,13 +26,19 @@ class _RowScoring:
 
     def _log_probs(self, hidden, toks, temps=None):
         """log p(toks[i] | hidden[i]) = log_softmax(logits / temps[i])[toks[i]] with float32
-        logits divided by the temperature in float64 (exact for 1) and a float64
-        log-sum-exp. temps: float64 tensor, one per row, or None for 1."""
-        logits = F.linear(hidden, self.lm_head).float().double()
-        if temps is not None:
-            logits = logits / temps[:, None]
-        lse = torch.logsumexp(logits, -1)
-        return logits.gather(1, toks[:, None])[:, 0] - lse
+        logits (the LM head in float32 whatever the model's dtype: Model.head32) divided by
+        the temperature in float64 (exact for 1) and a float64 log-sum-exp, in blocks of rows
+        that hold at most 2^27 logits. temps: float64 tensor, one per row, or None for 1."""
+        head = self.head32()
+        step = max(1, (1 << 27) // self.cfg.vocab)
+        out = []
+        for s in range(0, hidden.shape[0], step):
+            logits = F.linear(hidden[s:s + step].float(), head).double()
+            if temps is not None:
+                logits = logits / temps[s:s + step, None]
+            lse = torch.logsumexp(logits, -1)
+            out.append(logits.gather(1, toks[s:s + step, None])[:, 0] - lse)
+        return out[0] if len(out) == 1 else torch.cat(out)
 
     @staticmethod
     def _temperatures(rows):
@@ -83,35 +83,34 @@ class _RowScoring:
             u.tokens_row_by_row += len(seq)
         return out, u
 
-    def _tree(self, prep, idx, depth):
-        """Radix tree over the sequences prep[idx], which all share seq[:depth]. Every row of
-        a node holds the node's tokens [start, end)."""
-        seqs = [prep[i][0] for i in idx]
-        first = seqs[0]
-        if len(seqs) == 1:
-            lcp = len(first)
+    def plan_rows(self, rows, packing=None, pack_tokens=None):
+        """Everything of score_rows that needs no model (validation, the radix tree, the
+        calls and their indices; rowplan.py): run it outside the model lock, then
+        score_plan inside."""
+        prep, u = self._prepare(rows)
+        temps = self._temperatures(rows)
+        mode = packing or self.packing
+        if mode not in ("walk", "tree"):
+            raise ValueError(f"packing {mode!r} is not supported (want walk or tree)")
+        if not prep:
+            return prep, u, None
+        root = rowplan.build_tree(prep)
+        if mode == "tree":
+            plan = rowplan.plan_tree(prep, root, temps, pack_tokens or self.pack_tokens)
         else:
-            end = min(len(s) for s in seqs)
-            lcp = depth
-            while lcp < end:
-                t = first[lcp]
-                if any(s[lcp] != t for s in seqs):
-                    break
-                lcp += 1
-        node = _Node(depth, lcp)
-        node.ref = idx[0]
-        for i in idx:
-            seq, cl, a, b = prep[i]
-            lo, hi = max(depth, cl + a - 1), min(lcp, cl + b - 1)
-            for p in range(lo, hi):
-                node.outs.append((i, p - (cl + a - 1), p, seq[p + 1]))
-        groups = {}
-        for i in idx:
-            s = prep[i][0]
-            if len(s) > lcp:
-                groups.setdefault(s[lcp], []).append(i)
-        node.children = [self._tree(prep, g, lcp) for g in groups.values()]
-        return node
+            plan = rowplan.plan_walk(prep, root, temps)
+        u.tokens_forwarded, u.packs, u.max_pack_tokens = plan.tokens_forwarded, plan.packs, plan.max_pack_tokens
+        return prep, u, plan
+
+    def score_plan(self, planned):
+        """Scores a plan_rows result on the model: (scores, Usage) as score_rows."""
+        prep, u, plan = planned
+        if plan is None:
+            return [], u
+        lp = [[0.0] * (b - a) for (_, _, a, b) in prep]
+        for (i, k), v in zip(plan.outs, self.run_plan(prep, plan)):
+            lp[i][k] = v
+        return [math.fsum(v) / len(v) for v in lp], u
 
     @torch.no_grad()
     def score_rows(self, rows, packing=None, pack_tokens=None):
@@ -121,141 +120,15 @@ class _RowScoring:
         (scores as floats, Usage). A context longer than max_context - len(target) keeps
         its rightmost tokens (counted in Usage.truncations).
 
-        The rows are merged into a radix tree and each distinct prefix is forwarded once:
-        packing "walk" forwards the tree depth-first, one edge at a time on its parent's
-        key/value cache (the least arithmetic, many small calls; the default); "tree" packs
-        whole subtrees (trajectories, usually) up to pack_tokens tokens (default
-        self.pack_tokens) into one sequence with tree positions and an ancestor mask (few
-        larger calls, for accelerators where call overhead dominates). Both forward the same tokens; a pack's attention costs
-        O(pack_tokens) per token, so packs stay a few thousand tokens long."""
-        prep, u = self._prepare(rows)
-        temps = self._temperatures(rows)
-        if not prep:
-            return [], u
-        root = self._tree(prep, list(range(len(prep))), 0)
-        lp = [[0.0] * (b - a) for (_, _, a, b) in prep]
-        mode = packing or self.packing
-        # The tree shares prefixes whatever the rows' temperatures: the key/value cache and
-        # the hidden states do not depend on it; each scored token (an "out", one per row)
-        # gets its own row's temperature in _fill.
-        if mode == "tree":
-            self._score_tree(prep, root, lp, u, pack_tokens or self.pack_tokens, temps)
-        elif mode == "walk":
-            self._score_walk(prep, root, lp, u, temps)
-        else:
-            raise ValueError(f"packing {mode!r} is not supported (want walk or tree)")
-        return [math.fsum(v) / len(v) for v in lp], u
-
-    def _fill(self, lp, outs, hid, where, temps):
-        """log-probs of the scored tokens outs [(row, k, position, token)] from hidden states
-        hid, whose row for an out is where[out], at each row's temperature temps[row]."""
-        sel = torch.tensor(where, dtype=torch.long, device=self.device)
-        tg = torch.tensor([o[3] for o in outs], dtype=torch.long, device=self.device)
-        tt = torch.tensor([temps[o[0]] for o in outs], dtype=torch.float64, device=self.device)
-        for (i, k, _, _), v in zip(outs, self._log_probs(hid[sel], tg, tt).tolist()):
-            lp[i][k] = v
-
-    def _score_walk(self, prep, root, lp, u, temps):
-        cache = Cache(self, max(len(p[0]) for p in prep), self.cfg.layers)
-        stack = [root]
-        while stack:  # depth-first; a node's cache prefix is exactly its parent's path
-            node = stack.pop()
-            cache.n = node.start
-            T = node.end - node.start
-            if T > 0 and (node.outs or node.children):
-                toks = torch.tensor(prep[node.ref][0][node.start:node.end], dtype=torch.long, device=self.device)
-                u.tokens_forwarded += T
-                if node.outs:
-                    poss = sorted({o[2] for o in node.outs})
-                    where = {p: j for j, p in enumerate(poss)}
-                    out_pos = torch.tensor([p - node.start for p in poss], dtype=torch.long, device=self.device)
-                    hid = self.forward(cache, toks, out_pos=out_pos)
-                    self._fill(lp, node.outs, hid, [where[o[2]] for o in node.outs], temps)
-                else:
-                    self.forward(cache, toks)
-            stack.extend(reversed(node.children))
-
-    def _score_tree(self, prep, root, lp, u, pack_tokens, temps):
-        def size(n):
-            return (n.end - n.start) + sum(size(ch) for ch in n.children)
-        packs, cur, n = [], [], 0
-        for ch in root.children:  # subtrees of the root, packed up to pack_tokens
-            sz = size(ch)
-            if cur and n + sz > pack_tokens:
-                packs.append(cur)
-                cur, n = [], 0
-            cur.append(ch)
-            n += sz
-        packs.append(cur)
-        for pack in packs:
-            nodes, parent = [], []  # pre-order: every ancestor before its descendants
-
-            def visit(nd, par, children):
-                if not (nd.outs or nd.children):
-                    return
-                idx = len(nodes)
-                nodes.append(nd)
-                parent.append(par)
-                for ch in children:
-                    visit(ch, idx, ch.children)
-            visit(root, -1, pack)
-            toks, pos, node_of, offset = [], [], [], []
-            for idx, nd in enumerate(nodes):
-                offset.append(len(toks))
-                toks.extend(prep[nd.ref][0][nd.start:nd.end])
-                pos.extend(range(nd.start, nd.end))
-                node_of.extend([idx] * (nd.end - nd.start))
-            if not toks:
-                continue
-            anc = torch.zeros(len(nodes), len(nodes), dtype=torch.bool)
-            for idx in range(len(nodes)):
-                if parent[idx] >= 0:
-                    anc[idx] = anc[parent[idx]]
-                anc[idx, idx] = True
-            outs, out_at = [], []
-            for idx, nd in enumerate(nodes):
-                for o in nd.outs:
-                    outs.append(o)
-                    out_at.append(offset[idx] + o[2] - nd.start)
-            uniq = sorted(set(out_at))
-            where = {p: j for j, p in enumerate(uniq)}
-            hid = self.forward_packed(toks, pos, node_of, anc, uniq)
-            self._fill(lp, outs, hid, [where[p] for p in out_at], temps)
-            u.tokens_forwarded += len(toks)
-
-    @torch.no_grad()
-    def forward_packed(self, toks, pos, node_of, anc, out_idx):
-        """One forward over a packed token tree: token i sits at position pos[i] in node
-        node_of[i] and sees the tokens j <= i whose node is an ancestor of (or is) its own
-        (anc[n, m]: m is an ancestor of n or n itself; ancestors come first). Returns the
-        final-norm hidden states of the packed indices out_idx."""
-        c, dev = self.cfg, self.device
-        U = len(toks)
-        toks_t = torch.tensor(toks, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(pos, dtype=torch.long, device=dev)
-        node_t = torch.tensor(node_of, dtype=torch.long, device=dev)
-        anc_t = anc.to(dev)
-        out_t = torch.tensor(out_idx, dtype=torch.long, device=dev)
-        kidx = torch.arange(U, device=dev)
-        cos, sin = self._rope_tables(pos_t)
-        x = self.embed[toks_t]
-        qidx = kidx
-
-        def allowed(s, e):
-            qi = qidx[s:e]
-            return anc_t[node_t[qi]][:, node_t] & (kidx[None, :] <= qi[:, None])
-        for li in range(c.layers):
-            W = self.layer_w[li]
-            q, k, v = self._qkv(W, x, cos, sin)
-            if li == c.layers - 1:  # the last layer only for the wanted positions
-                x, q, qidx = x[out_t], q[out_t], out_t
-            a = self._attend(q, k.permute(1, 0, 2), v.permute(1, 0, 2), allowed)
-            x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
-            h = self._rms(x, W["post_attention_layernorm.weight"])
-            gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))
-            up = F.linear(h, W["mlp.up_proj.weight"], W.get("mlp.up_proj.bias"))
-            x = x + F.linear(F.silu(gt) * up, W["mlp.down_proj.weight"], W.get("mlp.down_proj.bias"))
-        return self._rms(x, self.norm)
+        The rows are merged into a radix tree and each distinct prefix is forwarded once
+        (rowplan.py): packing "walk" forwards the tree depth-first, one edge at a time on its
+        parent's key/value cache (the least arithmetic, many small calls; the default on
+        CPU); "tree" packs whole subtrees (trajectories, usually) into calls of at most
+        pack_tokens tokens (default self.pack_tokens) with tree positions and an ancestor
+        mask, splitting larger subtrees and edges (few larger calls, for accelerators where
+        call overhead dominates; the default on CUDA). Both forward the same tokens; Usage
+        counts the packs and the largest one's tokens."""
+        return self.score_plan(self.plan_rows(rows, packing, pack_tokens))
 
     @torch.no_grad()
     def score_rows_naive(self, rows):

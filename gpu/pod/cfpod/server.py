@@ -6,7 +6,9 @@ Guarantees (the same as the Go server's):
 - every answer other than 200 carries a JSON body {"error", "code"[, "item", "id"]} and the
   status the protocol assigns: 400 invalid input (bad_request) or a missing/different
   protocol header (version_mismatch), 401 missing or wrong bearer token, 404, 405, 413 over
-  a limit (too_large), 503 over the concurrency limit or shutting down (overloaded), 500
+  a limit (too_large) or when the request did not fit the accelerator's memory (out_of_memory,
+  naming the largest request that has fit; the client dead-letters a set that alone does
+  not fit instead of retrying it), 503 over the concurrency limit or shutting down (overloaded), 500
   otherwise; every JSON answer and every binary answer carries the
   Creditflow-Scorer-Protocol header;
 - feature "binary" (binary.py): a score request with Content-Type
@@ -28,8 +30,6 @@ Guarantees (the same as the Go server's):
 import json
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import torch
 
 from .binary import MEDIA_GRAPHS, MEDIA_ROWS, accepts, decode_rows, encode_graphs, media_type
 from .log import Logger  # noqa: F401
@@ -220,14 +220,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(r, {"Allow": "POST"} if r.status == 405 else None)
             self._done(op, r.status, start, items, r.message)
         except Exception as e:  # noqa: BLE001 - every failure must become a protocol answer
-            oom = type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e)
-            if oom:
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                r = Reject(503, "overloaded", f"scorer ran out of accelerator memory ({e}); retry with fewer "
-                                              "rows or tokens per request")
-            else:
-                r = Reject(500, "internal", f"{type(e).__name__}: {e}")
+            # (running out of memory in model work is a 413 out_of_memory: Pod.run_model)
+            r = Reject(500, "internal", f"{type(e).__name__}: {e}")
             slot = self._free_slot(slot)
             self._error(r)
             self._done(op, r.status, start, items, r.message)

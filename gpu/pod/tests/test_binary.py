@@ -9,6 +9,7 @@ import unittest
 from cfpod.binary import MEDIA_GRAPHS, accepts, decode_rows, encode_graphs, media_type
 from cfpod.protocol import FEATURES, Reject, Tokens, decode_tokens, parse_score_request
 from tests.binwire import decode_graphs, encode_rows, json_rows
+from tests.util import cpu_only
 
 INFO = {"vocab_size": 260, "max_context": 4096, "layers": 2}
 TOKENS = [1, 2, 3, 4, 5, 6]
@@ -33,6 +34,7 @@ SETS = [
 ]
 
 
+@cpu_only
 class BinaryRows(unittest.TestCase):
     def test_advertised(self):
         self.assertEqual(FEATURES[:2], ("row_pieces", "binary"))
@@ -121,6 +123,7 @@ def malformed_bodies():
     return out
 
 
+@cpu_only
 class MalformedRows(unittest.TestCase):
     def test_every_malformed_body_is_a_400(self):
         for name, body in malformed_bodies():
@@ -159,6 +162,7 @@ class MalformedRows(unittest.TestCase):
         self.assertEqual(decode_rows(b"CFR1\0\0\0\0"), {"sets": []})
 
 
+@cpu_only
 class Graphs(unittest.TestCase):
     RESP = {"results": [{"graphs": [{"layer": 2, "aa": [[0.0, 0.0], [0.1 + 0.2, 0.0]],
                                      "ao": [[0.0, 0.0], [1e-300, 0.0]]},

@@ -8,7 +8,7 @@ import unittest
 
 from cfpod.model import Model
 from cfpod.server import Logger, Pod
-from tests.util import DEVICE, TOL, small_config, write_checkpoint
+from tests.util import DEVICE, TOL, cpu_only, small_config, write_checkpoint
 
 try:
     import confluent_kafka  # noqa: F401
@@ -24,6 +24,7 @@ def announcement(version, checkpoint="", at=1764500000000):
 
 
 @unittest.skipIf(confluent_kafka is None, "confluent-kafka not installed")
+@cpu_only
 class Decode(unittest.TestCase):
     def test_roundtrip_and_refusals(self):
         self.assertEqual(decode_policy(announcement(9, "/m/9", 5)),

@@ -4,6 +4,7 @@ pieces into the same rows as full contexts, and rejects invalid pieces with a 40
 import unittest
 
 from cfpod.protocol import FEATURES, Reject, parse_score_request
+from tests.util import cpu_only
 import base64
 import struct
 
@@ -36,6 +37,7 @@ def compact_request(rows=None):
     return {"sets": [{"id": "t", "tokens": enc(TOKENS), "target": enc(TARGET), "span": [1, 2], "rows": rows}]}
 
 
+@cpu_only
 class CompactRows(unittest.TestCase):
     def test_advertised(self):
         self.assertIn("row_pieces", FEATURES)

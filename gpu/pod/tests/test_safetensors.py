@@ -8,8 +8,10 @@ import unittest
 import torch
 
 from cfpod import safetensors as st
+from tests.util import cpu_only
 
 
+@cpu_only
 class SafetensorsTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()

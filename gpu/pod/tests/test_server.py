@@ -102,17 +102,59 @@ class ServerTest(unittest.TestCase):
         rows = [[([1, 2, 3, 4, 5], [6, 7, 8], (0, 3)), ([1, 2, 3, 96, 5], [6, 7, 8], (1, 3))],
                 [([9, 9], [1, 2], (0, 2))]]
         before = self.pod.m_forwarded.value()
+        m = self.pod.current.model
+        packing, m.packing = m.packing, "walk"
+        self.addCleanup(setattr, m, "packing", packing)
         st, body, _ = self.call("POST", "/v1/score", self.score_body(rows))
         self.assertEqual(st, 200, body)
-        m = self.pod.current.model
         want, u = m.score_rows([r for rs in rows for r in rs])
         got = body["results"][0]["scores"] + body["results"][1]["scores"]
         self.assertClose(got, want)
         self.assertEqual([r["truncations"] for r in body["results"]], [0, 0])
         self.assertEqual(body["usage"], {"tokens_forwarded": u.tokens_forwarded,
-                                         "tokens_row_by_row": 8 + 8 + 4, "truncations": 0})
+                                         "tokens_row_by_row": 8 + 8 + 4, "truncations": 0,
+                                         "packs": 0, "max_pack_tokens": 0})  # the walk makes no packs
         self.assertEqual(u.tokens_forwarded, 3 + 5 + 5 + 4)
         self.assertEqual(self.pod.m_forwarded.value() - before, u.tokens_forwarded)
+        # Tree packing: both sets in one pack of every distinct token.
+        m.packing = "tree"
+        st, body, _ = self.call("POST", "/v1/score", self.score_body(rows))
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["usage"], {"tokens_forwarded": 17, "tokens_row_by_row": 20, "truncations": 0,
+                                         "packs": 1, "max_pack_tokens": 17})
+
+    def test_out_of_memory_is_413_naming_what_fit(self):
+        # An allocation failure inside model work (injected: a CPU run cannot exhaust an
+        # accelerator) is a 413 out_of_memory that names the largest request that fit, is
+        # counted, and leaves the pod serving.
+        rows = [[([1, 2, 3, 4, 5], [6, 7, 8], (0, 3))]]
+        st, body, _ = self.call("POST", "/v1/score", self.score_body(rows))
+        self.assertEqual(st, 200, body)
+        fit = self.pod.fit_tokens["score"]
+        self.assertGreaterEqual(fit, 8)
+        m = self.pod.current.model
+        big = [[([1, 2, 3, 4, 5] * 40, [6, 7, 8], (0, 3))] * 3]
+
+        def oom(planned):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 139.80 GiB total capacity)")
+        m.score_plan = oom
+        try:
+            st, body, _ = self.call("POST", "/v1/score", self.score_body(big))
+        finally:
+            del m.score_plan
+        self.assertEqual((st, body["code"]), (413, "out_of_memory"), body)
+        self.assertIn(f"request of {3 * 203} tokens", body["error"])
+        self.assertIn(f"requests of up to {fit} tokens have fit", body["error"])
+        self.assertEqual(self.pod.m_oom.value("score"), 1)
+        st, body, _ = self.call("POST", "/v1/score", self.score_body(rows))
+        self.assertEqual(st, 200, body)
+        # Any other failure stays a 500.
+        m.score_plan = lambda planned: 1 / 0
+        try:
+            st, body, _ = self.call("POST", "/v1/score", self.score_body(rows))
+        finally:
+            del m.score_plan
+        self.assertEqual((st, body["code"]), (500, "internal"), body)
 
     def test_score_uses_each_rows_temperature(self):
         row = ([1, 2, 3, 4, 5], [6, 7, 8], (0, 3))

@@ -16,6 +16,13 @@ ON_CPU = DEVICE == "cpu"
 TOL = 2e-5 if ON_CPU else 2e-4
 
 
+def cpu_only(cls):
+    """Skips a test class on an accelerator run: it exercises no model (file formats, wire
+    decoding), so the CPU run covers it and the device's minutes go to the model."""
+    import unittest
+    return unittest.skipUnless(ON_CPU, "no model work: covered by the CPU run")(cls)
+
+
 def small_config(arch="LlamaForCausalLM", **over):
     h = {"architectures": [arch], "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 12, "intermediate_size": 80, "vocab_size": 97,
