@@ -13,8 +13,8 @@ followed by the template; the key step followed by the final action), where copy
 is quick to discover; the rest on the full sequences. The loss is the cross-entropy of the gold answer tokens (LAPO rows) and
 of the final action (ALFWorld), plus 0.03 x the cross-entropy of every other token.
 
-The network is a LlamaForCausalLM in plain PyTorch (RMSNorm, rotate_half RoPE, SwiGLU,
-untied head; parameter names as Hugging Face writes them), trained in float32 on the
+The network is a LlamaForCausalLM in plain PyTorch (creditflow.policy.Llama: RMSNorm,
+rotate_half RoPE, SwiGLU, untied head; parameter names as Hugging Face writes them), trained in float32 on the
 CPU with a fixed seed. Output: config.json, model.safetensors, tokenizer.json (the
 byte vocabulary and [DELETE]), loss.csv and loss.png (needs python3-matplotlib).
 """
@@ -33,7 +33,9 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "pod"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
 from cfpod import safetensors  # noqa: E402
+from creditflow.policy import Llama  # noqa: E402  (the same network the training loop's policy is)
 
 VOCAB, PAD = 260, 258
 CONFIG = {
@@ -57,96 +59,6 @@ CONFIG = {
 }
 TOKENIZER = ('{"added_tokens":[{"id":256,"content":"<bos>"},{"id":257,"content":"<eos>"},'
              '{"id":258,"content":"<pad>"},{"id":259,"content":"[DELETE]"}],"model":{"type":"bytes"}}\n')
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, n, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(n))
-        self.eps = eps
-
-    def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-
-class Attention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        h, self.nh, self.nkv, self.hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
-        self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
-
-    def forward(self, x, cos, sin, mask):
-        b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.nkv, self.hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.nkv, self.hd).transpose(1, 2)
-        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
-        rep = self.nh // self.nkv
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.hd) + mask, dim=-1)
-        return self.o_proj((a @ v).transpose(1, 2).reshape(b, n, self.nh * self.hd))
-
-
-def rot(t):
-    half = t.shape[-1] // 2
-    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
-
-
-class MLP(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        h, i = c["hidden_size"], c["intermediate_size"]
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Layer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.self_attn = Attention(c)
-        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.mlp = MLP(c)
-
-    def forward(self, x, cos, sin, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Inner(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-
-
-class Llama(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.model = Inner(c)
-        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        hd = c["head_dim"]
-        self.inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-
-    def forward(self, ids):
-        n = ids.shape[1]
-        freqs = torch.outer(torch.arange(n).float(), self.inv)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        mask = torch.full((n, n), float("-inf")).triu(1)
-        x = self.model.embed_tokens(ids)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, mask)
-        return self.lm_head(self.model.norm(x))
 
 
 def worlds(groups, seed):
