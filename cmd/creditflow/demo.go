@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -128,18 +127,11 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		o.Method, o.Groups, o.GroupSize, where, o.Scorers)
 	var monitorURL string
 	if mon.set {
-		if len(o.Brokers) == 0 { // the broker must outlive the run for the page to keep serving
-			b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			o.Brokers = b.Addrs()
-		}
-		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, demo.Topics(o.Prefix), mon.addr, o.Logger); err != nil {
+		var stopMonitor func()
+		if o.Brokers, monitorURL, stopMonitor, err = monitorForRun(ctx, o.Brokers, o.Partitions, demo.Topics(o.Prefix), mon.addr, o.Logger); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+		defer stopMonitor()
 	}
 	if o.Bad > 0 {
 		fmt.Fprintf(os.Stderr, "injecting %d malformed records on purpose (--bad): each must end as a dead letter\n", o.Bad)

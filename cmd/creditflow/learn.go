@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/internal/learn"
@@ -106,18 +105,11 @@ python3-confluent-kafka and python3-numpy.`)
 	}
 	var monitorURL string
 	if mon.set {
-		if len(o.Brokers) == 0 { // the broker outlives the run so the page keeps serving
-			b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			o.Brokers = b.Addrs()
-		}
-		if monitorURL, err = demoMonitor(ctx, o.Brokers, kafkasec.Config{}, o.Topics, mon.addr, o.Logger); err != nil {
+		var stopMonitor func()
+		if o.Brokers, monitorURL, stopMonitor, err = monitorForRun(ctx, o.Brokers, o.Partitions, o.Topics, mon.addr, o.Logger); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "monitor: %s\n", monitorURL)
+		defer stopMonitor()
 	}
 	o.Dir = *dir
 	sum, runErr := runOne(ctx, o)

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/gpu/model/tokenizer"
+	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -176,4 +177,27 @@ func printMonitorSummary(s monitor.Summary) {
 		fmt.Fprintf(w, "  %s %d", r, s.DeadLetters[r])
 	}
 	fmt.Fprintln(w)
+}
+
+// monitorForRun serves the monitor page over a run's topics (demo, learn).
+// Without brokers it starts the embedded broker here, so that the broker
+// outlives the run and the page keeps serving after the summary. It returns
+// the brokers the run uses, the page's URL and a function that stops what it
+// started.
+func monitorForRun(ctx context.Context, brokers []string, partitions int, t stage.Topics, addr string, log zerolog.Logger) ([]string, string, func(), error) {
+	stop := func() {}
+	if len(brokers) == 0 {
+		b, err := broker.Start(broker.WithDefaultPartitions(partitions), broker.WithLogger(log))
+		if err != nil {
+			return nil, "", stop, err
+		}
+		stop, brokers = b.Close, b.Addrs()
+	}
+	url, err := demoMonitor(ctx, brokers, kafkasec.Config{}, t, addr, log)
+	if err != nil {
+		stop()
+		return nil, "", func() {}, err
+	}
+	fmt.Fprintf(os.Stderr, "monitor: %s\n", url)
+	return brokers, url, stop, nil
 }

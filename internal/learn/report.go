@@ -154,7 +154,7 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"}
 // trajectories consumed (right): each method's mean over seeds as a line,
 // its min–max band shaded. Self-contained (no fonts or scripts to fetch).
 func (c Comparison) SVG(title string) string {
-	const W, H, pw, ph, top, left = 980, 400, 400, 280, 50, 60
+	const W, H, pw, ph, top, left = 980, 420, 400, 280, 50, 60
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
@@ -208,7 +208,7 @@ func (c Comparison) SVG(title string) string {
 		col := palette[i%len(palette)]
 		n := len(c.of(k))
 		y := top + ph + 50 + 0*i
-		x := left + i*230
+		x := left + i*400
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s (mean of %d seeds, band: min–max)</text>`+"\n",
 			x, y-4, col, x+20, y, esc(strings.Replace(k, "/", " on ", 1)), n)
 	}
