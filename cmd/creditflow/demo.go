@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -141,18 +140,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fmt.Fprintln(os.Stderr)
 	}
 	printSummary(sum)
-	if *asJSON {
-		b, err := json.Marshal(sum)
-		if err != nil {
-			return err
-		}
-		fmt.Println(string(b))
-	}
-	if mon.set && ctx.Err() == nil {
-		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
-		<-ctx.Done()
-	}
-	return runErr
+	return endRun(ctx, sum, *asJSON, mon.set, monitorURL, runErr)
 }
 
 func printSummary(s demo.Summary) {

@@ -114,18 +114,7 @@ python3-confluent-kafka and python3-numpy.`)
 	o.Dir = *dir
 	sum, runErr := runOne(ctx, o)
 	printLearnSummary(sum)
-	if *asJSON {
-		b, err := json.Marshal(sum)
-		if err != nil {
-			return err
-		}
-		fmt.Println(string(b))
-	}
-	if mon.set && ctx.Err() == nil {
-		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
-		<-ctx.Done()
-	}
-	return runErr
+	return endRun(ctx, sum, *asJSON, mon.set, monitorURL, runErr)
 }
 
 // runOne is one run with a progress line per evaluated version on stderr.

@@ -201,3 +201,21 @@ func monitorForRun(ctx context.Context, brokers []string, partitions int, t stag
 	fmt.Fprintf(os.Stderr, "monitor: %s\n", url)
 	return brokers, url, stop, nil
 }
+
+// endRun ends a run's command (demo, learn): the summary as one JSON line
+// when asked, then, when the monitor page is served, it keeps serving until
+// Ctrl-C. It returns the run's error.
+func endRun(ctx context.Context, summary any, asJSON, monitorSet bool, monitorURL string, runErr error) error {
+	if asJSON {
+		b, err := json.Marshal(summary)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+	}
+	if monitorSet && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "monitor still serving on %s; stop with Ctrl-C\n", monitorURL)
+		<-ctx.Done()
+	}
+	return runErr
+}
