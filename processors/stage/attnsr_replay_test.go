@@ -3,9 +3,6 @@ package stage_test
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/creditflow/creditflow/processors/credit"
@@ -19,21 +16,7 @@ import (
 // stage: the samples it writes are, byte for byte, those the code of that
 // generation computed (their SHA-256 digests are kept), for both outputs.
 func TestV2AttnSRGoldenThroughAdvantage(t *testing.T) {
-	read := func(name string) [][]byte {
-		raw, err := os.ReadFile("../../schemas/testdata/v2/" + name + ".hex")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out [][]byte
-		for _, l := range strings.Fields(string(raw)) {
-			b, err := hex.DecodeString(l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, b)
-		}
-		return out
-	}
+	read := func(name string) [][]byte { return goldenHex(t, "v2", name) }
 	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
 		t.Run(output, func(t *testing.T) {
 			e := newEnv(t, 1, func(cfg *stage.Config) {

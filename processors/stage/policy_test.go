@@ -224,8 +224,12 @@ func TestSignalsKnownValues(t *testing.T) {
 }
 
 // goldenV1 reads hex records written by the v1 schemas.
-func goldenV1(t *testing.T, name string) [][]byte {
-	raw, err := os.ReadFile("../../schemas/testdata/v1/" + name + ".hex")
+func goldenV1(t *testing.T, name string) [][]byte { return goldenHex(t, "v1", name) }
+
+// goldenHex reads hex records, one per line, from schemas/testdata/<generation>.
+func goldenHex(t *testing.T, generation, name string) [][]byte {
+	t.Helper()
+	raw, err := os.ReadFile("../../schemas/testdata/" + generation + "/" + name + ".hex")
 	if err != nil {
 		t.Fatal(err)
 	}
