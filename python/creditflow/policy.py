@@ -9,6 +9,7 @@ folder is read here. Float32 on the CPU; deterministic for a fixed seed and thre
 Needs torch (Debian: python3-torch); no numpy, no transformers.
 """
 
+import ctypes
 import json
 import math
 import os
@@ -161,8 +162,7 @@ def write_safetensors(path, tensors):
     header, blobs, off = {}, [], 0
     for name in sorted(tensors):
         t = tensors[name].detach().to(torch.float32).contiguous().cpu()
-        raw = t.view(-1).view(torch.uint8).tolist() if t.numel() else []
-        blob = bytes(raw)
+        blob = ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
         header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(blob)]}
         blobs.append(blob)
         off += len(blob)

@@ -29,7 +29,7 @@ import torch
 from .. import policy as P
 from ..batch import to_torch
 from ..kafka import SampleStream, announce_policy
-from . import rollout  # noqa: F401 (setup_torch)
+from . import rollout
 
 
 def emit(obj):
