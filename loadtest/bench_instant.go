@@ -6,7 +6,7 @@ import (
 	"net"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 )
 
 // benchInstantScorer is a benchmark fixture of the bench command and is used

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/schemas"
 )

@@ -21,9 +21,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"

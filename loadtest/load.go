@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/promreg"
 )
 

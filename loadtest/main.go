@@ -44,7 +44,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/harness/demo"
 )
 
 func usage() {

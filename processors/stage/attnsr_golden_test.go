@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
 )

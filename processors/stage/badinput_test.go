@@ -11,7 +11,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 )
 

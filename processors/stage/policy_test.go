@@ -12,8 +12,8 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/promreg"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/learn"
+	"github.com/creditflow/creditflow/harness/learn"
 )
 
 // learnSummary is the part of `creditflow learn --json` the test reads.

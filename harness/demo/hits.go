@@ -6,14 +6,14 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/schemas"
 )
 
 // hits measures where credit lands, against the worlds' ground truth
-// (internal/synth): LAPO's largest Δ on the informative turn, AttnSR's
+// (harness/synth): LAPO's largest Δ on the informative turn, AttnSR's
 // largest intermediate p_k on the key step. The trainer feeds it every sample
 // it consumes; the truth of each trajectory is registered when it is
 // produced. It is not safe for concurrent use (the trainer holds its lock).
