@@ -6,6 +6,9 @@ import (
 	"net"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
 )
 
@@ -19,7 +22,7 @@ type benchInstantScorer struct{ info gpu.ModelInfo }
 
 func newBenchInstantScorer() benchInstantScorer {
 	return benchInstantScorer{info: gpu.ModelInfo{
-		Protocol: gpu.ProtocolVersion, Name: "bench-instant-scorer", Architecture: "none",
+		Protocol: protocol.Version, Name: "bench-instant-scorer", Architecture: "none",
 		Layers: 28, VocabSize: benchVocabSize, MaxContext: 1 << 20,
 		PlaceholderIDs: synth.Tokens("[DELETE]"),
 	}}
@@ -84,7 +87,7 @@ func benchScorerServe(args []string) (int, error) {
 		return 1, err
 	}
 	fmt.Println(ln.Addr().String())
-	srv := gpu.NewServer(newBenchInstantScorer(), gpu.WithServerLogger(nopLog()))
+	srv := server.New(newBenchInstantScorer(), server.WithLogger(nopLog()))
 	if err := srv.Serve(ctx, ln); err != nil {
 		return 1, err
 	}
@@ -95,7 +98,7 @@ func benchScorerServe(args []string) (int, error) {
 // protocol client for it (the client the stage uses in production), and a
 // stop function. With a non-empty cpuProfile the child writes its CPU
 // profile there.
-func startInstantScorer(ctx context.Context, cpuProfile string) (*gpu.Client, func(), error) {
+func startInstantScorer(ctx context.Context, cpuProfile string) (*client.Client, func(), error) {
 	args := []string{benchScorerCmd}
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
@@ -104,10 +107,10 @@ func startInstantScorer(ctx context.Context, cpuProfile string) (*gpu.Client, fu
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := gpu.NewClient([]string{"http://" + addr}, gpu.WithLogger(nopLog()))
+	c, err := client.New([]string{"http://" + addr}, client.WithLogger(nopLog()))
 	if err != nil {
 		stopChild(cmd)
 		return nil, nil, err
 	}
-	return client, func() { client.Close(); stopChild(cmd) }, nil
+	return c, func() { c.Close(); stopChild(cmd) }, nil
 }

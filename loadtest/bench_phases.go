@@ -16,7 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
 	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -31,7 +31,7 @@ type benchEnv struct {
 	run        string       // this bench run's prefix of topic and group names
 	partitions int
 	timeout    time.Duration // per phase
-	scorer     *gpu.Client
+	scorer     *client.Client
 	log        zerolog.Logger
 	prog       *benchProgress
 	seq        atomic.Int64

@@ -6,8 +6,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/server"
 )
 
 // scorerServeCmd is the harness's own scorer process: the CPU reference
@@ -24,7 +25,7 @@ func scorerServe(args []string) (int, error) {
 	ctx, stop := signalContext()
 	defer stop()
 	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-	srv := gpu.NewServer(gpu.NewLocal(model.Tiny()), gpu.WithServerLogger(log))
+	srv := server.New(local.New(model.Tiny()), server.WithLogger(log))
 	if err := srv.ListenAndServe(ctx, *addr); err != nil {
 		return 1, err
 	}

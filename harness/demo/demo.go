@@ -20,8 +20,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -171,27 +173,27 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		if err != nil {
 			return Summary{}, err
 		}
-		srvOpts := []gpu.ServerOption{gpu.WithServerLogger(log)}
-		var localOpts []gpu.LocalOption
+		srvOpts := []server.Option{server.WithLogger(log)}
+		var localOpts []local.Option
 		if r, ok := o.Registerer.(*prometheus.Registry); ok {
 			// The scorer servers' metrics (what a scorer pod exports) on
 			// the demo's /metrics too.
-			srvOpts = append(srvOpts, gpu.WithServerRegistry(r))
-			localOpts = append(localOpts, gpu.WithLocalRegisterer(r))
+			srvOpts = append(srvOpts, server.WithRegistry(r))
+			localOpts = append(localOpts, local.WithRegisterer(r))
 		}
 		// The scorers serve the newest policy version the rollouts use (a
 		// scorer that follows the trainer), so the scorer version lag is known.
-		localOpts = append(localOpts, gpu.WithPolicyVersion(synth.NewestPolicyVersion(o.Groups)))
-		srv := gpu.NewServer(gpu.NewLocal(m, localOpts...), srvOpts...)
+		localOpts = append(localOpts, local.WithPolicyVersion(synth.NewestPolicyVersion(o.Groups)))
+		srv := server.New(local.New(m, localOpts...), srvOpts...)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = srv.Serve(ctx, ln) }()
 		endpoints = append(endpoints, "http://"+ln.Addr().String())
 	}
-	client, err := gpu.NewClient(endpoints, gpu.WithLogger(log), gpu.WithRegisterer(o.Registerer))
+	scorerClient, err := client.New(endpoints, client.WithLogger(log), client.WithRegisterer(o.Registerer))
 	if err != nil {
 		return Summary{}, err
 	}
-	defer client.Close()
+	defer scorerClient.Close()
 
 	cfg := stage.DefaultConfig()
 	trainerGroup, deadGroup := "creditflow-demo-trainer", "creditflow-demo-dead-letters"
@@ -214,7 +216,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	defer prod.Close()
 
-	scoreStage, err := stage.NewScoreStage(ctx, cfg, client, prod)
+	scoreStage, err := stage.NewScoreStage(ctx, cfg, scorerClient, prod)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -337,7 +339,7 @@ wait:
 	elapsed := time.Since(start)
 	sum := tr.summary(elapsed, interrupted)
 	sum.StartMs = startMs
-	sum.ScorerRequests = client.Stats().Requests
+	sum.ScorerRequests = scorerClient.Stats().Requests
 	cancel()
 	if runErr == nil {
 		tr.mu.Lock()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -93,7 +93,7 @@ func (h *hits) observe(s *schemas.Sample) {
 // turn. The demo uses it for the rates of the other direction and of the
 // random-weight model on exactly the trajectories the run measured.
 func offlineLAPO(ctx context.Context, m *model.Model, direction string, cc credit.Config, set []truthOf) (float64, error) {
-	scorer := gpu.NewLocal(m)
+	scorer := local.New(m)
 	hit, n := 0, 0
 	for _, tr := range set {
 		ts, err := stage.Gains(ctx, scorer, &tr.t, direction, cc, m.Info().PlaceholderIDs)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
@@ -17,7 +18,7 @@ func creditHits(t *testing.T, m *model.Model, direction string, n int) (hits int
 	t.Helper()
 	gen := synth.Default()
 	cc := credit.DefaultConfig()
-	scorer := gpu.NewLocal(m)
+	scorer := local.New(m)
 	seen := 0
 	for g := 0; seen < n; g++ {
 		for i := 0; i < gen.GroupSize && seen < n; i++ {
@@ -83,7 +84,7 @@ func keyStepHits(t *testing.T, m *model.Model, n int) (hits int, chance float64)
 	gen := synth.Default()
 	gen.Shape = synth.ALFWorld
 	cc := credit.DefaultConfig()
-	scorer := gpu.NewLocal(m)
+	scorer := local.New(m)
 	layers := credit.AttnSRLayers(m.Info().Layers)
 	for k := 0; k < n; k++ {
 		tr, truth := gen.Generate(k/gen.GroupSize, k%gen.GroupSize)

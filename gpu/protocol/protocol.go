@@ -1,22 +1,21 @@
-package gpu
+package protocol
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/creditflow/creditflow/gpu"
 )
 
-// ProtocolVersion names the wire protocol spoken by Server and Client
-// (docs/scorer-protocol.md). It travels in ModelInfo.Protocol and in the
-// ProtocolHeader of every request and response.
-const ProtocolVersion = "creditflow.scorer/v1"
+// Version names the wire protocol spoken by the server and the client
+// (docs/scorer-protocol.md). It travels in gpu.ModelInfo.Protocol and in
+// the Header of every request and response.
+const Version = "creditflow.scorer/v1"
 
-// ProtocolHeader is the HTTP header that carries ProtocolVersion.
-const ProtocolHeader = "Creditflow-Scorer-Protocol"
+// Header is the HTTP header that carries Version.
+const Header = "Creditflow-Scorer-Protocol"
 
 // Paths of the protocol's endpoints.
 const (
@@ -26,70 +25,6 @@ const (
 	PathHealth    = "/healthz"
 	PathMetrics   = "/metrics"
 )
-
-// Error codes of the protocol's error body {"error": "...", "code": "..."}.
-const (
-	CodeBadRequest      = "bad_request"      // 400: invalid input; do not retry
-	CodeVersionMismatch = "version_mismatch" // 400: protocol header missing or different
-	CodeUnauthorized    = "unauthorized"     // 401: missing or wrong bearer token
-	CodeForbidden       = "forbidden"        // 403
-	CodeNotFound        = "not_found"        // 404
-	CodeMethod          = "method_not_allowed"
-	CodeTooLarge        = "too_large"     // 413: request bytes, rows or tokens over the server's limits
-	CodeOutOfMemory     = "out_of_memory" // 413: the request did not fit the accelerator's memory (see below)
-	CodeOverloaded      = "overloaded"    // 503: too many concurrent requests; retry elsewhere/later
-	CodeInternal        = "internal"      // 500
-)
-
-// An out_of_memory answer's message names the size that has fit. The client splits the
-// request like any 413 and rejects a single set or job that still does not fit with a
-// *RejectedError of code CodeOutOfMemory: that record is too large for the scorer's
-// accelerator, and resending it would fail the same way.
-
-// Tokens is a token-id array that travels on the wire as base64 (standard
-// alphabet, padded) of packed little-endian int32 values, 4 bytes per token.
-// In Python: base64.b64encode(np.asarray(ids, dtype="<i4").tobytes()).
-type Tokens []int32
-
-// MarshalJSON encodes t as a base64 string of little-endian int32.
-func (t Tokens) MarshalJSON() ([]byte, error) {
-	raw := make([]byte, 4*len(t))
-	for i, v := range t {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
-	}
-	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(raw))+2)
-	out = append(out, '"')
-	out = base64.StdEncoding.AppendEncode(out, raw)
-	out = append(out, '"')
-	return out, nil
-}
-
-// UnmarshalJSON decodes a base64 string of little-endian int32 (null gives nil).
-func (t *Tokens) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*t = nil
-		return nil
-	}
-	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
-		return fmt.Errorf("token array must be a base64 string of little-endian int32, got %.20s", b)
-	}
-	src := b[1 : len(b)-1]
-	raw := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
-	n, err := base64.StdEncoding.Decode(raw, src)
-	if err != nil {
-		return fmt.Errorf("token array is not valid base64: %v", err)
-	}
-	raw = raw[:n]
-	if len(raw)%4 != 0 {
-		return fmt.Errorf("token array has %d bytes, not a multiple of 4 (int32 little-endian)", len(raw))
-	}
-	out := make([]int32, len(raw)/4)
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	*t = out
-	return nil
-}
 
 // Score is a float64 that travels as a JSON number, or null when it is not
 // finite (JSON has no NaN or infinities). null decodes as NaN.
@@ -131,11 +66,11 @@ func (s *Score) UnmarshalJSON(b []byte) error {
 // A compact row (FeatureRowPieces) gives Pieces instead of Context and may
 // leave out Target and Span to take its set's.
 type WireRow struct {
-	Context     Tokens   `json:"context,omitempty"`
-	Pieces      []Piece  `json:"pieces,omitempty"`
-	Target      Tokens   `json:"target,omitempty"`
-	Span        *[2]int  `json:"span,omitempty"`
-	Temperature *float64 `json:"temperature,omitempty"`
+	Context     gpu.Tokens  `json:"context,omitempty"`
+	Pieces      []gpu.Piece `json:"pieces,omitempty"`
+	Target      gpu.Tokens  `json:"target,omitempty"`
+	Span        *[2]int     `json:"span,omitempty"`
+	Temperature *float64    `json:"temperature,omitempty"`
 }
 
 // WireRowSet is one trajectory's rows on the wire. Tokens, Target and Span
@@ -143,11 +78,11 @@ type WireRow struct {
 // rows' span pieces point into, and the target and span of every row that
 // has none of its own.
 type WireRowSet struct {
-	ID     string    `json:"id,omitempty"`
-	Tokens Tokens    `json:"tokens,omitempty"`
-	Target Tokens    `json:"target,omitempty"`
-	Span   *[2]int   `json:"span,omitempty"`
-	Rows   []WireRow `json:"rows"`
+	ID     string     `json:"id,omitempty"`
+	Tokens gpu.Tokens `json:"tokens,omitempty"`
+	Target gpu.Tokens `json:"target,omitempty"`
+	Span   *[2]int    `json:"span,omitempty"`
+	Rows   []WireRow  `json:"rows"`
 }
 
 // ScoreRequest is the body of POST /v1/score.
@@ -186,7 +121,7 @@ type WireStep struct {
 // WireJob is one trajectory's step-graph job on the wire.
 type WireJob struct {
 	ID     string     `json:"id,omitempty"`
-	Tokens Tokens     `json:"tokens"`
+	Tokens gpu.Tokens `json:"tokens"`
 	Steps  []WireStep `json:"steps"`
 	Layers []int      `json:"layers"`
 }
@@ -225,7 +160,9 @@ type ErrorBody struct {
 	ID string `json:"id,omitempty"`
 }
 
-func setsToWire(sets []RowSet) ScoreRequest {
+// SetsToWire is the score request of sets in the full form (every row
+// with its own context; compact sets must be expanded first).
+func SetsToWire(sets []gpu.RowSet) ScoreRequest {
 	req := ScoreRequest{Sets: make([]WireRowSet, len(sets))}
 	for i, s := range sets {
 		rows := make([]WireRow, len(s.Rows))
@@ -242,15 +179,15 @@ func setsToWire(sets []RowSet) ScoreRequest {
 	return req
 }
 
-// setsFromWire converts resolved wire sets (resolveWireSets); a set with
+// SetsFromWire converts resolved wire sets (ResolveSets); a set with
 // compact rows stays compact (Tokens and Pieces).
-func setsFromWire(req ScoreRequest) []RowSet {
-	sets := make([]RowSet, len(req.Sets))
+func SetsFromWire(req ScoreRequest) []gpu.RowSet {
+	sets := make([]gpu.RowSet, len(req.Sets))
 	for i, s := range req.Sets {
-		rows := make([]Row, len(s.Rows))
-		var pieces [][]Piece
+		rows := make([]gpu.Row, len(s.Rows))
+		var pieces [][]gpu.Piece
 		for j, r := range s.Rows {
-			rows[j] = Row{Context: r.Context, Target: r.Target}
+			rows[j] = gpu.Row{Context: r.Context, Target: r.Target}
 			if r.Span != nil {
 				rows[j].Span = *r.Span
 			}
@@ -259,12 +196,12 @@ func setsFromWire(req ScoreRequest) []RowSet {
 			}
 			if r.Pieces != nil {
 				if pieces == nil {
-					pieces = make([][]Piece, len(s.Rows))
+					pieces = make([][]gpu.Piece, len(s.Rows))
 				}
 				pieces[j] = r.Pieces
 			}
 		}
-		sets[i] = RowSet{ID: s.ID, Rows: rows}
+		sets[i] = gpu.RowSet{ID: s.ID, Rows: rows}
 		if pieces != nil {
 			sets[i].Tokens, sets[i].Pieces = s.Tokens, pieces
 		}
@@ -272,20 +209,21 @@ func setsFromWire(req ScoreRequest) []RowSet {
 	return sets
 }
 
-// validateWireTemperatures rejects a row whose temperature is present but not
+// ValidateTemperatures rejects a row whose temperature is present but not
 // > 0 (on the wire 0 is not "absent": leave the field out for 1).
-func validateWireTemperatures(req ScoreRequest) error {
+func ValidateTemperatures(req ScoreRequest) error {
 	for i, s := range req.Sets {
 		for j, r := range s.Rows {
 			if t := r.Temperature; t != nil && (!(*t > 0) || math.IsInf(*t, 0)) {
-				return rejectf(i, s.ID, "set %d row %d: temperature %v must be a finite number > 0 (leave it out for 1)", i, j, *t)
+				return gpu.Reject(i, s.ID, "set %d row %d: temperature %v must be a finite number > 0 (leave it out for 1)", i, j, *t)
 			}
 		}
 	}
 	return nil
 }
 
-func scoresToWire(res []RowScores) []WireRowScores {
+// ScoresToWire is the wire form of a score answer's results.
+func ScoresToWire(res []gpu.RowScores) []WireRowScores {
 	out := make([]WireRowScores, len(res))
 	for i, r := range res {
 		sc := make([]Score, len(r.Scores))
@@ -297,15 +235,19 @@ func scoresToWire(res []RowScores) []WireRowScores {
 	return out
 }
 
-func scoresFromWire(w WireRowScores) RowScores {
+// ScoresFromWire is one wire result as RowScores (without a policy
+// version: that is the answer's).
+func ScoresFromWire(w WireRowScores) gpu.RowScores {
 	sc := make([]float64, len(w.Scores))
 	for j, v := range w.Scores {
 		sc[j] = float64(v)
 	}
-	return RowScores{Scores: sc, Truncations: w.Truncations}
+	return gpu.RowScores{Scores: sc, Truncations: w.Truncations}
 }
 
-func jobsToWire(jobs []AttentionJob) AttentionRequest {
+// JobsToWire is the attention request of jobs (an observation range that
+// is empty travels as null).
+func JobsToWire(jobs []gpu.AttentionJob) AttentionRequest {
 	req := AttentionRequest{Jobs: make([]WireJob, len(jobs))}
 	for i, j := range jobs {
 		steps := make([]WireStep, len(j.Steps))
@@ -322,23 +264,25 @@ func jobsToWire(jobs []AttentionJob) AttentionRequest {
 	return req
 }
 
-func jobsFromWire(req AttentionRequest) []AttentionJob {
-	jobs := make([]AttentionJob, len(req.Jobs))
+// JobsFromWire is the attention jobs of a request.
+func JobsFromWire(req AttentionRequest) []gpu.AttentionJob {
+	jobs := make([]gpu.AttentionJob, len(req.Jobs))
 	for i, j := range req.Jobs {
-		steps := make([]Step, len(j.Steps))
+		steps := make([]gpu.Step, len(j.Steps))
 		for k, s := range j.Steps {
-			st := Step{Action: s.Action}
+			st := gpu.Step{Action: s.Action}
 			if s.Observation != nil {
 				st.Observation = *s.Observation
 			}
 			steps[k] = st
 		}
-		jobs[i] = AttentionJob{ID: j.ID, Tokens: j.Tokens, Steps: steps, Layers: j.Layers}
+		jobs[i] = gpu.AttentionJob{ID: j.ID, Tokens: j.Tokens, Steps: steps, Layers: j.Layers}
 	}
 	return jobs
 }
 
-func graphsToWire(gs []StepGraph) WireJobResult {
+// GraphsToWire is the wire result of one job's step graphs.
+func GraphsToWire(gs []gpu.StepGraph) WireJobResult {
 	out := WireJobResult{Graphs: make([]WireGraph, len(gs))}
 	for i, g := range gs {
 		out.Graphs[i] = WireGraph{Layer: g.Layer, AA: g.AA, AO: g.AO}
@@ -346,19 +290,11 @@ func graphsToWire(gs []StepGraph) WireJobResult {
 	return out
 }
 
-func graphsFromWire(w WireJobResult) []StepGraph {
-	out := make([]StepGraph, len(w.Graphs))
+// GraphsFromWire is the step graphs of one job's wire result.
+func GraphsFromWire(w WireJobResult) []gpu.StepGraph {
+	out := make([]gpu.StepGraph, len(w.Graphs))
 	for i, g := range w.Graphs {
-		out[i] = StepGraph{Layer: g.Layer, AA: g.AA, AO: g.AO}
+		out[i] = gpu.StepGraph{Layer: g.Layer, AA: g.AA, AO: g.AO}
 	}
 	return out
-}
-
-// rowsTokens is the work of a set in tokens (context plus target of every row).
-func rowsTokens(s RowSet) int {
-	n := 0
-	for j, r := range s.Rows {
-		n += s.rowContextLen(j) + len(r.Target)
-	}
-	return n
 }

@@ -1,4 +1,4 @@
-package gpu
+package client
 
 // Retries: one coalesced request is tried on endpoints in turn with
 // exponential backoff and full jitter; rejections reach only the caller at
@@ -14,6 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // attemptError classifies a failed attempt.
@@ -21,13 +24,23 @@ type attemptError struct {
 	kind      string // connection, timeout, server, rejected, status, protocol
 	retryable bool
 	err       error
-	body      ErrorBody
+	body      protocol.ErrorBody
 	status    int
 }
 
 func (e *attemptError) Error() string { return e.err.Error() }
 
 func (e *attemptError) Unwrap() error { return e.err }
+
+// rejection is a *gpu.RejectedError on its way to a caller, with the work
+// item it belongs to: shiftItem turns its Item, an index within that item,
+// into one within the caller's call.
+type rejection struct {
+	*gpu.RejectedError
+	chunk *item
+}
+
+func (r *rejection) Unwrap() error { return r.RejectedError }
 
 // send runs one coalesced request with retries and delivers the results.
 func (c *Client) send(op string, items []*item) {
@@ -65,7 +78,7 @@ func (c *Client) send(op string, items []*item) {
 	for attempt := 0; attempt < c.cfg.retry.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			c.stats.retries.Add(1)
-			c.metrics.retries.WithLabelValues(op).Inc()
+			c.metrics.Retries.WithLabelValues(op).Inc()
 			if !sleepCtx(ctx, c.backoff(attempt)) {
 				break
 			}
@@ -94,7 +107,7 @@ func (c *Client) send(op string, items []*item) {
 				return
 			}
 		}
-		c.metrics.errors.WithLabelValues(ep.url, op, aerr.kind).Inc()
+		c.metrics.Errors.WithLabelValues(ep.url, op, aerr.kind).Inc()
 		if ctx.Err() != nil {
 			break
 		}
@@ -137,9 +150,9 @@ func (c *Client) refuse(op string, items []*item, ep *endpoint, aerr *attemptErr
 		return
 	}
 	if len(items) == 1 {
-		rej := &RejectedError{Code: aerr.body.Code, Message: aerr.body.Error, ID: aerr.body.ID, Endpoint: ep.url, Item: -1, chunk: items[0]}
+		rej := &gpu.RejectedError{Code: aerr.body.Code, Message: aerr.body.Error, ID: aerr.body.ID, Endpoint: ep.url, Item: -1}
 		if rej.Code == "" {
-			rej.Code = CodeBadRequest
+			rej.Code = gpu.CodeBadRequest
 		}
 		if aerr.body.Item != nil {
 			rej.Item = *aerr.body.Item
@@ -152,7 +165,7 @@ func (c *Client) refuse(op string, items []*item, ep *endpoint, aerr *attemptErr
 				rej.ID = items[0].jobs[0].ID
 			}
 		}
-		items[0].finish(itemResult{err: rej})
+		items[0].finish(itemResult{err: &rejection{rej, items[0]}})
 		return
 	}
 	// Several callers: find the culprit from the item index, else split.
@@ -160,8 +173,8 @@ func (c *Client) refuse(op string, items []*item, ep *endpoint, aerr *attemptErr
 		idx := *aerr.body.Item
 		for k, it := range items {
 			if idx < it.units() {
-				rej := &RejectedError{Code: CodeBadRequest, Message: aerr.body.Error, ID: aerr.body.ID, Endpoint: ep.url, Item: idx, chunk: it}
-				it.finish(itemResult{err: rej})
+				rej := &gpu.RejectedError{Code: gpu.CodeBadRequest, Message: aerr.body.Error, ID: aerr.body.ID, Endpoint: ep.url, Item: idx}
+				it.finish(itemResult{err: &rejection{rej, it}})
 				rest := slices.Concat(items[:k], items[k+1:])
 				c.send(op, rest)
 				return
@@ -192,7 +205,7 @@ func (c *Client) splitItem(op string, it *item) {
 	}
 	for _, p := range parts {
 		for _, s := range p.sets {
-			p.tokens += rowsTokens(s)
+			p.tokens += s.TokenCount()
 		}
 		for _, j := range p.jobs {
 			p.tokens += len(j.Tokens)
@@ -208,14 +221,13 @@ func (c *Client) splitItem(op string, it *item) {
 	for k, p := range parts {
 		r := <-p.done
 		if r.err != nil {
-			var rej *RejectedError
+			var rej *rejection
 			if errors.As(r.err, &rej) && rej.chunk == p {
-				cp := *rej
-				cp.chunk = it
+				cp := *rej.RejectedError
 				if cp.Item >= 0 {
 					cp.Item += k * half
 				}
-				r.err = &cp
+				r.err = &rejection{&cp, it}
 			}
 			it.finish(itemResult{err: r.err})
 			return

@@ -1,4 +1,4 @@
-package gpu
+package protocol
 
 // Binary bodies (feature "binary", docs/scorer-protocol.md "Binary bodies"):
 // the score request and the attention answer as little-endian binary, which
@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/creditflow/creditflow/gpu"
 )
 
 // FeatureBinary is the /v1/info feature of a server that accepts binary
@@ -50,17 +52,17 @@ const (
 
 const graphsPolicyVersion = 1
 
-// isMediaType reports whether the header value v (Content-Type, or one
+// IsMediaType reports whether the header value v (Content-Type, or one
 // entry of Accept) names the media type t, ignoring parameters and case.
-func isMediaType(v, t string) bool {
+func IsMediaType(v, t string) bool {
 	mt, _, err := mime.ParseMediaType(v)
 	return err == nil && strings.EqualFold(mt, t)
 }
 
 // accepts reports whether an Accept header value lists the media type t.
-func accepts(accept, t string) bool {
+func Accepts(accept, t string) bool {
 	for _, part := range strings.Split(accept, ",") {
-		if isMediaType(strings.TrimSpace(part), t) {
+		if IsMediaType(strings.TrimSpace(part), t) {
 			return true
 		}
 	}
@@ -82,10 +84,10 @@ func appendPair(dst []byte, a, b int) []byte {
 	return binary.LittleEndian.AppendUint32(dst, uint32(int32(b)))
 }
 
-// appendRowsRequest appends the binary score request of sets: the same
-// fields appendScoreRequest writes as JSON (compact as there), so that the
+// AppendRowsRequest appends the binary score request of sets: the same
+// fields AppendScoreRequest writes as JSON (compact as there), so that the
 // server decodes both to the same ScoreRequest.
-func appendRowsRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error) {
+func AppendRowsRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, error) {
 	dst = append(dst, magicRows...)
 	dst = appendU32(dst, len(sets))
 	var buf []int32
@@ -113,14 +115,14 @@ func appendRowsRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error) 
 		dst = appendU32(dst, len(s.Rows))
 		for j, r := range s.Rows {
 			var flags byte
-			ps := s.rowPieces(j)
+			ps := s.RowPieces(j)
 			ctx := r.Context
 			switch {
 			case pieces && ps != nil:
 				flags |= rowPieces
 			case ps != nil:
 				var err error
-				if buf, err = s.appendRowContext(buf[:0], j); err != nil {
+				if buf, err = s.AppendRowContext(buf[:0], j); err != nil {
 					return nil, err
 				}
 				ctx = buf
@@ -255,13 +257,13 @@ func (r *binReader) count(what string, minBytes int) int {
 }
 
 // ids reads an id array (present, so never nil).
-func (r *binReader) ids(what string) Tokens {
+func (r *binReader) ids(what string) gpu.Tokens {
 	n := r.count(what, 4)
 	raw := r.take(4 * n)
 	if r.err != nil {
 		return nil
 	}
-	out := make(Tokens, n)
+	out := make(gpu.Tokens, n)
 	for i := range out {
 		out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
@@ -294,13 +296,13 @@ func (r *binReader) end() {
 	}
 }
 
-// decodeRowsRequest reads a binary score request into the ScoreRequest its
+// DecodeRowsRequest reads a binary score request into the ScoreRequest its
 // JSON form gives: present arrays non-nil (empty ones too), absent ones nil.
 // A row takes as little as one byte on the wire and a set nine, but each is
 // about a hundred bytes in memory, so the scorer's limits are applied while
 // reading: more than maxRows sets or rows, or more than maxPieces pieces in
 // all, is a CodeTooLarge rejection before they are allocated.
-func decodeRowsRequest(b []byte, maxRows, maxPieces int) (ScoreRequest, error) {
+func DecodeRowsRequest(b []byte, maxRows, maxPieces int) (ScoreRequest, error) {
 	r := &binReader{b: b, i: -1, j: -1, k: -1}
 	r.magic(magicRows)
 	n := r.count("set", 9) // id length, flags, row count
@@ -350,7 +352,7 @@ func decodeRowsRequest(b []byte, maxRows, maxPieces int) (ScoreRequest, error) {
 
 // overLimit is a request over one of the scorer's limits (413).
 func overLimit(msg string) error {
-	return &RejectedError{Code: CodeTooLarge, Message: msg, Item: -1}
+	return &gpu.RejectedError{Code: gpu.CodeTooLarge, Message: msg, Item: -1}
 }
 
 // row reads one row, taking its pieces from *piecesLeft (of maxPieces); a
@@ -367,15 +369,15 @@ func (r *binReader) row(piecesLeft *int, maxPieces int) WireRow {
 			r.fail(overLimit(fmt.Sprintf("request holds more row pieces than the scorer's limit of %d tokens; split it", maxPieces)))
 			return w
 		}
-		w.Pieces = make([]Piece, 0, n)
+		w.Pieces = make([]gpu.Piece, 0, n)
 		for k := 0; k < n && r.err == nil; k++ {
 			r.k = k
 			switch kind := r.u8(); kind {
 			case 0:
 				p := r.pair()
-				w.Pieces = append(w.Pieces, Piece{Start: p[0], End: p[1]})
+				w.Pieces = append(w.Pieces, gpu.Piece{Start: p[0], End: p[1]})
 			case 1:
-				w.Pieces = append(w.Pieces, Piece{Literal: r.ids("")})
+				w.Pieces = append(w.Pieces, gpu.Piece{Literal: r.ids("")})
 			default:
 				r.fail(fmt.Errorf("%s has kind %d (0 = span, 1 = literal ids)", r.where(""), kind))
 			}
@@ -395,10 +397,10 @@ func (r *binReader) row(piecesLeft *int, maxPieces int) WireRow {
 	return w
 }
 
-// appendGraphs appends the binary form of an attention answer. The form
+// AppendGraphs appends the binary form of an attention answer. The form
 // holds only K×K graphs, so a graph of another shape (which JSON would
 // carry, for the client to reject) is an error here rather than reshaped.
-func appendGraphs(dst []byte, resp AttentionResponse) ([]byte, error) {
+func AppendGraphs(dst []byte, resp AttentionResponse) ([]byte, error) {
 	n := len(magicGraphs) + 1 + 8 + 4
 	for i, res := range resp.Results {
 		n += 4
@@ -448,9 +450,9 @@ func square(m [][]float64, k int) bool {
 	return true
 }
 
-// decodeGraphs reads a binary attention answer. Each graph's rows are
+// DecodeGraphs reads a binary attention answer. Each graph's rows are
 // slices of one allocation.
-func decodeGraphs(b []byte) (AttentionResponse, error) {
+func DecodeGraphs(b []byte) (AttentionResponse, error) {
 	r := &binReader{b: b, i: -1, j: -1, k: -1}
 	r.magic(magicGraphs)
 	var resp AttentionResponse

@@ -1,4 +1,4 @@
-package gpu
+package client
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/internal/scorermetrics"
 	"github.com/rs/zerolog"
 )
 
@@ -21,29 +23,18 @@ var ErrClosed = errors.New("scorer client is closed")
 // condition; back off and call again, do not dead-letter.
 var ErrUnavailable = errors.New("scorer unavailable")
 
-// Client is the Scorer that talks to scorer pods over creditflow.scorer/v1.
-//
-// Guarantees:
-//   - Results are in the order of the inputs and equal what the pod computed
-//     (floats travel in their shortest exact JSON form).
-//   - Work from concurrent callers is coalesced into requests of at most the
-//     token budget (a single set or job larger than the budget goes alone),
-//     waiting at most MaxWait for company.
-//   - A request goes to the healthy endpoint with the least tokens in flight.
-//     A connection error, timeout, 5xx or 429 is retried on another endpoint
-//     with exponential backoff and full jitter, up to the retry limit. 4xx are
-//     never retried: a 400/413 reaches only the caller whose input caused it,
-//     as a *RejectedError (others in the same request are resent without it);
-//     401/403/version mismatches surface as *StatusError.
-//   - A caller whose context ends gets ctx.Err() at once; a request whose
-//     callers have all gone is cancelled.
-//   - After UnhealthyAfter consecutive failures an endpoint is skipped and its
-//     /healthz probed until it answers 200 (and reports the same model).
+// Client is the gpu.Scorer that talks to scorer pods over
+// creditflow.scorer/v1, with the guarantees of the package: results in
+// order and exact, concurrent callers coalesced, failures retried on other
+// endpoints, rejections to the caller at fault, contexts honoured. After
+// UnhealthyAfter consecutive failures (WithHealthPolicy) an endpoint is
+// skipped and its /healthz probed until it answers 200 and reports the same
+// model.
 type Client struct {
-	cfg     clientConfig
+	cfg     config
 	eps     []*endpoint
 	hc      *http.Client
-	metrics *clientMetrics
+	metrics *scorermetrics.Client
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -56,7 +47,7 @@ type Client struct {
 	answers sync.Pool
 
 	infoLock chan struct{}
-	info     ModelInfo
+	info     gpu.ModelInfo
 	infoAt   time.Time
 	infoOK   bool
 
@@ -65,14 +56,14 @@ type Client struct {
 	}
 }
 
-// NewClient talks to the scorer pods at endpoints ("http://host:port",
+// New talks to the scorer pods at endpoints ("http://host:port",
 // "https://host:port", or "host:port"). It starts no connection; Close it
 // when done.
-func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
+func New(endpoints []string, opts ...Option) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("scorer client needs at least one endpoint")
 	}
-	cfg := clientConfig{
+	cfg := config{
 		requestTimeout: 30 * time.Second,
 		budget:         DefaultTokenBudget,
 		maxWait:        5 * time.Millisecond,
@@ -95,7 +86,7 @@ func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
 	c := &Client{
 		cfg:      cfg,
 		hc:       &http.Client{Transport: tr},
-		metrics:  newClientMetrics(cfg.reg),
+		metrics:  scorermetrics.NewClient(cfg.reg),
 		ctx:      ctx,
 		cancel:   cancel,
 		scoreQ:   make(chan *item),
@@ -126,18 +117,18 @@ func NewClient(endpoints []string, opts ...ClientOption) (*Client, error) {
 		seen[u] = true
 		ep := &endpoint{url: u}
 		ep.healthy.Store(true)
-		c.metrics.healthy.WithLabelValues(u).Set(1)
+		c.metrics.Healthy.WithLabelValues(u).Set(1)
 		// Every error and retry series exists from the start (at 0), so
 		// rate() and the dashboard panels work before the first failure.
 		for _, op := range []string{"score", "attention"} {
-			for _, kind := range errorKinds {
-				c.metrics.errors.WithLabelValues(u, op, kind)
+			for _, kind := range scorermetrics.ErrorKinds {
+				c.metrics.Errors.WithLabelValues(u, op, kind)
 			}
 		}
 		c.eps = append(c.eps, ep)
 	}
 	for _, op := range []string{"score", "attention"} {
-		c.metrics.retries.WithLabelValues(op)
+		c.metrics.Retries.WithLabelValues(op)
 	}
 	c.slots = make(chan struct{}, cfg.inFlightPerEP*len(c.eps))
 	c.wg.Add(2)
@@ -154,8 +145,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// ClientStats are cumulative counts since the client started.
-type ClientStats struct {
+// Stats are cumulative counts since the client started.
+type Stats struct {
 	Requests int64 // request attempts sent
 	Retries  int64 // attempts after a failed one
 	Batches  int64 // coalesced requests formed
@@ -163,23 +154,23 @@ type ClientStats struct {
 }
 
 // Stats returns the client's cumulative counts.
-func (c *Client) Stats() ClientStats {
-	return ClientStats{
+func (c *Client) Stats() Stats {
+	return Stats{
 		Requests: c.stats.requests.Load(), Retries: c.stats.retries.Load(),
 		Batches: c.stats.batches.Load(), Items: c.stats.items.Load(),
 	}
 }
 
 // ScoreRows scores the sets on the scorer pods.
-func (c *Client) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error) {
+func (c *Client) ScoreRows(ctx context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
 	if len(sets) == 0 {
-		return []RowScores{}, nil
+		return []gpu.RowScores{}, nil
 	}
 	var items []*item
 	var offsets []int
 	cur := &item{ctx: ctx, done: make(chan itemResult, 1)}
 	for i, s := range sets {
-		t := rowsTokens(s)
+		t := s.TokenCount()
 		if len(cur.sets) > 0 && cur.tokens+t > c.cfg.budget {
 			items = append(items, cur)
 			cur = &item{ctx: ctx, done: make(chan itemResult, 1)}
@@ -195,7 +186,7 @@ func (c *Client) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, err
 	if err != nil {
 		return nil, shiftItem(err, items, offsets)
 	}
-	out := make([]RowScores, 0, len(sets))
+	out := make([]gpu.RowScores, 0, len(sets))
 	for _, r := range res {
 		out = append(out, r.scores...)
 	}
@@ -203,7 +194,7 @@ func (c *Client) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, err
 }
 
 // Attention computes the step graphs of the jobs on the scorer pods.
-func (c *Client) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error) {
+func (c *Client) Attention(ctx context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, error) {
 	out, _, err := c.AttentionVersion(ctx, jobs)
 	return out, err
 }
@@ -211,9 +202,9 @@ func (c *Client) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGr
 // AttentionVersion is Attention that also reports the policy version the
 // pods said computed the graphs (the oldest, when the jobs went out in
 // several requests), or -1 when a pod did not say.
-func (c *Client) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error) {
+func (c *Client) AttentionVersion(ctx context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, int64, error) {
 	if len(jobs) == 0 {
-		return [][]StepGraph{}, -1, nil
+		return [][]gpu.StepGraph{}, -1, nil
 	}
 	var items []*item
 	var offsets []int
@@ -235,7 +226,7 @@ func (c *Client) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][
 	if err != nil {
 		return nil, -1, shiftItem(err, items, offsets)
 	}
-	out := make([][]StepGraph, 0, len(jobs))
+	out := make([][]gpu.StepGraph, 0, len(jobs))
 	version, known := int64(-1), true
 	for i, r := range res {
 		out = append(out, r.graphs...)
@@ -254,15 +245,18 @@ func (c *Client) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][
 // shiftItem turns a rejection's item index within one chunk into the index
 // within the caller's call.
 func shiftItem(err error, items []*item, offsets []int) error {
-	var rej *RejectedError
+	var rej *gpu.RejectedError
 	if !errors.As(err, &rej) {
 		return err
 	}
 	cp := *rej
-	cp.chunk = nil
+	var chunk *item
+	if r := (*rejection)(nil); errors.As(err, &r) {
+		chunk = r.chunk
+	}
 	if cp.Item >= 0 {
 		for k, it := range items {
-			if rej.chunk == it {
+			if chunk == it {
 				cp.Item += offsets[k]
 			}
 		}

@@ -1,4 +1,4 @@
-package gpu
+package client
 
 // One request attempt on the wire: encoding the body, sending it, classifying
 // the answer, and decoding a 200 into each caller's results.
@@ -12,10 +12,14 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // wireForm is the form of a request body an endpoint takes: bit 1 compact
-// score rows (FeatureRowPieces), bit 2 binary bodies (FeatureBinary).
+// score rows (protocol.FeatureRowPieces), bit 2 binary bodies
+// (protocol.FeatureBinary).
 type wireForm int
 
 const (
@@ -43,27 +47,27 @@ func (c *Client) encode(op string, items []*item, form wireForm) ([]byte, int, e
 	}
 	switch op {
 	case "score":
-		var sets []RowSet
+		var sets []gpu.RowSet
 		for _, it := range items {
 			sets = append(sets, it.sets...)
 		}
 		var b []byte
 		var err error
 		if form&formBinary != 0 {
-			b, err = appendRowsRequest(make([]byte, 0, 64+5*tokens), sets, form&formCompact != 0)
+			b, err = protocol.AppendRowsRequest(make([]byte, 0, 64+5*tokens), sets, form&formCompact != 0)
 		} else {
-			b, err = appendScoreRequest(make([]byte, 0, 64+6*tokens), sets, form&formCompact != 0)
+			b, err = protocol.AppendScoreRequest(make([]byte, 0, 64+6*tokens), sets, form&formCompact != 0)
 		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
 		}
 		return b, tokens, nil
 	default: // attention requests are JSON in every form (binary is the answer's)
-		var jobs []AttentionJob
+		var jobs []gpu.AttentionJob
 		for _, it := range items {
 			jobs = append(jobs, it.jobs...)
 		}
-		b, err := appendAttentionRequest(make([]byte, 0, 256+6*tokens), jobs)
+		b, err := protocol.AppendAttentionRequest(make([]byte, 0, 256+6*tokens), jobs)
 		if err != nil {
 			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
 		}
@@ -80,7 +84,7 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set(ProtocolHeader, ProtocolVersion)
+	req.Header.Set(protocol.Header, protocol.Version)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -133,9 +137,9 @@ func (c *Client) release(a answer) {
 func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wireForm, body []byte, tokens int) (answer, *attemptError) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
 	defer cancel()
-	path := PathScore
+	path := protocol.PathScore
 	if op == "attention" {
-		path = PathAttention
+		path = protocol.PathAttention
 	}
 	req, err := c.newRequest(actx, http.MethodPost, ep.url+path, body)
 	if err != nil {
@@ -143,20 +147,20 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wire
 	}
 	if form&formBinary != 0 {
 		if op == "score" {
-			req.Header.Set("Content-Type", MediaTypeRows)
+			req.Header.Set("Content-Type", protocol.MediaTypeRows)
 		} else {
-			req.Header.Set("Accept", MediaTypeGraphs+", application/json")
+			req.Header.Set("Accept", protocol.MediaTypeGraphs+", application/json")
 		}
 	}
 	ep.outstanding.Add(int64(tokens))
-	c.metrics.inFlight.WithLabelValues(ep.url).Inc()
+	c.metrics.InFlight.WithLabelValues(ep.url).Inc()
 	c.stats.requests.Add(1)
-	c.metrics.requests.WithLabelValues(ep.url, op).Inc()
+	c.metrics.Requests.WithLabelValues(ep.url, op).Inc()
 	start := time.Now()
 	defer func() {
 		ep.outstanding.Add(-int64(tokens))
-		c.metrics.inFlight.WithLabelValues(ep.url).Dec()
-		c.metrics.duration.WithLabelValues(ep.url, op).Observe(time.Since(start).Seconds())
+		c.metrics.InFlight.WithLabelValues(ep.url).Dec()
+		c.metrics.Duration.WithLabelValues(ep.url, op).Observe(time.Since(start).Seconds())
 	}()
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -170,11 +174,11 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wire
 	}
 	data := *buf
 	if resp.StatusCode == http.StatusOK {
-		if v := resp.Header.Get(ProtocolHeader); v != "" && v != ProtocolVersion {
-			return answer{}, &attemptError{kind: "status", status: resp.StatusCode, err: &StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: CodeVersionMismatch,
-				Message: fmt.Sprintf("scorer answers with protocol %q, client speaks %q", v, ProtocolVersion)}}
+		if v := resp.Header.Get(protocol.Header); v != "" && v != protocol.Version {
+			return answer{}, &attemptError{kind: "status", status: resp.StatusCode, err: &gpu.StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: gpu.CodeVersionMismatch,
+				Message: fmt.Sprintf("scorer answers with protocol %q, client speaks %q", v, protocol.Version)}}
 		}
-		return answer{data: data, binary: isMediaType(resp.Header.Get("Content-Type"), MediaTypeGraphs), buf: buf}, nil
+		return answer{data: data, binary: protocol.IsMediaType(resp.Header.Get("Content-Type"), protocol.MediaTypeGraphs), buf: buf}, nil
 	}
 	defer c.answers.Put(buf) // classifyStatus copies what it keeps
 	return answer{}, classifyStatus(ep, resp.StatusCode, data)
@@ -188,23 +192,23 @@ func classifyTransport(ctx, actx context.Context, ep *endpoint, err error) *atte
 }
 
 func classifyStatus(ep *endpoint, status int, data []byte) *attemptError {
-	var body ErrorBody
+	var body protocol.ErrorBody
 	if json.Unmarshal(data, &body) != nil || body.Error == "" {
-		body = ErrorBody{Error: strings.TrimSpace(string(data[:min(len(data), 512)]))}
+		body = protocol.ErrorBody{Error: strings.TrimSpace(string(data[:min(len(data), 512)]))}
 	}
 	switch {
 	case status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout:
 		return &attemptError{kind: "server", retryable: true, status: status, body: body,
 			err: fmt.Errorf("scorer %s answered %d %s: %s", ep.url, status, body.Code, body.Error)}
-	case (status == http.StatusBadRequest && body.Code != CodeVersionMismatch) || status == http.StatusRequestEntityTooLarge:
-		if status == http.StatusRequestEntityTooLarge && body.Code != CodeOutOfMemory {
-			body.Code = CodeTooLarge
+	case (status == http.StatusBadRequest && body.Code != gpu.CodeVersionMismatch) || status == http.StatusRequestEntityTooLarge:
+		if status == http.StatusRequestEntityTooLarge && body.Code != gpu.CodeOutOfMemory {
+			body.Code = gpu.CodeTooLarge
 		}
 		return &attemptError{kind: "rejected", status: status, body: body,
-			err: &RejectedError{Code: body.Code, Message: body.Error, ID: body.ID, Endpoint: ep.url, Item: -1}}
+			err: &gpu.RejectedError{Code: body.Code, Message: body.Error, ID: body.ID, Endpoint: ep.url, Item: -1}}
 	default:
 		return &attemptError{kind: "status", status: status, body: body,
-			err: &StatusError{Endpoint: ep.url, Status: status, Code: body.Code, Message: body.Error}}
+			err: &gpu.StatusError{Endpoint: ep.url, Status: status, Code: body.Code, Message: body.Error}}
 	}
 }
 
@@ -212,7 +216,7 @@ func classifyStatus(ep *endpoint, status int, data []byte) *attemptError {
 func (c *Client) deliver(op string, items []*item, a answer) error {
 	switch op {
 	case "score":
-		var resp ScoreResponse
+		var resp protocol.ScoreResponse
 		if err := json.Unmarshal(a.data, &resp); err != nil {
 			return fmt.Errorf("undecodable score response: %w", err)
 		}
@@ -224,30 +228,30 @@ func (c *Client) deliver(op string, items []*item, a answer) error {
 			return fmt.Errorf("score response holds %d results for %d sets", len(resp.Results), n)
 		}
 		k := 0
-		outs := make([][]RowScores, len(items))
+		outs := make([][]gpu.RowScores, len(items))
 		for i, it := range items {
-			outs[i] = make([]RowScores, len(it.sets))
+			outs[i] = make([]gpu.RowScores, len(it.sets))
 			for j, s := range it.sets {
 				w := resp.Results[k]
 				if len(w.Scores) != len(s.Rows) {
 					return fmt.Errorf("score response set %d holds %d scores for %d rows", k, len(w.Scores), len(s.Rows))
 				}
-				outs[i][j] = scoresFromWire(w)
+				outs[i][j] = protocol.ScoresFromWire(w)
 				outs[i][j].PolicyVersion = resp.PolicyVersion
 				k++
 			}
 		}
-		c.metrics.forwarded.Add(float64(resp.Usage.TokensForwarded))
-		c.metrics.rowByRow.Add(float64(resp.Usage.TokensRowByRow))
-		c.metrics.truncs.Add(float64(resp.Usage.Truncations))
+		c.metrics.Forwarded.Add(float64(resp.Usage.TokensForwarded))
+		c.metrics.RowByRow.Add(float64(resp.Usage.TokensRowByRow))
+		c.metrics.Truncations.Add(float64(resp.Usage.Truncations))
 		for i, it := range items {
 			it.finish(itemResult{scores: outs[i]})
 		}
 	default:
-		var resp AttentionResponse
+		var resp protocol.AttentionResponse
 		var err error
 		if a.binary {
-			resp, err = decodeGraphs(a.data)
+			resp, err = protocol.DecodeGraphs(a.data)
 		} else {
 			err = json.Unmarshal(a.data, &resp)
 		}
@@ -262,11 +266,11 @@ func (c *Client) deliver(op string, items []*item, a answer) error {
 			return fmt.Errorf("attention response holds %d results for %d jobs", len(resp.Results), n)
 		}
 		k := 0
-		outs := make([][][]StepGraph, len(items))
+		outs := make([][][]gpu.StepGraph, len(items))
 		for i, it := range items {
-			outs[i] = make([][]StepGraph, len(it.jobs))
+			outs[i] = make([][]gpu.StepGraph, len(it.jobs))
 			for j, jb := range it.jobs {
-				g := graphsFromWire(resp.Results[k])
+				g := protocol.GraphsFromWire(resp.Results[k])
 				if len(g) != len(jb.Layers) {
 					return fmt.Errorf("attention response job %d holds %d graphs for %d layers", k, len(g), len(jb.Layers))
 				}

@@ -1,4 +1,4 @@
-package gpu
+package protocol_test
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // The hand-written score request is byte for byte what encoding/json writes.
@@ -22,15 +25,15 @@ func TestAppendScoreRequestMatchesEncodingJSON(t *testing.T) {
 		}
 		return out
 	}
-	cases := [][]RowSet{nil, {}, {{ID: "", Rows: nil}}, {{ID: `q<1>&"x"\é`, Rows: []Row{{}}}}}
+	cases := [][]gpu.RowSet{nil, {}, {{ID: "", Rows: nil}}, {{ID: `q<1>&"x"\é`, Rows: []gpu.Row{{}}}}}
 	for k := 0; k < 50; k++ {
-		var sets []RowSet
+		var sets []gpu.RowSet
 		for s := 0; s < r.IntN(4); s++ {
-			set := RowSet{ID: "t-" + string(rune('a'+r.IntN(26)))}
+			set := gpu.RowSet{ID: "t-" + string(rune('a'+r.IntN(26)))}
 			for j := 0; j < r.IntN(5); j++ {
 				// Lengths around the encoder's chunk size and its remainders mod 3.
 				n := []int{-1, 0, 1, 2, 3, 767, 768, 769, 1536, 2000 + r.IntN(5)}[r.IntN(10)]
-				row := Row{Context: toks(n), Target: toks(r.IntN(40) - 1), Span: [2]int{r.IntN(9), r.IntN(99)}}
+				row := gpu.Row{Context: toks(n), Target: toks(r.IntN(40) - 1), Span: [2]int{r.IntN(9), r.IntN(99)}}
 				row.Temperature = []float64{0, 0, 1, 0.7, 1e-7, 1e21, 1.0 / 3}[r.IntN(7)]
 				set.Rows = append(set.Rows, row)
 			}
@@ -39,11 +42,11 @@ func TestAppendScoreRequestMatchesEncodingJSON(t *testing.T) {
 		cases = append(cases, sets)
 	}
 	for i, sets := range cases {
-		want, err := json.Marshal(setsToWire(sets))
+		want, err := json.Marshal(protocol.SetsToWire(sets))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := appendScoreRequest(nil, sets, false)
+		got, err := protocol.AppendScoreRequest(nil, sets, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,16 +58,16 @@ func TestAppendScoreRequestMatchesEncodingJSON(t *testing.T) {
 
 // benchSets is a search-QA shaped request: 8 trajectories of 4 rows that
 // repeat a ~1,300-token prefix.
-func benchSets() []RowSet {
+func benchSets() []gpu.RowSet {
 	ctx := make([]int32, 1300)
 	for i := range ctx {
 		ctx[i] = int32(i % 251)
 	}
-	var sets []RowSet
+	var sets []gpu.RowSet
 	for s := 0; s < 8; s++ {
-		set := RowSet{ID: "q000001-1"}
+		set := gpu.RowSet{ID: "q000001-1"}
 		for j := 0; j < 4; j++ {
-			set.Rows = append(set.Rows, Row{Context: ctx[:1000+100*j], Target: ctx[:60], Span: [2]int{40, 52}})
+			set.Rows = append(set.Rows, gpu.Row{Context: ctx[:1000+100*j], Target: ctx[:60], Span: [2]int{40, 52}})
 		}
 		sets = append(sets, set)
 	}
@@ -74,7 +77,7 @@ func benchSets() []RowSet {
 func BenchmarkScoreRequestEncodingJSON(b *testing.B) {
 	sets := benchSets()
 	for b.Loop() {
-		if _, err := json.Marshal(setsToWire(sets)); err != nil {
+		if _, err := json.Marshal(protocol.SetsToWire(sets)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -83,7 +86,7 @@ func BenchmarkScoreRequestEncodingJSON(b *testing.B) {
 func BenchmarkScoreRequestAppend(b *testing.B) {
 	sets := benchSets()
 	for b.Loop() {
-		if _, err := appendScoreRequest(make([]byte, 0, 64+6*40000), sets, false); err != nil {
+		if _, err := protocol.AppendScoreRequest(make([]byte, 0, 64+6*40000), sets, false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -100,7 +103,7 @@ func TestScoreUnmarshalMatchesFloat64(t *testing.T) {
 	for _, n := range nums {
 		var want float64
 		werr := json.Unmarshal([]byte(n), &want)
-		var got []Score
+		var got []protocol.Score
 		gerr := json.Unmarshal([]byte("["+n+"]"), &got)
 		if (werr == nil) != (gerr == nil) || (werr == nil && math.Float64bits(float64(got[0])) != math.Float64bits(want)) {
 			t.Fatalf("%s: Score %v (%v), float64 %v (%v)", n, got, gerr, want, werr)
@@ -110,18 +113,18 @@ func TestScoreUnmarshalMatchesFloat64(t *testing.T) {
 
 func TestAppendAttentionRequestMatchesEncodingJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	cases := [][]AttentionJob{nil, {}, {{}}, {{ID: `q<1>&"x"\é`, Steps: []Step{}, Layers: []int{}}}}
+	cases := [][]gpu.AttentionJob{nil, {}, {{}}, {{ID: `q<1>&"x"\é`, Steps: []gpu.Step{}, Layers: []int{}}}}
 	for k := 0; k < 60; k++ {
-		var jobs []AttentionJob
+		var jobs []gpu.AttentionJob
 		for j := 0; j < r.IntN(4); j++ {
 			n := []int{0, 1, 2, 3, 767, 768, 769, 1536, 2000 + r.IntN(5)}[r.IntN(9)]
-			job := AttentionJob{ID: []string{"", "t-" + string(rune('a'+r.IntN(26)))}[r.IntN(2)], Tokens: make([]int32, n)}
+			job := gpu.AttentionJob{ID: []string{"", "t-" + string(rune('a'+r.IntN(26)))}[r.IntN(2)], Tokens: make([]int32, n)}
 			for i := range job.Tokens {
 				job.Tokens[i] = r.Int32() - r.Int32()
 			}
 			for s := 0; s < r.IntN(5); s++ {
 				a := r.IntN(100)
-				job.Steps = append(job.Steps, Step{Action: [2]int{a, a + r.IntN(9)}, Observation: [2]int{a + 9, a + 9 + r.IntN(3) - 1}})
+				job.Steps = append(job.Steps, gpu.Step{Action: [2]int{a, a + r.IntN(9)}, Observation: [2]int{a + 9, a + 9 + r.IntN(3) - 1}})
 			}
 			for l := 0; l < r.IntN(4); l++ {
 				job.Layers = append(job.Layers, r.IntN(40))
@@ -131,11 +134,11 @@ func TestAppendAttentionRequestMatchesEncodingJSON(t *testing.T) {
 		cases = append(cases, jobs)
 	}
 	for i, jobs := range cases {
-		want, err := json.Marshal(jobsToWire(jobs))
+		want, err := json.Marshal(protocol.JobsToWire(jobs))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := appendAttentionRequest(nil, jobs)
+		got, err := protocol.AppendAttentionRequest(nil, jobs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package gpu
+package protocol
 
 import (
 	"encoding/base64"
@@ -6,16 +6,18 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+
+	"github.com/creditflow/creditflow/gpu"
 )
 
-// appendScoreRequest appends the JSON of a ScoreRequest for sets, written
+// AppendScoreRequest appends the JSON of a ScoreRequest for sets, written
 // directly (encoding/json re-scans and compacts the output of every
 // MarshalJSON, which for the token arrays was most of the score stage's
 // client cost). With compact false every row carries its full context (the
-// bytes of json.Marshal(setsToWire(expanded sets))); with compact true a set
+// bytes of json.Marshal(SetsToWire(expanded sets))); with compact true a set
 // with pieces is sent in the compact form of FeatureRowPieces: its tokens
 // once, the shared target and span once, each row as pieces.
-func appendScoreRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error) {
+func AppendScoreRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, error) {
 	dst = append(dst, `{"sets":[`...)
 	var buf []int32
 	for i := range sets {
@@ -51,7 +53,7 @@ func appendScoreRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error)
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			if ps := s.rowPieces(j); pieces && ps != nil {
+			if ps := s.RowPieces(j); pieces && ps != nil {
 				dst = append(dst, `{"pieces":[`...)
 				for k, p := range ps {
 					if k > 0 {
@@ -66,9 +68,9 @@ func appendScoreRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error)
 				dst = append(dst, ']')
 			} else {
 				ctx := r.Context
-				if s.rowPieces(j) != nil {
+				if s.RowPieces(j) != nil {
 					var err error
-					if buf, err = s.appendRowContext(buf[:0], j); err != nil {
+					if buf, err = s.AppendRowContext(buf[:0], j); err != nil {
 						return nil, err
 					}
 					ctx = buf
@@ -113,7 +115,7 @@ func appendScoreRequest(dst []byte, sets []RowSet, compact bool) ([]byte, error)
 
 // sharedTarget reports whether every row of s has the first row's target
 // and span (then the compact form sends them once, at set level).
-func sharedTarget(s *RowSet) bool {
+func sharedTarget(s *gpu.RowSet) bool {
 	if len(s.Rows) == 0 {
 		return false
 	}
@@ -153,11 +155,11 @@ func appendTokens(dst []byte, t []int32) []byte {
 	return append(dst, '"')
 }
 
-// appendAttentionRequest appends the JSON of an AttentionRequest for jobs,
-// the bytes of json.Marshal(jobsToWire(jobs)), written directly: the
+// AppendAttentionRequest appends the JSON of an AttentionRequest for jobs,
+// the bytes of json.Marshal(JobsToWire(jobs)), written directly: the
 // token arrays are most of it, and encoding/json re-scans and compacts the
 // output of every MarshalJSON.
-func appendAttentionRequest(dst []byte, jobs []AttentionJob) ([]byte, error) {
+func AppendAttentionRequest(dst []byte, jobs []gpu.AttentionJob) ([]byte, error) {
 	dst = append(dst, `{"jobs":[`...)
 	for i := range jobs {
 		j := &jobs[i]

@@ -1,4 +1,4 @@
-package gpu
+package server
 
 import (
 	"bytes"
@@ -6,21 +6,23 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // fuzzServer posts fuzzed bodies to a real server on the tiny model: whatever
 // the body, the server must answer (never panic) and never with a 500, which
 // would mean input reached the model unchecked.
 func fuzzServer(f *testing.F, path string, seeds ...string) {
-	srv := NewServer(NewLocal(model.Tiny()), WithMaxTokens(4096), WithMaxRows(64))
+	srv := New(local.New(model.Tiny()), WithMaxTokens(4096), WithMaxRows(64))
 	h := srv.Handler()
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
-		req.Header.Set(ProtocolHeader, ProtocolVersion)
+		req.Header.Set(protocol.Header, protocol.Version)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
@@ -30,7 +32,7 @@ func fuzzServer(f *testing.F, path string, seeds ...string) {
 }
 
 func FuzzServerScore(f *testing.F) {
-	fuzzServer(f, PathScore,
+	fuzzServer(f, protocol.PathScore,
 		`{"sets":[{"id":"a","rows":[{"context":"AQAAAAIAAAA=","target":"AwAAAAQAAAAFAAAA","span":[0,2]}]}]}`,
 		`{"sets":[{"id":"a","rows":[{"context":"","target":"AwAAAA==","span":[0,1]}]}]}`,
 		`{"sets":[{"rows":[{"context":"AQAAAA==","target":"AwAAAA==","span":[1,0]}]}]}`,
@@ -42,7 +44,7 @@ func FuzzServerScore(f *testing.F) {
 }
 
 func FuzzServerAttention(f *testing.F) {
-	fuzzServer(f, PathAttention,
+	fuzzServer(f, protocol.PathAttention,
 		`{"jobs":[{"id":"a","tokens":"AQAAAAIAAAADAAAABAAAAAUAAAA=","steps":[{"action":[1,2],"observation":[2,3]},{"action":[3,5],"observation":null}],"layers":[0,1]}]}`,
 		`{"jobs":[{"tokens":"AQAAAA==","steps":[{"action":[0,1]}],"layers":[7]}]}`,
 		`{"jobs":[{"tokens":"AQAAAAIAAAA=","steps":[{"action":[1,0]}],"layers":[0]}]}`,

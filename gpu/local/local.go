@@ -1,4 +1,4 @@
-package gpu
+package local
 
 import (
 	"context"
@@ -8,34 +8,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/internal/scorermetrics"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/promreg"
+	"github.com/creditflow/creditflow/gpu/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Usage is what scoring cost in tokens (see model.Usage).
-type Usage = model.Usage
-
-// UsageScorer is a Scorer that also reports what a ScoreRows call cost.
-// Local implements it; Server uses it to fill the usage of its answers.
-type UsageScorer interface {
-	Scorer
-	ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
-}
-
-// Local is the in-process reference scorer: it runs a model.Model in this
-// process. It is safe for concurrent use; at most MaxConcurrent model calls
-// run at once, further callers wait (and give up when their context ends).
-//
-// ScoreRows passes all rows of one call to the model in a single call, so
-// rows that share a prefix (within a set and across sets of one prompt) are
-// forwarded once. Invalid input gives a *RejectedError before any model work.
-//
-// Swap replaces the model (a new checkpoint of the same model) atomically:
-// every call runs start to end on the model it started with, so calls in
-// flight during a swap neither fail nor mix weights, and each answer carries
-// the policy version of the weights that computed it.
-type Local struct {
+// Scorer is the in-process reference scorer: it runs a model.Model in this
+// process, with the guarantees of the package. ScoreRows passes all rows of
+// one call to the model in a single call; Swap replaces the model (a new
+// checkpoint of the same model) atomically.
+type Scorer struct {
 	cur     atomic.Pointer[localModel]
 	sem     chan struct{}
 	metrics *localMetrics
@@ -44,13 +28,13 @@ type Local struct {
 // localModel is one loaded model and what Info reports about it.
 type localModel struct {
 	m    *model.Model
-	info ModelInfo
+	info gpu.ModelInfo
 }
 
-// LocalOption configures a Local.
-type LocalOption func(*localConfig)
+// Option configures a Scorer.
+type Option func(*config)
 
-type localConfig struct {
+type config struct {
 	policyVersion int64
 	maxConcurrent int
 	reg           prometheus.Registerer
@@ -59,35 +43,35 @@ type localConfig struct {
 
 // WithPolicyVersion sets the policy version reported by Info (default -1:
 // unknown, weights that were never announced as a policy version).
-func WithPolicyVersion(v int64) LocalOption {
-	return func(c *localConfig) { c.policyVersion = v }
+func WithPolicyVersion(v int64) Option {
+	return func(c *config) { c.policyVersion = v }
 }
 
 // WithMaxConcurrent bounds the model calls running at once (default GOMAXPROCS).
-func WithMaxConcurrent(n int) LocalOption {
-	return func(c *localConfig) {
+func WithMaxConcurrent(n int) Option {
+	return func(c *config) {
 		if n > 0 {
 			c.maxConcurrent = n
 		}
 	}
 }
 
-// WithLocalRegisterer registers Local's metrics as a scorer server's
+// WithRegisterer registers the scorer's metrics as a scorer server's
 // (creditflow_scorer_local_tokens_forwarded_total, …_row_by_row_total,
 // …_truncations_total, creditflow_scorer_local_model_duration_seconds{op})
 // with reg: the names a scorer pod exports.
-func WithLocalRegisterer(reg prometheus.Registerer) LocalOption {
-	return func(c *localConfig) { c.reg, c.inProcess = reg, false }
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(c *config) { c.reg, c.inProcess = reg, false }
 }
 
-// WithInProcessRegisterer registers Local's metrics under the names a
+// WithInProcessRegisterer registers the scorer's metrics under the names a
 // processor's scorer client exports (creditflow_scorer_tokens_forwarded_total,
 // …_row_by_row_total, creditflow_scorer_truncations_total and
 // creditflow_scorer_request_duration_seconds{endpoint="in-process",op}), for
 // a processor that scores in-process: its dashboard panels are the same as
 // with remote scorers.
-func WithInProcessRegisterer(reg prometheus.Registerer) LocalOption {
-	return func(c *localConfig) { c.reg, c.inProcess = reg, true }
+func WithInProcessRegisterer(reg prometheus.Registerer) Option {
+	return func(c *config) { c.reg, c.inProcess = reg, true }
 }
 
 type localMetrics struct {
@@ -109,13 +93,13 @@ func (m *localMetrics) observe(op string, start time.Time) {
 
 func newLocalMetrics(reg prometheus.Registerer, inProcess bool) *localMetrics {
 	if inProcess {
-		c := newClientMetrics(nil) // the client's definitions, so the names and help match
-		m := &localMetrics{forwarded: c.forwarded, rowByRow: c.rowByRow, truncations: c.truncs, duration: c.duration, endpoint: "in-process"}
+		c := scorermetrics.NewClient(nil) // the client's definitions, so the names and help match
+		m := &localMetrics{forwarded: c.Forwarded, rowByRow: c.RowByRow, truncations: c.Truncations, duration: c.Duration, endpoint: "in-process"}
 		if reg != nil {
-			m.forwarded = shared(reg, m.forwarded)
-			m.rowByRow = shared(reg, m.rowByRow)
-			m.truncations = shared(reg, m.truncations)
-			m.duration = shared(reg, m.duration)
+			m.forwarded = scorermetrics.Shared(reg, m.forwarded)
+			m.rowByRow = scorermetrics.Shared(reg, m.rowByRow)
+			m.truncations = scorermetrics.Shared(reg, m.truncations)
+			m.duration = scorermetrics.Shared(reg, m.duration)
 		}
 		return m
 	}
@@ -139,21 +123,21 @@ func newLocalMetrics(reg prometheus.Registerer, inProcess bool) *localMetrics {
 		}, []string{"op"}),
 	}
 	if reg != nil {
-		m.forwarded = shared(reg, m.forwarded)
-		m.rowByRow = shared(reg, m.rowByRow)
-		m.truncations = shared(reg, m.truncations)
-		m.duration = shared(reg, m.duration)
+		m.forwarded = scorermetrics.Shared(reg, m.forwarded)
+		m.rowByRow = scorermetrics.Shared(reg, m.rowByRow)
+		m.truncations = scorermetrics.Shared(reg, m.truncations)
+		m.duration = scorermetrics.Shared(reg, m.duration)
 	}
 	return m
 }
 
-// NewLocal wraps m as a Scorer.
-func NewLocal(m *model.Model, opts ...LocalOption) *Local {
-	cfg := localConfig{maxConcurrent: runtime.GOMAXPROCS(0), policyVersion: -1}
+// New wraps m as a gpu.Scorer.
+func New(m *model.Model, opts ...Option) *Scorer {
+	cfg := config{maxConcurrent: runtime.GOMAXPROCS(0), policyVersion: -1}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	l := &Local{
+	l := &Scorer{
 		sem:     make(chan struct{}, cfg.maxConcurrent),
 		metrics: newLocalMetrics(cfg.reg, cfg.inProcess),
 	}
@@ -161,10 +145,10 @@ func NewLocal(m *model.Model, opts ...LocalOption) *Local {
 	return l
 }
 
-func modelInfo(m *model.Model, version int64) ModelInfo {
+func modelInfo(m *model.Model, version int64) gpu.ModelInfo {
 	mi := m.Info()
-	return ModelInfo{
-		Protocol:       ProtocolVersion,
+	return gpu.ModelInfo{
+		Protocol:       protocol.Version,
 		Name:           mi.Name,
 		Architecture:   mi.Architecture,
 		Layers:         mi.Layers,
@@ -181,11 +165,11 @@ func modelInfo(m *model.Model, version int64) ModelInfo {
 // vocabulary, max context and placeholder ids (clients require that of all
 // pods; the reported name stays the first model's). Else Swap returns an
 // error and keeps the current model.
-func (l *Local) Swap(m *model.Model, version int64) error {
+func (l *Scorer) Swap(m *model.Model, version int64) error {
 	old := l.cur.Load()
 	next := modelInfo(m, version)
 	next.Name = old.info.Name
-	if !sameModel(old.info, next) {
+	if !old.info.SameModel(next) {
 		return fmt.Errorf("checkpoint of policy version %d is not the served model: %s, %d layers, vocab %d, max context %d (serving %s, %d layers, vocab %d, max context %d)",
 			version, next.Architecture, next.Layers, next.VocabSize, next.MaxContext,
 			old.info.Architecture, old.info.Layers, old.info.VocabSize, old.info.MaxContext)
@@ -195,14 +179,14 @@ func (l *Local) Swap(m *model.Model, version int64) error {
 }
 
 // Info reports the model; it never fails.
-func (l *Local) Info(ctx context.Context) (ModelInfo, error) {
+func (l *Scorer) Info(ctx context.Context) (gpu.ModelInfo, error) {
 	cur := l.cur.Load()
 	info := cur.info
 	info.PlaceholderIDs = append([]int32(nil), cur.info.PlaceholderIDs...)
 	return info, nil
 }
 
-func (l *Local) acquire(ctx context.Context) error {
+func (l *Scorer) acquire(ctx context.Context) error {
 	select {
 	case l.sem <- struct{}{}:
 		return nil
@@ -211,10 +195,10 @@ func (l *Local) acquire(ctx context.Context) error {
 	}
 }
 
-func (l *Local) release() { <-l.sem }
+func (l *Scorer) release() { <-l.sem }
 
 // ScoreRows scores every row of every set; see ScoreRowsUsage.
-func (l *Local) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error) {
+func (l *Scorer) ScoreRows(ctx context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
 	res, _, err := l.ScoreRowsUsage(ctx, sets)
 	return res, err
 }
@@ -223,38 +207,38 @@ func (l *Local) ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, erro
 // the tokens it cost.
 //
 // Every RowScores carries the policy version of the weights that computed it.
-func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error) {
+func (l *Scorer) ScoreRowsUsage(ctx context.Context, sets []gpu.RowSet) ([]gpu.RowScores, gpu.Usage, error) {
 	cur := l.cur.Load()
 	sets, err := expandSets(sets)
 	if err != nil {
-		return nil, Usage{}, err
+		return nil, gpu.Usage{}, err
 	}
 	if err := validateSets(cur.info, sets); err != nil {
-		return nil, Usage{}, err
+		return nil, gpu.Usage{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, Usage{}, err
+		return nil, gpu.Usage{}, err
 	}
-	var all []Row
+	var all []gpu.Row
 	for _, s := range sets {
 		all = append(all, s.Rows...)
 	}
-	out := make([]RowScores, len(sets))
+	out := make([]gpu.RowScores, len(sets))
 	if len(all) == 0 {
-		return out, Usage{}, nil
+		return out, gpu.Usage{}, nil
 	}
 	if err := l.acquire(ctx); err != nil {
-		return nil, Usage{}, err
+		return nil, gpu.Usage{}, err
 	}
 	start := time.Now()
 	scores, usage, err := cur.m.ScoreRows(all)
 	l.metrics.observe("score", start)
 	l.release()
 	if err != nil {
-		return nil, Usage{}, fmt.Errorf("model scoring %d rows of %d sets: %w", len(all), len(sets), err)
+		return nil, gpu.Usage{}, fmt.Errorf("model scoring %d rows of %d sets: %w", len(all), len(sets), err)
 	}
 	if len(scores) != len(all) {
-		return nil, Usage{}, fmt.Errorf("model returned %d scores for %d rows", len(scores), len(all))
+		return nil, gpu.Usage{}, fmt.Errorf("model returned %d scores for %d rows", len(scores), len(all))
 	}
 	l.metrics.forwarded.Add(float64(usage.TokensForwarded))
 	l.metrics.rowByRow.Add(float64(usage.TokensRowByRow))
@@ -264,7 +248,7 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 	off := 0
 	for i, s := range sets {
 		version := cur.info.PolicyVersion
-		r := RowScores{Scores: append([]float64(nil), scores[off:off+len(s.Rows)]...), PolicyVersion: &version}
+		r := gpu.RowScores{Scores: append([]float64(nil), scores[off:off+len(s.Rows)]...), PolicyVersion: &version}
 		for _, row := range s.Rows {
 			if cur.info.MaxContext > 0 && len(row.Context)+len(row.Target) > cur.info.MaxContext {
 				r.Truncations++
@@ -279,12 +263,12 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 		// set so that each set's count is the model's own.
 		for i, s := range sets {
 			if err := l.acquire(ctx); err != nil {
-				return nil, Usage{}, err
+				return nil, gpu.Usage{}, err
 			}
 			_, u, err := cur.m.ScoreRows(s.Rows)
 			l.release()
 			if err != nil {
-				return nil, Usage{}, fmt.Errorf("model scoring set %q: %w", s.ID, err)
+				return nil, gpu.Usage{}, fmt.Errorf("model scoring set %q: %w", s.ID, err)
 			}
 			out[i].Truncations = int(u.Truncations)
 		}
@@ -296,19 +280,19 @@ func (l *Local) ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores,
 
 // Attention computes the step graphs of every job; jobs run concurrently up
 // to the concurrency limit.
-func (l *Local) Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error) {
+func (l *Scorer) Attention(ctx context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, error) {
 	out, _, err := l.AttentionVersion(ctx, jobs)
 	return out, err
 }
 
 // AttentionVersion is Attention that also reports the policy version of the
 // weights that computed every graph.
-func (l *Local) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error) {
+func (l *Scorer) AttentionVersion(ctx context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, int64, error) {
 	cur := l.cur.Load()
 	if err := validateJobs(cur.info, jobs); err != nil {
 		return nil, 0, err
 	}
-	out := make([][]StepGraph, len(jobs))
+	out := make([][]gpu.StepGraph, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	for i, jb := range jobs {
@@ -336,12 +320,4 @@ func (l *Local) AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]
 		}
 	}
 	return out, cur.info.PolicyVersion, nil
-}
-
-// shared registers c with reg, or returns the collector already registered
-// under the same description, so that several scorers or clients in one
-// process share their series. A conflicting registration keeps c unregistered.
-func shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	got, _ := promreg.Register(reg, c)
-	return got
 }

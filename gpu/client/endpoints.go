@@ -1,4 +1,4 @@
-package gpu
+package client
 
 // Endpoint balancing and health: the least-loaded pick, consecutive-failure
 // counting, and the /healthz probe that brings an endpoint back.
@@ -11,14 +11,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 type endpoint struct {
 	url         string
 	outstanding atomic.Int64 // tokens in flight
 	healthy     atomic.Bool
-	rowPieces   atomic.Bool // its /v1/info advertises FeatureRowPieces
-	binary      atomic.Bool // its /v1/info advertises FeatureBinary
+	rowPieces   atomic.Bool // its /v1/info advertises protocol.FeatureRowPieces
+	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
 	mu          sync.Mutex
 	fails       int
 	probing     bool
@@ -66,7 +68,7 @@ func (c *Client) markFailure(ep *endpoint, aerr *attemptError) {
 		return
 	}
 	ep.healthy.Store(false)
-	c.metrics.healthy.WithLabelValues(ep.url).Set(0)
+	c.metrics.Healthy.WithLabelValues(ep.url).Set(0)
 	c.cfg.log.Warn().Str("endpoint", ep.url).Int("failures", ep.fails).Str("error", aerr.Error()).
 		Msg("scorer endpoint marked unhealthy; probing /healthz")
 	if !ep.probing {
@@ -93,7 +95,7 @@ func (c *Client) probe(ep *endpoint) {
 		ep.probing = false
 		ep.healthy.Store(true)
 		ep.mu.Unlock()
-		c.metrics.healthy.WithLabelValues(ep.url).Set(1)
+		c.metrics.Healthy.WithLabelValues(ep.url).Set(1)
 		c.cfg.log.Info().Str("endpoint", ep.url).Msg("scorer endpoint healthy again")
 		return
 	}
@@ -102,7 +104,7 @@ func (c *Client) probe(ep *endpoint) {
 func (c *Client) check(ep *endpoint) error {
 	ctx, cancel := context.WithTimeout(c.ctx, min(c.cfg.requestTimeout, 5*time.Second))
 	defer cancel()
-	req, err := c.newRequest(ctx, http.MethodGet, ep.url+PathHealth, nil)
+	req, err := c.newRequest(ctx, http.MethodGet, ep.url+protocol.PathHealth, nil)
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func (c *Client) check(ep *endpoint) error {
 	if err != nil {
 		return err
 	}
-	if !sameModel(ref, got) {
+	if !ref.SameModel(got) {
 		return fmt.Errorf("endpoint now serves model %q (%s, %d layers), not %q", got.Name, got.Architecture, got.Layers, ref.Name)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package gpu
+package client
 
 // Coalescing: callers' work items wait in a batcher per op until they fill
 // the token budget or MaxWait passes, then go out as one request.
@@ -6,20 +6,22 @@ package gpu
 import (
 	"context"
 	"time"
+
+	"github.com/creditflow/creditflow/gpu"
 )
 
 // item is one caller's chunk of work waiting in a batcher.
 type item struct {
 	ctx    context.Context
 	tokens int
-	sets   []RowSet
-	jobs   []AttentionJob
+	sets   []gpu.RowSet
+	jobs   []gpu.AttentionJob
 	done   chan itemResult // buffered 1
 }
 
 type itemResult struct {
-	scores  []RowScores
-	graphs  [][]StepGraph
+	scores  []gpu.RowScores
+	graphs  [][]gpu.StepGraph
 	version *int64 // attention: the policy version the pod reported
 	err     error
 }
@@ -62,8 +64,8 @@ func (c *Client) batcher(op string, in chan *item) {
 		batch, tokens = nil, 0
 		c.stats.batches.Add(1)
 		c.stats.items.Add(int64(len(b)))
-		c.metrics.fill.WithLabelValues(op).Observe(float64(t) / float64(c.cfg.budget))
-		c.metrics.callers.WithLabelValues(op).Observe(float64(len(b)))
+		c.metrics.Fill.WithLabelValues(op).Observe(float64(t) / float64(c.cfg.budget))
+		c.metrics.Callers.WithLabelValues(op).Observe(float64(len(b)))
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()

@@ -1,4 +1,4 @@
-package gpu
+package server
 
 // The server's options and its metrics.
 
@@ -6,14 +6,15 @@ import (
 	"crypto/tls"
 	"time"
 
+	"github.com/creditflow/creditflow/gpu/internal/scorermetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
-// ServerOption configures a Server.
-type ServerOption func(*serverConfig)
+// Option configures a Server.
+type Option func(*config)
 
-type serverConfig struct {
+type config struct {
 	certFile, keyFile string
 	tlsConfig         *tls.Config
 	token             string
@@ -27,25 +28,25 @@ type serverConfig struct {
 }
 
 // WithTLS serves HTTPS with the PEM certificate and key files.
-func WithTLS(certFile, keyFile string) ServerOption {
-	return func(c *serverConfig) { c.certFile, c.keyFile = certFile, keyFile }
+func WithTLS(certFile, keyFile string) Option {
+	return func(c *config) { c.certFile, c.keyFile = certFile, keyFile }
 }
 
-// WithServerTLSConfig serves HTTPS with cfg (it must hold the certificates,
+// WithTLSConfig serves HTTPS with cfg (it must hold the certificates,
 // e.g. for client-certificate authentication). WithTLS files are added to it.
-func WithServerTLSConfig(cfg *tls.Config) ServerOption {
-	return func(c *serverConfig) { c.tlsConfig = cfg }
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *config) { c.tlsConfig = cfg }
 }
 
-// WithServerToken requires "Authorization: Bearer <token>" on /v1/ paths.
+// WithToken requires "Authorization: Bearer <token>" on /v1/ paths.
 // An empty token disables the check. /healthz and /metrics stay open.
-func WithServerToken(token string) ServerOption {
-	return func(c *serverConfig) { c.token = token }
+func WithToken(token string) Option {
+	return func(c *config) { c.token = token }
 }
 
 // WithMaxRequestBytes bounds a request body (default 64 MiB); larger ones get 413.
-func WithMaxRequestBytes(n int64) ServerOption {
-	return func(c *serverConfig) {
+func WithMaxRequestBytes(n int64) Option {
+	return func(c *config) {
 		if n > 0 {
 			c.maxRequestBytes = n
 		}
@@ -54,8 +55,8 @@ func WithMaxRequestBytes(n int64) ServerOption {
 
 // WithMaxRows bounds the rows of a score request and the jobs of an
 // attention request (default 65,536); more get 413.
-func WithMaxRows(n int) ServerOption {
-	return func(c *serverConfig) {
+func WithMaxRows(n int) Option {
+	return func(c *config) {
 		if n > 0 {
 			c.maxRows = n
 		}
@@ -64,8 +65,8 @@ func WithMaxRows(n int) ServerOption {
 
 // WithMaxTokens bounds the tokens of a request (context plus target of every
 // row; tokens of every job), default 4,194,304; more get 413.
-func WithMaxTokens(n int) ServerOption {
-	return func(c *serverConfig) {
+func WithMaxTokens(n int) Option {
+	return func(c *config) {
 		if n > 0 {
 			c.maxTokens = n
 		}
@@ -74,8 +75,8 @@ func WithMaxTokens(n int) ServerOption {
 
 // WithMaxConcurrentRequests bounds the score and attention requests served
 // at once (default 64); past it the server answers 503 overloaded at once.
-func WithMaxConcurrentRequests(n int) ServerOption {
-	return func(c *serverConfig) {
+func WithMaxConcurrentRequests(n int) Option {
+	return func(c *config) {
 		if n > 0 {
 			c.maxConcurrent = n
 		}
@@ -84,23 +85,23 @@ func WithMaxConcurrentRequests(n int) ServerOption {
 
 // WithShutdownTimeout bounds how long a graceful shutdown waits for
 // in-flight requests (default 30 s).
-func WithShutdownTimeout(d time.Duration) ServerOption {
-	return func(c *serverConfig) {
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(c *config) {
 		if d > 0 {
 			c.shutdownTimeout = d
 		}
 	}
 }
 
-// WithServerLogger sets the request logger (default: no logs).
-func WithServerLogger(l zerolog.Logger) ServerOption {
-	return func(c *serverConfig) { c.log = l }
+// WithLogger sets the request logger (default: no logs).
+func WithLogger(l zerolog.Logger) Option {
+	return func(c *config) { c.log = l }
 }
 
-// WithServerRegistry registers the server's metrics with reg and serves reg
+// WithRegistry registers the server's metrics with reg and serves reg
 // on /metrics (default: a fresh registry holding the server's metrics).
-func WithServerRegistry(reg *prometheus.Registry) ServerOption {
-	return func(c *serverConfig) { c.registry = reg }
+func WithRegistry(reg *prometheus.Registry) Option {
+	return func(c *config) { c.registry = reg }
 }
 
 type serverMetrics struct {
@@ -135,10 +136,10 @@ func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 			Help: "Tokens received in served requests, by op.",
 		}, []string{"op"}),
 	}
-	m.requests = shared(reg, m.requests)
-	m.duration = shared(reg, m.duration)
-	m.inFlight = shared(reg, m.inFlight)
-	m.items = shared(reg, m.items)
-	m.tokens = shared(reg, m.tokens)
+	m.requests = scorermetrics.Shared(reg, m.requests)
+	m.duration = scorermetrics.Shared(reg, m.duration)
+	m.inFlight = scorermetrics.Shared(reg, m.inFlight)
+	m.items = scorermetrics.Shared(reg, m.items)
+	m.tokens = scorermetrics.Shared(reg, m.tokens)
 	return m
 }

@@ -1,4 +1,4 @@
-package gpu
+package server
 
 import (
 	"bytes"
@@ -17,23 +17,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
 
-// Server serves a Scorer over the creditflow.scorer/v1 protocol
-// (docs/scorer-protocol.md).
-//
-// Guarantees: every answer other than 200 carries a JSON ErrorBody and the
-// status the protocol assigns (400 invalid input, 401 auth, 413 over a limit,
-// 503 over the concurrency limit or shutting down, 500 otherwise); requests
-// over the concurrency limit are refused at once, never queued; the bearer
-// token is compared in constant time and never logged; ListenAndServe and
-// Serve drain in-flight requests when their context ends.
+// Server serves a gpu.Scorer over the creditflow.scorer/v1 protocol
+// (docs/scorer-protocol.md), with the guarantees of the package.
 type Server struct {
-	s        Scorer
-	cfg      serverConfig
+	s        gpu.Scorer
+	cfg      config
 	sem      chan struct{}
 	draining atomic.Bool
 	metrics  *serverMetrics
@@ -44,9 +39,9 @@ type Server struct {
 	bodies sync.Pool
 }
 
-// NewServer serves s.
-func NewServer(s Scorer, opts ...ServerOption) *Server {
-	cfg := serverConfig{
+// New serves s.
+func New(s gpu.Scorer, opts ...Option) *Server {
+	cfg := config{
 		maxRequestBytes: 64 << 20,
 		maxRows:         65536,
 		maxTokens:       4 << 20,
@@ -67,14 +62,14 @@ func NewServer(s Scorer, opts ...ServerOption) *Server {
 		metrics: newServerMetrics(cfg.registry),
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc(PathInfo, srv.handleInfo)
-	mux.HandleFunc(PathScore, srv.handleScore)
-	mux.HandleFunc(PathAttention, srv.handleAttention)
-	mux.HandleFunc(PathHealth, srv.handleHealth)
-	mux.Handle(PathMetrics, promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc(protocol.PathInfo, srv.handleInfo)
+	mux.HandleFunc(protocol.PathScore, srv.handleScore)
+	mux.HandleFunc(protocol.PathAttention, srv.handleAttention)
+	mux.HandleFunc(protocol.PathHealth, srv.handleHealth)
+	mux.Handle(protocol.PathMetrics, promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, ErrorBody{Code: CodeNotFound,
-			Error: fmt.Sprintf("no endpoint %s; the protocol serves %s, %s, %s, %s and %s", r.URL.Path, PathInfo, PathScore, PathAttention, PathHealth, PathMetrics)})
+		writeError(w, http.StatusNotFound, protocol.ErrorBody{Code: gpu.CodeNotFound,
+			Error: fmt.Sprintf("no endpoint %s; the protocol serves %s, %s, %s, %s and %s", r.URL.Path, protocol.PathInfo, protocol.PathScore, protocol.PathAttention, protocol.PathHealth, protocol.PathMetrics)})
 	})
 	srv.handler = mux
 	return srv
@@ -105,7 +100,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	tlsOn := s.cfg.tlsConfig != nil || s.cfg.certFile != ""
 	s.cfg.log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsOn).
-		Bool("auth", s.cfg.token != "").Str("protocol", ProtocolVersion).Msg("scorer server listening")
+		Bool("auth", s.cfg.token != "").Str("protocol", protocol.Version).Msg("scorer server listening")
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -133,12 +128,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(ProtocolHeader, ProtocolVersion)
+	w.Header().Set(protocol.Header, protocol.Version)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, body ErrorBody) {
+func writeError(w http.ResponseWriter, status int, body protocol.ErrorBody) {
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -177,19 +172,19 @@ func (s *Server) authorized(r *http.Request) bool {
 func (s *Server) guard(w http.ResponseWriter, r *http.Request, method string) bool {
 	if r.Method != method {
 		w.Header().Set("Allow", method)
-		writeError(w, http.StatusMethodNotAllowed, ErrorBody{Code: CodeMethod,
+		writeError(w, http.StatusMethodNotAllowed, protocol.ErrorBody{Code: gpu.CodeMethod,
 			Error: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method)})
 		return false
 	}
 	if !s.authorized(r) {
-		writeError(w, http.StatusUnauthorized, ErrorBody{Code: CodeUnauthorized,
+		writeError(w, http.StatusUnauthorized, protocol.ErrorBody{Code: gpu.CodeUnauthorized,
 			Error: "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the scorer was started with"})
 		return false
 	}
 	if method == http.MethodPost {
-		if v := r.Header.Get(ProtocolHeader); v != ProtocolVersion {
-			writeError(w, http.StatusBadRequest, ErrorBody{Code: CodeVersionMismatch,
-				Error: fmt.Sprintf("request header %s is %q; this scorer speaks %q", ProtocolHeader, v, ProtocolVersion)})
+		if v := r.Header.Get(protocol.Header); v != protocol.Version {
+			writeError(w, http.StatusBadRequest, protocol.ErrorBody{Code: gpu.CodeVersionMismatch,
+				Error: fmt.Sprintf("request header %s is %q; this scorer speaks %q", protocol.Header, v, protocol.Version)})
 			return false
 		}
 	}
@@ -222,10 +217,10 @@ func (s *Server) logRequest(r *http.Request, op string, status int, start time.T
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeError(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded, Error: "scorer is shutting down"})
+		writeError(w, http.StatusServiceUnavailable, protocol.ErrorBody{Code: gpu.CodeOverloaded, Error: "scorer is shutting down"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "protocol": ProtocolVersion})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "protocol": protocol.Version})
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
@@ -242,31 +237,31 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		s.logRequest(r, "info", sw.status, start, 0, 0, body.Error)
 		return
 	}
-	info.Protocol = ProtocolVersion
-	info.Features = append(info.Features[:len(info.Features):len(info.Features)], FeatureRowPieces, FeatureBinary)
+	info.Protocol = protocol.Version
+	info.Features = append(info.Features[:len(info.Features):len(info.Features)], protocol.FeatureRowPieces, protocol.FeatureBinary)
 	writeJSON(sw, http.StatusOK, info)
 	s.logRequest(r, "info", sw.status, start, 0, 0, "")
 }
 
-// errorStatus maps a Scorer error to the protocol's status and body.
-func errorStatus(err error) (int, ErrorBody) {
-	var rej *RejectedError
+// errorStatus maps a gpu.Scorer error to the protocol's status and body.
+func errorStatus(err error) (int, protocol.ErrorBody) {
+	var rej *gpu.RejectedError
 	if errors.As(err, &rej) {
-		body := ErrorBody{Code: rej.Code, Error: rej.Message, ID: rej.ID}
+		body := protocol.ErrorBody{Code: rej.Code, Error: rej.Message, ID: rej.ID}
 		if rej.Item >= 0 {
 			it := rej.Item
 			body.Item = &it
 		}
-		if rej.Code == CodeTooLarge {
+		if rej.Code == gpu.CodeTooLarge {
 			return http.StatusRequestEntityTooLarge, body
 		}
-		body.Code = CodeBadRequest
+		body.Code = gpu.CodeBadRequest
 		return http.StatusBadRequest, body
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded, Error: "request ended before scoring finished: " + err.Error()}
+		return http.StatusServiceUnavailable, protocol.ErrorBody{Code: gpu.CodeOverloaded, Error: "request ended before scoring finished: " + err.Error()}
 	}
-	return http.StatusInternalServerError, ErrorBody{Code: CodeInternal, Error: err.Error()}
+	return http.StatusInternalServerError, protocol.ErrorBody{Code: gpu.CodeInternal, Error: err.Error()}
 }
 
 // serveWork is the common path of score and attention requests.
@@ -276,7 +271,7 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, status: 200}
 	items, tokens := 0, 0
-	fail := func(status int, body ErrorBody) {
+	fail := func(status int, body protocol.ErrorBody) {
 		writeError(sw, status, body)
 		s.logRequest(r, op, status, start, items, tokens, body.Error)
 	}
@@ -285,14 +280,14 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 		return
 	}
 	if s.draining.Load() {
-		fail(http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded, Error: "scorer is shutting down; send the request to another endpoint"})
+		fail(http.StatusServiceUnavailable, protocol.ErrorBody{Code: gpu.CodeOverloaded, Error: "scorer is shutting down; send the request to another endpoint"})
 		return
 	}
 	select {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()
 	default:
-		fail(http.StatusServiceUnavailable, ErrorBody{Code: CodeOverloaded,
+		fail(http.StatusServiceUnavailable, protocol.ErrorBody{Code: gpu.CodeOverloaded,
 			Error: fmt.Sprintf("scorer is serving its limit of %d concurrent requests; retry later or on another endpoint", s.cfg.maxConcurrent)})
 		return
 	}
@@ -303,21 +298,21 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 	if err := decode(body); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+			fail(http.StatusRequestEntityTooLarge, protocol.ErrorBody{Code: gpu.CodeTooLarge,
 				Error: fmt.Sprintf("request body exceeds the scorer's limit of %d bytes; send fewer rows per request", s.cfg.maxRequestBytes)})
 			return
 		}
-		if rej := (*RejectedError)(nil); errors.As(err, &rej) { // over a limit while decoding
+		if rej := (*gpu.RejectedError)(nil); errors.As(err, &rej) { // over a limit while decoding
 			fail(errorStatus(rej))
 			return
 		}
-		fail(http.StatusBadRequest, ErrorBody{Code: CodeBadRequest, Error: err.Error()})
+		fail(http.StatusBadRequest, protocol.ErrorBody{Code: gpu.CodeBadRequest, Error: err.Error()})
 		return
 	}
 	if _, err := io.Copy(io.Discard, body); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+			fail(http.StatusRequestEntityTooLarge, protocol.ErrorBody{Code: gpu.CodeTooLarge,
 				Error: fmt.Sprintf("request body exceeds the scorer's limit of %d bytes", s.cfg.maxRequestBytes)})
 			return
 		}
@@ -325,12 +320,12 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 	var rows int
 	items, rows, tokens = count()
 	if rows > s.cfg.maxRows {
-		fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+		fail(http.StatusRequestEntityTooLarge, protocol.ErrorBody{Code: gpu.CodeTooLarge,
 			Error: fmt.Sprintf("request holds %d rows/jobs, over the scorer's limit of %d; split it", rows, s.cfg.maxRows)})
 		return
 	}
 	if tokens > s.cfg.maxTokens {
-		fail(http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+		fail(http.StatusRequestEntityTooLarge, protocol.ErrorBody{Code: gpu.CodeTooLarge,
 			Error: fmt.Sprintf("request holds %d tokens, over the scorer's limit of %d; split it", tokens, s.cfg.maxTokens)})
 		return
 	}
@@ -344,7 +339,7 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 	}
 	if raw, ok := resp.(rawBody); ok {
 		sw.Header().Set("Content-Type", raw.mediaType)
-		sw.Header().Set(ProtocolHeader, ProtocolVersion)
+		sw.Header().Set(protocol.Header, protocol.Version)
 		sw.Header().Set("Content-Length", strconv.Itoa(len(raw.data))) // the client sizes its buffer from it
 		sw.WriteHeader(http.StatusOK)
 		_, _ = sw.Write(raw.data)
@@ -400,8 +395,8 @@ func (s *Server) readBody(body io.Reader, length int64) (*[]byte, error) {
 // decodeScoreRequest reads a score request in the form its Content-Type
 // names: binary rows (FeatureBinary), refused as soon as it passes the
 // server's row or token limit, or JSON.
-func (s *Server) decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.Reader) error {
-	if !isMediaType(r.Header.Get("Content-Type"), MediaTypeRows) {
+func (s *Server) decodeScoreRequest(r *http.Request, req *protocol.ScoreRequest) func(io.Reader) error {
+	if !protocol.IsMediaType(r.Header.Get("Content-Type"), protocol.MediaTypeRows) {
 		return decodeJSON("score", req)
 	}
 	return func(body io.Reader) error {
@@ -410,42 +405,42 @@ func (s *Server) decodeScoreRequest(r *http.Request, req *ScoreRequest) func(io.
 		if err != nil {
 			return err
 		}
-		if *req, err = decodeRowsRequest(*data, s.cfg.maxRows, s.cfg.maxTokens); err != nil {
-			if rej := (*RejectedError)(nil); errors.As(err, &rej) {
+		if *req, err = protocol.DecodeRowsRequest(*data, s.cfg.maxRows, s.cfg.maxTokens); err != nil {
+			if rej := (*gpu.RejectedError)(nil); errors.As(err, &rej) {
 				return err
 			}
-			return fmt.Errorf("request body is not a valid %s score request: %w", MediaTypeRows, err)
+			return fmt.Errorf("request body is not a valid %s score request: %w", protocol.MediaTypeRows, err)
 		}
 		return nil
 	}
 }
 
 func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
-	var req ScoreRequest
+	var req protocol.ScoreRequest
 	s.serveWork(w, r, "score", s.decodeScoreRequest(r, &req), func() (int, int, int) {
 		rows, tokens := 0, 0
 		for i := range req.Sets {
 			set := &req.Sets[i]
 			rows += len(set.Rows)
 			for j := range set.Rows {
-				tokens += wireRowTokens(set, &set.Rows[j])
+				tokens += protocol.RowTokens(set, &set.Rows[j])
 			}
 		}
 		return len(req.Sets), rows, tokens
 	}, func(ctx context.Context) (any, error) {
-		if err := resolveWireSets(&req); err != nil {
+		if err := protocol.ResolveSets(&req); err != nil {
 			return nil, err
 		}
-		if err := validateWireTemperatures(req); err != nil {
+		if err := protocol.ValidateTemperatures(req); err != nil {
 			return nil, err
 		}
-		sets := setsFromWire(req)
+		sets := protocol.SetsFromWire(req)
 		var (
-			res   []RowScores
-			usage Usage
+			res   []gpu.RowScores
+			usage gpu.Usage
 			err   error
 		)
-		if us, ok := s.s.(UsageScorer); ok {
+		if us, ok := s.s.(gpu.UsageScorer); ok {
 			res, usage, err = us.ScoreRowsUsage(ctx, sets)
 		} else {
 			res, err = s.s.ScoreRows(ctx, sets)
@@ -456,7 +451,7 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		if len(res) != len(sets) {
 			return nil, fmt.Errorf("scorer answered %d sets for %d", len(res), len(sets))
 		}
-		out := ScoreResponse{Results: scoresToWire(res), Usage: WireUsage{
+		out := protocol.ScoreResponse{Results: protocol.ScoresToWire(res), Usage: protocol.WireUsage{
 			TokensForwarded: usage.TokensForwarded, TokensRowByRow: usage.TokensRowByRow, Truncations: usage.Truncations,
 		}}
 		if len(res) > 0 {
@@ -467,8 +462,8 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
-	var req AttentionRequest
-	binaryAnswer := accepts(r.Header.Get("Accept"), MediaTypeGraphs)
+	var req protocol.AttentionRequest
+	binaryAnswer := protocol.Accepts(r.Header.Get("Accept"), protocol.MediaTypeGraphs)
 	s.serveWork(w, r, "attention", decodeJSON("attention", &req), func() (int, int, int) {
 		tokens := 0
 		for _, j := range req.Jobs {
@@ -476,13 +471,13 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		}
 		return len(req.Jobs), len(req.Jobs), tokens
 	}, func(ctx context.Context) (any, error) {
-		jobs := jobsFromWire(req)
+		jobs := protocol.JobsFromWire(req)
 		var (
-			res     [][]StepGraph
+			res     [][]gpu.StepGraph
 			version *int64
 			err     error
 		)
-		if av, ok := s.s.(AttentionVersioner); ok {
+		if av, ok := s.s.(gpu.AttentionVersioner); ok {
 			var v int64
 			if res, v, err = av.AttentionVersion(ctx, jobs); v >= 0 {
 				version = &v
@@ -496,22 +491,22 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		if len(res) != len(jobs) {
 			return nil, fmt.Errorf("scorer answered %d jobs for %d", len(res), len(jobs))
 		}
-		out := AttentionResponse{Results: make([]WireJobResult, len(res)), PolicyVersion: version}
+		out := protocol.AttentionResponse{Results: make([]protocol.WireJobResult, len(res)), PolicyVersion: version}
 		for i, g := range res {
-			out.Results[i] = graphsToWire(g)
+			out.Results[i] = protocol.GraphsToWire(g)
 		}
 		if binaryAnswer {
 			buf, _ := s.bodies.Get().(*[]byte)
 			if buf == nil {
 				buf = new([]byte)
 			}
-			data, err := appendGraphs((*buf)[:0], out)
+			data, err := protocol.AppendGraphs((*buf)[:0], out)
 			*buf = data
 			if err != nil {
 				s.bodies.Put(buf)
 				return nil, err
 			}
-			return rawBody{mediaType: MediaTypeGraphs, data: data, buf: buf}, nil
+			return rawBody{mediaType: protocol.MediaTypeGraphs, data: data, buf: buf}, nil
 		}
 		return out, nil
 	})

@@ -1,4 +1,4 @@
-package gpu
+package client
 
 // Client configuration: the retry policy and the functional options.
 
@@ -21,10 +21,10 @@ type RetryPolicy struct {
 	MaxBackoff  time.Duration // backoff cap (default 1 s); each wait is uniform in [0, backoff]
 }
 
-// ClientOption configures a Client.
-type ClientOption func(*clientConfig) error
+// Option configures a Client.
+type Option func(*config) error
 
-type clientConfig struct {
+type config struct {
 	tlsConfig      *tls.Config
 	token          string
 	requestTimeout time.Duration
@@ -40,14 +40,14 @@ type clientConfig struct {
 }
 
 // WithTLSConfig uses cfg for https endpoints (endpoints without a scheme then default to https).
-func WithTLSConfig(cfg *tls.Config) ClientOption {
-	return func(c *clientConfig) error { c.tlsConfig = cfg.Clone(); return nil }
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *config) error { c.tlsConfig = cfg.Clone(); return nil }
 }
 
 // WithCAFile trusts the PEM certificates in path for https endpoints
 // (endpoints without a scheme then default to https).
-func WithCAFile(path string) ClientOption {
-	return func(c *clientConfig) error {
+func WithCAFile(path string) Option {
+	return func(c *config) error {
 		pem, err := os.ReadFile(path)
 		if err != nil {
 			return fmt.Errorf("reading scorer CA file: %w", err)
@@ -65,14 +65,14 @@ func WithCAFile(path string) ClientOption {
 }
 
 // WithBearerToken sends "Authorization: Bearer <token>" with every request.
-func WithBearerToken(token string) ClientOption {
-	return func(c *clientConfig) error { c.token = strings.TrimSpace(token); return nil }
+func WithBearerToken(token string) Option {
+	return func(c *config) error { c.token = strings.TrimSpace(token); return nil }
 }
 
 // WithRequestTimeout bounds one attempt of one request (default 30 s); a
 // timed-out attempt is retried on another endpoint.
-func WithRequestTimeout(d time.Duration) ClientOption {
-	return func(c *clientConfig) error {
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("request timeout must be positive, got %v", d)
 		}
@@ -92,8 +92,8 @@ const DefaultTokenBudget = 65536
 
 // WithTokenBudget bounds the tokens of a coalesced request (default
 // DefaultTokenBudget).
-func WithTokenBudget(tokens int) ClientOption {
-	return func(c *clientConfig) error {
+func WithTokenBudget(tokens int) Option {
+	return func(c *config) error {
 		if tokens <= 0 {
 			return fmt.Errorf("token budget must be positive, got %d", tokens)
 		}
@@ -104,8 +104,8 @@ func WithTokenBudget(tokens int) ClientOption {
 
 // WithMaxWait bounds how long work waits for other callers' work before its
 // request is sent (default 5 ms; 0 sends at once whatever is queued).
-func WithMaxWait(d time.Duration) ClientOption {
-	return func(c *clientConfig) error {
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) error {
 		if d < 0 {
 			return fmt.Errorf("max wait must not be negative, got %v", d)
 		}
@@ -115,8 +115,8 @@ func WithMaxWait(d time.Duration) ClientOption {
 }
 
 // WithRetryPolicy sets the retry limits; zero fields keep their defaults.
-func WithRetryPolicy(p RetryPolicy) ClientOption {
-	return func(c *clientConfig) error {
+func WithRetryPolicy(p RetryPolicy) Option {
+	return func(c *config) error {
 		if p.MaxAttempts > 0 {
 			c.retry.MaxAttempts = p.MaxAttempts
 		}
@@ -132,8 +132,8 @@ func WithRetryPolicy(p RetryPolicy) ClientOption {
 
 // WithHealthPolicy marks an endpoint unhealthy after n consecutive failures
 // (default 3) and probes its /healthz every interval (default 1 s).
-func WithHealthPolicy(n int, interval time.Duration) ClientOption {
-	return func(c *clientConfig) error {
+func WithHealthPolicy(n int, interval time.Duration) Option {
+	return func(c *config) error {
 		if n <= 0 || interval <= 0 {
 			return fmt.Errorf("health policy needs a positive failure count and probe interval, got %d and %v", n, interval)
 		}
@@ -145,8 +145,8 @@ func WithHealthPolicy(n int, interval time.Duration) ClientOption {
 // WithMaxInFlight bounds the requests in flight to n per endpoint (default
 // 8). Work that finds every slot taken keeps coalescing until one frees, so
 // batches grow under load instead of overloading the pods.
-func WithMaxInFlight(n int) ClientOption {
-	return func(c *clientConfig) error {
+func WithMaxInFlight(n int) Option {
+	return func(c *config) error {
 		if n <= 0 {
 			return fmt.Errorf("max in flight must be positive, got %d", n)
 		}
@@ -156,16 +156,16 @@ func WithMaxInFlight(n int) ClientOption {
 }
 
 // WithInfoTTL sets how long Info answers are cached (default 30 s).
-func WithInfoTTL(d time.Duration) ClientOption {
-	return func(c *clientConfig) error { c.infoTTL = d; return nil }
+func WithInfoTTL(d time.Duration) Option {
+	return func(c *config) error { c.infoTTL = d; return nil }
 }
 
 // WithRegisterer registers the client's metrics with reg.
-func WithRegisterer(reg prometheus.Registerer) ClientOption {
-	return func(c *clientConfig) error { c.reg = reg; return nil }
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(c *config) error { c.reg = reg; return nil }
 }
 
 // WithLogger sets the client's logger (default: no logs).
-func WithLogger(l zerolog.Logger) ClientOption {
-	return func(c *clientConfig) error { c.log = l; return nil }
+func WithLogger(l zerolog.Logger) Option {
+	return func(c *config) error { c.log = l; return nil }
 }
