@@ -9,6 +9,7 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
 
 // scorerServeCmd is the harness's own scorer process: the CPU reference
@@ -22,7 +23,7 @@ func scorerServe(args []string) (int, error) {
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	srv := server.New(local.New(model.Tiny()), server.WithLogger(log))

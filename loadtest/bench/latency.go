@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -67,7 +68,7 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 		})
 	}()
 	defer func() { wcancel(); g.Close(); wg.Wait() }()
-	if !waitSettled(ctx, e.brokers, 1, e.timeout, st.cfg.GroupID+".advantage", watch) {
+	if !cmdutil.WaitSettled(ctx, e.brokers, 1, e.timeout, st.cfg.GroupID+".advantage", watch) {
 		return 0, 0, errors.New("overhead: the consumer groups did not settle")
 	}
 
@@ -83,7 +84,7 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 	start := time.Now()
 	e.prog.start("overhead", len(values))
 	for i := 0; i < len(values); i += benchGroupSize {
-		if d := time.Until(start.Add(time.Duration(len(order)) * interval)); d > 0 && !sleepCtx(ctx, d) {
+		if d := time.Until(start.Add(time.Duration(len(order)) * interval)); d > 0 && !cmdutil.SleepCtx(ctx, d) {
 			return 0, 0, ctx.Err()
 		}
 		var msgs []producers.Message
@@ -113,7 +114,7 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 			e.prog.stop()
 			return 0, 0, fmt.Errorf("overhead: %d of %d groups came out within %s", n, len(order), e.timeout)
 		}
-		if !sleepCtx(ctx, 10*time.Millisecond) {
+		if !cmdutil.SleepCtx(ctx, 10*time.Millisecond) {
 			return 0, 0, ctx.Err()
 		}
 	}
@@ -194,7 +195,7 @@ func (e *benchEnv) memory(ctx context.Context, method string, scored [][]byte, g
 		if time.Now().After(deadline) {
 			return memResult{}, fmt.Errorf("memory: %d of %d groups open after %s", st.openGroups(), groups, e.timeout)
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !cmdutil.SleepCtx(ctx, 50*time.Millisecond) {
 			return memResult{}, ctx.Err()
 		}
 	}

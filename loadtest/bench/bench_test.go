@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/schemas"
@@ -126,8 +127,8 @@ func TestBenchNamesAndDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.stop()
-	a := &benchEnv{run: "a", brokers: b.addrs, partitions: 2, log: nopLog()}
-	c := &benchEnv{run: "b", brokers: b.addrs, partitions: 2, log: nopLog()}
+	a := &benchEnv{run: "a", brokers: b.addrs, partitions: 2, log: zerolog.Nop()}
+	c := &benchEnv{run: "b", brokers: b.addrs, partitions: 2, log: zerolog.Nop()}
 	if a.name("x") == c.name("x") {
 		t.Fatalf("two runs share the name %s", a.name("x"))
 	}

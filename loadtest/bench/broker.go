@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"errors"
@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
 
-// benchBrokerCmd runs the embedded broker in a child process of the bench.
+// BrokerCmd is the command (of this executable: its main dispatches it to
+// ServeBroker) that runs the embedded broker in a child process of the bench.
 //
 // A deployed stage never shares its process with a broker, and sharing
 // distorts what the bench measures: the embedded broker keeps every record
@@ -23,16 +25,18 @@ import (
 // stage's collections. In its own process the broker still runs on the same
 // machine and cores, so every phase is measured against the same broker; the
 // phases' CPU figures add the broker's CPU to the bench process's.
-const benchBrokerCmd = "bench-broker"
+const BrokerCmd = "bench-broker"
 
-func benchBrokerServe(args []string) (int, error) {
-	fs := flag.NewFlagSet(benchBrokerCmd, flag.ContinueOnError)
+// ServeBroker runs the embedded broker until SIGINT or SIGTERM, printing its
+// address first.
+func ServeBroker(args []string) (int, error) {
+	fs := flag.NewFlagSet(BrokerCmd, flag.ContinueOnError)
 	partitions := fs.Int("partitions", 2, "default partitions of a topic")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the broker here")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	if *cpuProfile != "" {
 		stopProfile, err := startCPUProfile(*cpuProfile)
@@ -61,7 +65,7 @@ type childBroker struct {
 // for its address. With a non-empty cpuProfile the child writes its CPU
 // profile there.
 func startChildBroker(partitions int, cpuProfile string) (*childBroker, error) {
-	args := []string{benchBrokerCmd, "--partitions", strconv.Itoa(partitions)}
+	args := []string{BrokerCmd, "--partitions", strconv.Itoa(partitions)}
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/creditflow/creditflow/gpu/protocol"
 	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
+	"github.com/rs/zerolog"
 )
 
 // benchInstantScorer is a benchmark fixture of the bench command and is used
@@ -67,13 +69,16 @@ func (s benchInstantScorer) Attention(_ context.Context, jobs []gpu.AttentionJob
 	return out, nil
 }
 
-// benchScorerCmd serves the fixture over the scorer protocol in a child
+// ScorerCmd is the command (of this executable: its main dispatches it to
+// ServeScorer) that serves the fixture over the scorer protocol in a child
 // process of the bench, so that its CPU (decoding requests, which a GPU pod
 // does on its own machine) is not counted as the score stage's.
-const benchScorerCmd = "bench-scorer"
+const ScorerCmd = "bench-scorer"
 
-func benchScorerServe(args []string) (int, error) {
-	ctx, stop := signalContext()
+// ServeScorer serves the instant scorer until SIGINT or SIGTERM, printing its
+// address first.
+func ServeScorer(args []string) (int, error) {
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	if len(args) == 2 && args[0] == "--cpuprofile" {
 		stopProfile, err := startCPUProfile(args[1])
@@ -87,7 +92,7 @@ func benchScorerServe(args []string) (int, error) {
 		return 1, err
 	}
 	fmt.Println(ln.Addr().String())
-	srv := server.New(newBenchInstantScorer(), server.WithLogger(nopLog()))
+	srv := server.New(newBenchInstantScorer(), server.WithLogger(zerolog.Nop()))
 	if err := srv.Serve(ctx, ln); err != nil {
 		return 1, err
 	}
@@ -99,7 +104,7 @@ func benchScorerServe(args []string) (int, error) {
 // stop function. With a non-empty cpuProfile the child writes its CPU
 // profile there.
 func startInstantScorer(ctx context.Context, cpuProfile string) (*client.Client, func(), error) {
-	args := []string{benchScorerCmd}
+	args := []string{ScorerCmd}
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}
@@ -107,7 +112,7 @@ func startInstantScorer(ctx context.Context, cpuProfile string) (*client.Client,
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := client.New([]string{"http://" + addr}, client.WithLogger(nopLog()))
+	c, err := client.New([]string{"http://" + addr}, client.WithLogger(zerolog.Nop()))
 	if err != nil {
 		stopChild(cmd)
 		return nil, nil, err

@@ -1,10 +1,11 @@
-package main
+package bench
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/schemas"
 )
@@ -79,7 +80,7 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 		}
 		defer st.stop()
 		group := st.cfg.GroupID + "." + which
-		if !waitSettled(ctx, e.brokers, c.Replicas, e.timeout, group) {
+		if !cmdutil.WaitSettled(ctx, e.brokers, c.Replicas, e.timeout, group) {
 			return 0, fmt.Errorf("%s: the consumer group did not settle", which)
 		}
 		go func() { _ = fill() }()
@@ -104,7 +105,7 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 	if c.Advantage, err = run("advantage", topics.Samples, write(topics.Scored, schemas.ScoredRecords().Name(), keys, scored)); err != nil {
 		return err
 	}
-	c.Passthrough, c.Score, c.Advantage = round3(c.Passthrough), round3(c.Score), round3(c.Advantage)
+	c.Passthrough, c.Score, c.Advantage = cmdutil.Round3(c.Passthrough), cmdutil.Round3(c.Score), cmdutil.Round3(c.Advantage)
 	return nil
 }
 

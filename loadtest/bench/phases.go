@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/gpu/client"
 	"github.com/creditflow/creditflow/internal/promreg"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -77,7 +78,7 @@ func (e *benchEnv) drop(ctx context.Context, topics ...string) {
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		stderrf("bench: could not delete the finished topics %s: %v", strings.Join(topics, ", "), err)
+		cmdutil.Stderrf("bench: could not delete the finished topics %s: %v", strings.Join(topics, ", "), err)
 	}
 }
 
@@ -298,7 +299,7 @@ func (e *benchEnv) passthrough(outer context.Context, in, out string, buffer, re
 		})
 	}
 	if fill != nil {
-		if !waitSettled(ctx, e.brokers, replicas, e.timeout, group) {
+		if !cmdutil.WaitSettled(ctx, e.brokers, replicas, e.timeout, group) {
 			return rate{}, errors.New("passthrough: the consumer group did not settle")
 		}
 		go func() { _ = fill() }()

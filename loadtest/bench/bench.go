@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/rs/zerolog"
 )
 
 // benchSec is the bench's Kafka security: plaintext (the embedded broker, or
@@ -102,7 +104,8 @@ type benchOptions struct {
 	python       string // the trainer phase's interpreter; "" skips the phase
 }
 
-func benchCmd(args []string) (int, error) {
+// Cmd runs the bench command with its flags (go run ./loadtest bench -h).
+func Cmd(args []string) (int, error) {
 	o := benchOptions{records: 2000, partitions: 2, openGroups: 10000, repeat: 3, timeout: 90 * time.Second, seed: 7}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.IntVar(&o.records, "records", o.records, "trajectories of the default (search-qa) size; other sizes get about the same bytes")
@@ -155,7 +158,7 @@ func benchCmd(args []string) (int, error) {
 		}
 		defer stopProfile()
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	res, err := runBench(ctx, o, sizes)
 	if o.memProfile != "" {
@@ -166,7 +169,7 @@ func benchCmd(args []string) (int, error) {
 	}
 	printBench(res)
 	if *asJSON {
-		printJSON(res)
+		cmdutil.PrintJSON(res)
 	}
 	if err != nil {
 		return 1, err
@@ -177,7 +180,7 @@ func benchCmd(args []string) (int, error) {
 func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResult, error) {
 	start := time.Now()
 	res := BenchResult{Partitions: o.partitions, GOMAXPROCS: runtime.GOMAXPROCS(0), Sizes: []SizeResult{}}
-	env := &benchEnv{run: strconv.FormatInt(time.Now().UnixMilli(), 36), partitions: o.partitions, timeout: o.timeout, log: nopLog(), prog: newBenchProgress(),
+	env := &benchEnv{run: strconv.FormatInt(time.Now().UnixMilli(), 36), partitions: o.partitions, timeout: o.timeout, log: zerolog.Nop(), prog: newBenchProgress(),
 		profilePhase: o.profilePhase, cpuProfile: o.cpuProfile}
 	defer env.prog.close()
 	// The embedded broker keeps every record in its memory: each size gets a
@@ -206,7 +209,7 @@ func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResu
 		r := env.runSize(ctx, s, s.records(o.records), o)
 		closeBroker()
 		if r.Error != "" {
-			stderrf("bench: %s: %s", s.Name, r.Error)
+			cmdutil.Stderrf("bench: %s: %s", s.Name, r.Error)
 		}
 		if i == 0 {
 			res.SizeResult = r
@@ -229,7 +232,7 @@ func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResu
 			return res, err
 		}
 	}
-	res.Seconds = round3(time.Since(start).Seconds())
+	res.Seconds = cmdutil.Round3(time.Since(start).Seconds())
 	return res, nil
 }
 
@@ -328,9 +331,9 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		if err != nil {
 			return fail(err)
 		}
-		r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerTensors, r.TrainerNote = round3(tr.PerS), round3(tr.ConsumerPerS), tr.Tensors, tr.Note
+		r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerTensors, r.TrainerNote = cmdutil.Round3(tr.PerS), cmdutil.Round3(tr.ConsumerPerS), tr.Tensors, tr.Note
 		if tr.ConsumerPerS > 0 {
-			r.TrainerVsConsumer = round3(tr.PerS / tr.ConsumerPerS)
+			r.TrainerVsConsumer = cmdutil.Round3(tr.PerS / tr.ConsumerPerS)
 		}
 	}
 	keys, scored, err := e.readAll(ctx, scoredTopic)
@@ -339,24 +342,24 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 	}
 	e.drop(ctx, input.Trajectories, scoredTopic) // the later phases write their own
 	r.RecordBytes = meanLen(scored)
-	r.PassthroughPerS, r.PassthroughScoredPerS = round3(pass.PerS), round3(passScored.PerS)
-	r.ScorePerS, r.AdvantagePerS = round3(score.PerS), round3(advantage.PerS)
-	r.ScoreVsPassthrough = round3(score.PerS / pass.PerS)
-	r.AdvantageVsPassthrough = round3(advantage.PerS / passScored.PerS)
-	r.ScoreUsPerRecord, r.AdvantageUsPerRecord = round3(1e6/score.PerS), round3(1e6/advantage.PerS)
-	r.PassthroughCPUUs, r.PassthroughScoredCPUUs = round3(pass.CPUUsPerRec), round3(passScored.CPUUsPerRec)
-	r.ScoreCPUUs, r.AdvantageCPUUs = round3(score.CPUUsPerRec), round3(advantage.CPUUsPerRec)
+	r.PassthroughPerS, r.PassthroughScoredPerS = cmdutil.Round3(pass.PerS), cmdutil.Round3(passScored.PerS)
+	r.ScorePerS, r.AdvantagePerS = cmdutil.Round3(score.PerS), cmdutil.Round3(advantage.PerS)
+	r.ScoreVsPassthrough = cmdutil.Round3(score.PerS / pass.PerS)
+	r.AdvantageVsPassthrough = cmdutil.Round3(advantage.PerS / passScored.PerS)
+	r.ScoreUsPerRecord, r.AdvantageUsPerRecord = cmdutil.Round3(1e6/score.PerS), cmdutil.Round3(1e6/advantage.PerS)
+	r.PassthroughCPUUs, r.PassthroughScoredCPUUs = cmdutil.Round3(pass.CPUUsPerRec), cmdutil.Round3(passScored.CPUUsPerRec)
+	r.ScoreCPUUs, r.AdvantageCPUUs = cmdutil.Round3(score.CPUUsPerRec), cmdutil.Round3(advantage.CPUUsPerRec)
 	if score.CPUUsPerRec > 0 && advantage.CPUUsPerRec > 0 {
-		r.ScoreVsPassthroughCPU = round3(pass.CPUUsPerRec / score.CPUUsPerRec)
-		r.AdvantageVsPassthroughCPU = round3(passScored.CPUUsPerRec / advantage.CPUUsPerRec)
+		r.ScoreVsPassthroughCPU = cmdutil.Round3(pass.CPUUsPerRec / score.CPUUsPerRec)
+		r.AdvantageVsPassthroughCPU = cmdutil.Round3(passScored.CPUUsPerRec / advantage.CPUUsPerRec)
 	}
 
-	r.OverheadRatePerS = round3(r.AdvantagePerS / 2)
+	r.OverheadRatePerS = cmdutil.Round3(r.AdvantagePerS / 2)
 	p50, p99, err := e.overhead(ctx, s.Method, keys, scored, r.OverheadRatePerS, maxTokens)
 	if err != nil {
 		return fail(err)
 	}
-	r.OverheadP50Ms, r.OverheadP99Ms = round3(p50), round3(p99)
+	r.OverheadP50Ms, r.OverheadP99Ms = cmdutil.Round3(p50), cmdutil.Round3(p99)
 
 	groups := o.openGroups
 	if r.RecordBytes > 0 && s.Name != benchSizes[0].Name {
@@ -368,9 +371,9 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		return fail(err)
 	}
 	r.OpenGroups, r.HeapBytes, r.RSSBytes, r.BrokerRSSBytes = m.OpenGroups, m.HeapBytes, m.RSSBytes, m.BrokerRSSBytes
-	r.BytesPerOpenMember = round3(m.BytesPerOpenMember)
+	r.BytesPerOpenMember = cmdutil.Round3(m.BytesPerOpenMember)
 	if r.RecordBytes > 0 {
-		r.BytesPerOpenMemberVsRecord = round3(m.BytesPerOpenMember / float64(r.RecordBytes))
+		r.BytesPerOpenMemberVsRecord = cmdutil.Round3(m.BytesPerOpenMember / float64(r.RecordBytes))
 	}
 	return r
 }

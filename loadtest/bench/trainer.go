@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // a bare confluent_kafka consumer reading the same records in the same run
 // is its floor, as the passthroughs are the stages'.
 
-//go:embed bench_trainer.py
+//go:embed trainer.py
 var benchTrainerScript []byte
 
 // benchTrainerBatch is the trainer's batch: 64 samples, whole groups.

@@ -3,7 +3,7 @@ topic with the creditflow Python package as a trainer does (SampleStream.batches
 to_torch, or to_numpy without torch) and with a bare confluent_kafka consumer that only
 polls the same records, in turns, and prints one JSON object.
 
-  python3 bench_trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
+  python3 trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
 
 A run's rate is its records over the time from the first record its consumer returned to
 the end of the run (the last record read; for the trainer, the last batch built), so
