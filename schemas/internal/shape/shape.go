@@ -1,4 +1,13 @@
-package schemas
+// Package shape checks an Avro binary body against its schema before the
+// body is decoded.
+//
+// Guarantees: Check reads every length and block count and refuses one that
+// does not fit in the bytes that remain, so a hostile length (say 2^62) is
+// refused before anything is allocated; its errors name the place in the
+// record (fields and item indexes) where the body went wrong. Compile takes
+// the schema in Parsing Canonical Form. The schemas codecs run Check on
+// every body before goavro decodes it.
+package shape
 
 import (
 	"encoding/json"
@@ -7,51 +16,51 @@ import (
 	"strconv"
 )
 
-// shape is a compiled Avro schema used to check a binary body before it is
+// Shape is a compiled Avro schema used to check a binary body before it is
 // decoded: every length and block count must fit in the bytes that remain,
 // so a hostile length (say 2^62) is refused before anything is allocated.
-type shape struct {
+type Shape struct {
 	kind     string   // Avro type name: null, boolean, int, long, float, double, bytes, string, record, array, union, enum, fixed
 	name     string   // field name or type name, for error details
-	fields   []*shape // record
-	items    *shape   // array
-	branches []*shape // union
+	fields   []*Shape // record
+	items    *Shape   // array
+	branches []*Shape // union
 	size     int      // fixed
 	symbols  int      // enum
 	minBytes int      // fewest bytes one encoded value can take
 }
 
-// compileShape builds a shape from a schema in Parsing Canonical Form.
-func compileShape(canonical string) (*shape, error) {
+// Compile builds a shape from a schema in Parsing Canonical Form.
+func Compile(canonical string) (*Shape, error) {
 	var v any
 	if err := json.Unmarshal([]byte(canonical), &v); err != nil {
 		return nil, fmt.Errorf("parse canonical schema: %w", err)
 	}
-	named := map[string]*shape{}
+	named := map[string]*Shape{}
 	return compileNode(v, named)
 }
 
-func compileNode(v any, named map[string]*shape) (*shape, error) {
+func compileNode(v any, named map[string]*Shape) (*Shape, error) {
 	switch t := v.(type) {
 	case string:
 		switch t {
 		case "null":
-			return &shape{kind: t}, nil
+			return &Shape{kind: t}, nil
 		case "boolean":
-			return &shape{kind: t, minBytes: 1}, nil
+			return &Shape{kind: t, minBytes: 1}, nil
 		case "int", "long", "bytes", "string":
-			return &shape{kind: t, minBytes: 1}, nil
+			return &Shape{kind: t, minBytes: 1}, nil
 		case "float":
-			return &shape{kind: t, minBytes: 4}, nil
+			return &Shape{kind: t, minBytes: 4}, nil
 		case "double":
-			return &shape{kind: t, minBytes: 8}, nil
+			return &Shape{kind: t, minBytes: 8}, nil
 		}
 		if s, ok := named[t]; ok {
 			return s, nil
 		}
 		return nil, fmt.Errorf("unknown type %q", t)
 	case []any:
-		u := &shape{kind: "union", minBytes: 1}
+		u := &Shape{kind: "union", minBytes: 1}
 		for _, b := range t {
 			s, err := compileNode(b, named)
 			if err != nil {
@@ -65,7 +74,7 @@ func compileNode(v any, named map[string]*shape) (*shape, error) {
 		name, _ := t["name"].(string)
 		switch kind {
 		case "record":
-			s := &shape{kind: kind, name: name}
+			s := &Shape{kind: kind, name: name}
 			fields, _ := t["fields"].([]any)
 			for _, f := range fields {
 				fm, ok := f.(map[string]any)
@@ -77,7 +86,7 @@ func compileNode(v any, named map[string]*shape) (*shape, error) {
 					return nil, fmt.Errorf("record %s: %w", name, err)
 				}
 				fname, _ := fm["name"].(string)
-				s.fields = append(s.fields, &shape{kind: "field", name: fname, items: fs})
+				s.fields = append(s.fields, &Shape{kind: "field", name: fname, items: fs})
 				s.minBytes += fs.minBytes
 			}
 			named[name] = s
@@ -87,15 +96,15 @@ func compileNode(v any, named map[string]*shape) (*shape, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &shape{kind: kind, items: it, minBytes: 1}, nil
+			return &Shape{kind: kind, items: it, minBytes: 1}, nil
 		case "enum":
 			syms, _ := t["symbols"].([]any)
-			s := &shape{kind: kind, name: name, symbols: len(syms), minBytes: 1}
+			s := &Shape{kind: kind, name: name, symbols: len(syms), minBytes: 1}
 			named[name] = s
 			return s, nil
 		case "fixed":
 			size, _ := t["size"].(float64)
-			s := &shape{kind: kind, name: name, size: int(size), minBytes: int(size)}
+			s := &Shape{kind: kind, name: name, size: int(size), minBytes: int(size)}
 			named[name] = s
 			return s, nil
 		case "map":
@@ -130,10 +139,10 @@ func readVarint(b []byte, pos, maxBytes int) (int64, int, error) {
 // bytes (only possible with "null" items, which creditflow schemas do not use).
 const maxItemsZeroSize = 1 << 16
 
-// checkPath names the value being checked, formatted only when an error
+// Path names the value being checked, formatted only when an error
 // needs it: a root name, then fields and item indexes pushed and popped as
-// check descends.
-type checkPath struct {
+// Check descends.
+type Path struct {
 	root  string
 	elems []pathElem
 }
@@ -143,11 +152,13 @@ type pathElem struct {
 	index int64
 }
 
-func newCheckPath(root string) checkPath {
-	return checkPath{root: root, elems: make([]pathElem, 0, 8)}
+// NewPath is the path of a record named root.
+func NewPath(root string) Path {
+	return Path{root: root, elems: make([]pathElem, 0, 8)}
 }
 
-func (p *checkPath) String() string {
+// String is the path as a name: root.field[index]...
+func (p *Path) String() string {
 	out := p.root
 	for _, e := range p.elems {
 		if e.field == "" {
@@ -159,9 +170,9 @@ func (p *checkPath) String() string {
 	return out
 }
 
-// check walks one value of shape s starting at pos and returns the position
+// Check walks one value of shape s starting at pos and returns the position
 // after it.
-func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
+func (s *Shape) Check(b []byte, pos int, at *Path) (int, error) {
 	switch s.kind {
 	case "null":
 		return pos, nil
@@ -214,12 +225,12 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 		if i < 0 || i >= int64(len(s.branches)) {
 			return p, checkErr2(at, "union index %d out of range [0, %d)", i, int64(len(s.branches)))
 		}
-		return s.branches[i].check(b, p, at)
+		return s.branches[i].Check(b, p, at)
 	case "record":
 		var err error
 		for _, f := range s.fields {
 			at.elems = append(at.elems, pathElem{field: f.name})
-			if pos, err = f.items.check(b, pos, at); err != nil {
+			if pos, err = f.items.Check(b, pos, at); err != nil {
 				return pos, err
 			}
 			at.elems = at.elems[:len(at.elems)-1]
@@ -259,7 +270,7 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 			}
 			for i := int64(0); i < n; i++ {
 				at.elems = append(at.elems, pathElem{index: item})
-				if pos, err = s.items.check(b, pos, at); err != nil {
+				if pos, err = s.items.Check(b, pos, at); err != nil {
 					return pos, err
 				}
 				at.elems = at.elems[:len(at.elems)-1]
@@ -274,21 +285,21 @@ func (s *shape) check(b []byte, pos int, at *checkPath) (int, error) {
 // gave it a 960-byte frame, zeroed on each of its dozens of calls per record.
 
 //go:noinline
-func checkMsg(at *checkPath, msg string) error {
+func checkMsg(at *Path, msg string) error {
 	return fmt.Errorf("%s: %s", at.String(), msg)
 }
 
 //go:noinline
-func checkWrap(at *checkPath, prefix string, err error) error {
+func checkWrap(at *Path, prefix string, err error) error {
 	return fmt.Errorf("%s: %s%w", at.String(), prefix, err)
 }
 
 //go:noinline
-func checkErr1(at *checkPath, format string, v int64) error {
+func checkErr1(at *Path, format string, v int64) error {
 	return fmt.Errorf("%s: "+format, at.String(), v)
 }
 
 //go:noinline
-func checkErr2(at *checkPath, format string, v, w int64) error {
+func checkErr2(at *Path, format string, v, w int64) error {
 	return fmt.Errorf("%s: "+format, at.String(), v, w)
 }
