@@ -9,6 +9,7 @@ import (
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
 )
 
@@ -96,7 +97,7 @@ func offlineLAPO(ctx context.Context, m *model.Model, direction string, cc credi
 	scorer := local.New(m)
 	hit, n := 0, 0
 	for _, tr := range set {
-		ts, err := stage.Gains(ctx, scorer, &tr.t, direction, cc, m.Info().PlaceholderIDs)
+		ts, err := scoring.Gains(ctx, scorer, &tr.t, direction, cc, m.Info().PlaceholderIDs)
 		if err != nil {
 			return 0, err
 		}

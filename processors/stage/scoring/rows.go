@@ -1,7 +1,20 @@
-package stage
+// Package scoring is what the score stage asks a scorer for one trajectory,
+// and what it makes of the answer: the LAPO rows of docs/method.md §2.1 in
+// the protocol's compact form (PlanLAPO), the AttnSR step-graph job of
+// §3.1 (AttentionJob), and back from the scores and graphs the scored
+// record's turn scores (Plan.TurnScores) and lowered graphs (LowerGraphs).
+//
+// Guarantees: the rows are exactly those the score stage sends, and
+// LAPORows and Gains give them (and their Δ) to the built-in model's
+// training data and the demo's offline measurements, so everything scores
+// the same rows; a row the scorer could not score yields a zero Δ and a
+// null score, never a non-finite value in a record; a trajectory without a
+// usable gold target gets no rows.
+package scoring
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/creditflow/creditflow/gpu"
@@ -15,8 +28,8 @@ const (
 	Forward  = "forward"
 )
 
-// lapoPlan is the rows one trajectory needs and how they combine into Δ_t.
-type lapoPlan struct {
+// Plan is the rows one trajectory needs and how they combine into Δ_t.
+type Plan struct {
 	// rows carry no Context: row j's context is pieces[j], spans into
 	// tokens (the trajectory without its answer turn, once) and the
 	// placeholder (the compact rows of docs/scorer-protocol.md).
@@ -29,8 +42,8 @@ type lapoPlan struct {
 	with, without []int
 }
 
-// creditTurns describes a trajectory's turns to the math package.
-func creditTurns(t *schemas.Trajectory) []credit.Turn {
+// CreditTurns describes a trajectory's turns to the math package.
+func CreditTurns(t *schemas.Trajectory) []credit.Turn {
 	out := make([]credit.Turn, len(t.Turns))
 	for i, tu := range t.Turns {
 		out[i] = credit.Turn{Kind: tu.Kind, ActionTokens: len(tu.Action), ObservationTokens: len(tu.Observation)}
@@ -38,14 +51,14 @@ func creditTurns(t *schemas.Trajectory) []credit.Turn {
 	return out
 }
 
-// planLAPO builds the scoring rows of docs/method.md §2.1 for one trajectory.
+// PlanLAPO builds the scoring rows of docs/method.md §2.1 for one trajectory.
 // Backward: c_full and c_−t for every eligible t (T+1 rows).
 // Forward: c_≤t and c_<t for every eligible t (2T rows).
 // A trajectory without a usable gold target gets no rows and hence no process
 // scores (see hasGoldTarget); its plan says so in noGoldTarget.
-func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (lapoPlan, error) {
+func PlanLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (Plan, error) {
 	k := len(t.Turns)
-	p := lapoPlan{with: make([]int, k), without: make([]int, k)}
+	p := Plan{with: make([]int, k), without: make([]int, k)}
 	for i := range p.with {
 		p.with[i], p.without[i] = -1, -1
 	}
@@ -53,7 +66,7 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		p.noGoldTarget = true
 		return p, nil
 	}
-	turns := creditTurns(t)
+	turns := CreditTurns(t)
 	eligible := cc.EligibleTurns(turns)
 	answer := credit.AnswerTurn(turns)
 	span := [2]int{int(t.GoldSpan[0]), int(t.GoldSpan[1])}
@@ -130,14 +143,21 @@ func planLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 	return p, nil
 }
 
-// rowSet is the plan's rows as one compact set labelled id.
-func (p lapoPlan) rowSet(id string) gpu.RowSet {
+// RowSet is the plan's rows as one compact set labelled id.
+func (p Plan) RowSet(id string) gpu.RowSet {
 	return gpu.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
 }
 
+// Empty reports whether the plan has no rows: nothing to score.
+func (p Plan) Empty() bool { return len(p.rows) == 0 }
+
+// NoGoldTarget reports whether the trajectory had no usable gold target
+// (and so no rows).
+func (p Plan) NoGoldTarget() bool { return p.noGoldTarget }
+
 // expandedRows is the plan's rows with their contexts materialized.
-func (p lapoPlan) expandedRows() ([]gpu.Row, error) {
-	s, err := gpu.ExpandSet(p.rowSet(""))
+func (p Plan) expandedRows() ([]gpu.Row, error) {
+	s, err := gpu.ExpandSet(p.RowSet(""))
 	return s.Rows, err
 }
 
@@ -169,11 +189,11 @@ func hasGoldTarget(t *schemas.Trajectory) bool {
 	return len(t.GoldAnswers) == 0 || !credit.Blank(t.GoldAnswers[0])
 }
 
-// turnScores turns row scores into per-turn Δ = with − without. A non-finite
+// TurnScores turns row scores into per-turn Δ = with − without. A non-finite
 // Δ (a row the scorer could not score comes back non-finite) becomes 0; a
 // non-finite with or without score is carried as nil (null), so the scored
 // record stays valid. nonFinite counts the turns whose Δ became 0 that way.
-func (p lapoPlan) turnScores(scores []float64) (out []schemas.TurnScore, nonFinite int) {
+func (p Plan) TurnScores(scores []float64) (out []schemas.TurnScore, nonFinite int) {
 	out = make([]schemas.TurnScore, len(p.with))
 	for i := range p.with {
 		if p.with[i] < 0 {
@@ -197,9 +217,9 @@ func (p lapoPlan) turnScores(scores []float64) (out []schemas.TurnScore, nonFini
 	return out, nonFinite
 }
 
-// attentionJob lays a trajectory out for AttnSR step graphs (docs/method.md §3.1): the
+// AttentionJob lays a trajectory out for AttnSR step graphs (docs/method.md §3.1): the
 // whole trajectory, every turn a step.
-func attentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
+func AttentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 	n := len(t.Prompt)
 	for _, tu := range t.Turns {
 		n += len(tu.Action) + len(tu.Observation)
@@ -217,12 +237,12 @@ func attentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 	return gpu.AttentionJob{ID: t.TrajectoryID, Tokens: tokens, Steps: steps, Layers: layers}
 }
 
-// lowerGraphs are the scorer's K×K step graphs in the scored record's
+// LowerGraphs are the scorer's K×K step graphs in the scored record's
 // compact form: the entries below each diagonal (docs/wire-format.md,
 // "Scored"), each graph's two matrices in one allocation. The client
 // checked that every graph is K×K; a scorer that answers otherwise gets no
 // panic here, only a record that the advantage stage refuses.
-func lowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
+func LowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
 	if len(gs) == 0 {
 		return nil
 	}
@@ -245,3 +265,5 @@ func lowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
 }
 
 func ptr(x float64) *float64 { return &x }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

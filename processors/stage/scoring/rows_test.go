@@ -1,4 +1,4 @@
-package stage
+package scoring
 
 import (
 	"math"
@@ -29,7 +29,7 @@ func sampleTrajectory() *schemas.Trajectory {
 	}
 }
 
-func contexts(p lapoPlan) [][]int32 {
+func contexts(p Plan) [][]int32 {
 	rows, err := p.expandedRows()
 	if err != nil {
 		panic(err)
@@ -42,7 +42,7 @@ func contexts(p lapoPlan) [][]int32 {
 }
 
 func TestPlanBackwardRows(t *testing.T) {
-	p, err := planLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
+	p, err := PlanLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +62,14 @@ func TestPlanBackwardRows(t *testing.T) {
 			t.Fatalf("row target %v span %v", r.Target, r.Span)
 		}
 	}
-	ts, _ := p.turnScores([]float64{-1, -3, -0.5})
+	ts, _ := p.TurnScores([]float64{-1, -3, -0.5})
 	if *ts[0].Delta != 2 || *ts[2].Delta != -0.5 || ts[1].Delta != nil || ts[3].Delta != nil {
 		t.Fatalf("deltas %+v", ts)
 	}
 }
 
 func TestPlanForwardRows(t *testing.T) {
-	p, err := planLAPO(sampleTrajectory(), Forward, credit.DefaultConfig(), ids(99))
+	p, err := PlanLAPO(sampleTrajectory(), Forward, credit.DefaultConfig(), ids(99))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestPlanNoRowsWithoutGold(t *testing.T) {
 	} {
 		tr := sampleTrajectory()
 		mut(tr)
-		p, err := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+		p, err := PlanLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
 		if err != nil || len(p.rows) != 0 {
 			t.Fatalf("%s: %d rows, err %v", name, len(p.rows), err)
 		}
@@ -100,16 +100,16 @@ func TestPlanNoRowsWithoutGold(t *testing.T) {
 }
 
 func TestNonFiniteDeltaBecomesZero(t *testing.T) {
-	p, _ := planLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
+	p, _ := PlanLAPO(sampleTrajectory(), Backward, credit.DefaultConfig(), ids(99))
 	inf := math.Inf(1)
-	ts, _ := p.turnScores([]float64{inf, inf, 0})
+	ts, _ := p.TurnScores([]float64{inf, inf, 0})
 	if *ts[0].Delta != 0 {
 		t.Fatalf("inf - inf gave Δ %v, want 0", *ts[0].Delta)
 	}
 }
 
 func TestAttentionJobLayout(t *testing.T) {
-	j := attentionJob(sampleTrajectory(), []int{0, 1})
+	j := AttentionJob(sampleTrajectory(), []int{0, 1})
 	if !reflect.DeepEqual(j.Tokens, ids(1, 2, 10, 11, 12, 20, 21, 30, 31, 40)) {
 		t.Fatalf("tokens %v", j.Tokens)
 	}
@@ -126,8 +126,8 @@ func TestAttentionJobLayout(t *testing.T) {
 // null, and the scored record stays valid instead of being dead-lettered.
 func TestNonFiniteRowScoreGivesZeroGain(t *testing.T) {
 	tr := sampleTrajectory()
-	p, _ := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
-	ts, bad := p.turnScores([]float64{math.NaN(), -3, -0.5})
+	p, _ := PlanLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+	ts, bad := p.TurnScores([]float64{math.NaN(), -3, -0.5})
 	if bad != 2 {
 		t.Errorf("non-finite gains counted %d, want 2 (both eligible turns use c_full)", bad)
 	}
@@ -147,7 +147,7 @@ func TestNonFiniteRowScoreGivesZeroGain(t *testing.T) {
 		t.Fatalf("scored record with a non-finite row score is rejected: %v", err)
 	}
 	// A non-finite "without" row affects only its own turn.
-	ts, bad = p.turnScores([]float64{-1, math.Inf(-1), -0.5})
+	ts, bad = p.TurnScores([]float64{-1, math.Inf(-1), -0.5})
 	if bad != 1 || *ts[0].Delta != 0 || ts[0].Without != nil || *ts[0].With != -1 || *ts[2].Delta != -0.5 {
 		t.Errorf("inf without: bad %d, turn 0 %+v, turn 2 Δ %v", bad, ts[0], *ts[2].Delta)
 	}
@@ -173,7 +173,7 @@ func TestPlanGoldTargetDecides(t *testing.T) {
 	} {
 		tr := sampleTrajectory()
 		tc.mut(tr)
-		p, err := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+		p, err := PlanLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -194,7 +194,7 @@ func TestPlanCarriesTemperature(t *testing.T) {
 	temp := float32(0.7)
 	tr.Temperature = &temp
 	for _, dir := range []string{Backward, Forward} {
-		p, err := planLAPO(tr, dir, credit.DefaultConfig(), ids(99))
+		p, err := PlanLAPO(tr, dir, credit.DefaultConfig(), ids(99))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestPlanCarriesTemperature(t *testing.T) {
 		}
 	}
 	tr.Temperature = nil
-	p, _ := planLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
+	p, _ := PlanLAPO(tr, Backward, credit.DefaultConfig(), ids(99))
 	for i, r := range p.rows {
 		if r.Temperature != 0 {
 			t.Errorf("row %d: temperature %v without one on the record, want 0 (the scorer's 1)", i, r.Temperature)

@@ -1,4 +1,4 @@
-package stage
+package scoring
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func keyStepHits(t *testing.T, m *model.Model, n int) (hits int, chance float64)
 	layers := credit.AttnSRLayers(m.Info().Layers)
 	for k := 0; k < n; k++ {
 		tr, truth := gen.Generate(k/gen.GroupSize, k%gen.GroupSize)
-		graphs, err := scorer.Attention(context.Background(), []gpu.AttentionJob{attentionJob(&tr, layers)})
+		graphs, err := scorer.Attention(context.Background(), []gpu.AttentionJob{AttentionJob(&tr, layers)})
 		if err != nil {
 			t.Fatal(err)
 		}

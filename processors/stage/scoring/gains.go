@@ -1,4 +1,4 @@
-package stage
+package scoring
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // the built-in model and the demo's offline measurements use it, so they see
 // exactly the rows the stage scores.
 func LAPORows(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (rows []gpu.Row, with, without []int, err error) {
-	p, err := planLAPO(t, direction, cc, placeholder)
+	p, err := PlanLAPO(t, direction, cc, placeholder)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -28,17 +28,17 @@ func LAPORows(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 // Gains scores t's LAPO rows on scorer and returns its turn scores as the
 // score stage would publish them (Delta nil where a turn is not scored).
 func Gains(ctx context.Context, scorer gpu.Scorer, t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
-	p, err := planLAPO(t, direction, cc, placeholder)
+	p, err := PlanLAPO(t, direction, cc, placeholder)
 	if err != nil {
 		return nil, err
 	}
 	if len(p.rows) == 0 {
 		return make([]schemas.TurnScore, len(t.Turns)), nil
 	}
-	res, err := scorer.ScoreRows(ctx, []gpu.RowSet{p.rowSet(t.TrajectoryID)})
+	res, err := scorer.ScoreRows(ctx, []gpu.RowSet{p.RowSet(t.TrajectoryID)})
 	if err != nil {
 		return nil, err
 	}
-	ts, _ := p.turnScores(res[0].Scores)
+	ts, _ := p.TurnScores(res[0].Scores)
 	return ts, nil
 }
