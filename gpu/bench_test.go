@@ -1,12 +1,16 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,11 +23,11 @@ import (
 //	go test ./gpu/ -run XXX -bench ConcurrentCallers -benchtime 1x
 func BenchmarkConcurrentCallers(b *testing.B) {
 	const callers, perCaller = 100, 3
-	sets := makeSets(99, callers*perCaller, 5)
-	local := NewLocal(tiny())
-	url, _ := serveScorer(b, NewServer(local))
+	sets := scorertest.MakeSets(99, callers*perCaller, 5)
+	local := local.New(scorertest.Tiny())
+	url, _ := scorertest.Serve(b, server.New(local))
 
-	run := func(s Scorer) time.Duration {
+	run := func(s gpu.Scorer) time.Duration {
 		start := time.Now()
 		var wg sync.WaitGroup
 		for c := 0; c < callers; c++ {
@@ -43,8 +47,8 @@ func BenchmarkConcurrentCallers(b *testing.B) {
 		return time.Since(start)
 	}
 	reg := prometheus.NewRegistry()
-	coalesced := newClient(b, []string{url}, WithRegisterer(reg))
-	single := newClient(b, []string{url}, WithMaxWait(0), WithTokenBudget(1))
+	coalesced := newClient(b, []string{url}, client.WithRegisterer(reg))
+	single := newClient(b, []string{url}, client.WithMaxWait(0), client.WithTokenBudget(1))
 	var tc, ts, tl time.Duration
 	for i := 0; i < b.N; i++ {
 		tc += run(coalesced)
@@ -66,35 +70,4 @@ func BenchmarkConcurrentCallers(b *testing.B) {
 			b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount()), "mean-fill")
 		}
 	}
-}
-
-// BenchmarkTokenCodec compares the wire form of a 32k-token array (base64
-// of little-endian int32) with plain JSON numbers: bytes and encode+decode time.
-//
-//	go test ./gpu/ -run XXX -bench TokenCodec
-func BenchmarkTokenCodec(b *testing.B) {
-	ids := make([]int32, 32768)
-	for i := range ids {
-		ids[i] = int32((i * 7919) % 151936) // Qwen-sized ids
-	}
-	b.Run("base64-int32", func(b *testing.B) {
-		var out Tokens
-		for i := 0; i < b.N; i++ {
-			buf, _ := json.Marshal(Tokens(ids))
-			if err := json.Unmarshal(buf, &out); err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(len(buf)))
-		}
-	})
-	b.Run("json-numbers", func(b *testing.B) {
-		var out []int32
-		for i := 0; i < b.N; i++ {
-			buf, _ := json.Marshal(ids)
-			if err := json.Unmarshal(buf, &out); err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(len(buf)))
-		}
-	})
 }

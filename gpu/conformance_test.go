@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
@@ -10,7 +10,12 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // TestConformance checks an external scorer pod serving the tiny model
@@ -32,23 +37,23 @@ func TestConformance(t *testing.T) {
 		tol = v
 	}
 	ctx := context.Background()
-	c := newClient(t, []string{url}, WithBearerToken(token))
+	c := newClient(t, []string{url}, client.WithBearerToken(token))
 	info, err := c.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := NewLocal(tiny()).Info(ctx)
+	ref, _ := local.New(scorertest.Tiny()).Info(ctx)
 	if info.Layers != ref.Layers || info.VocabSize != ref.VocabSize {
 		t.Fatalf("pod serves %+v; load the tiny model (model.WriteTiny) to compare with the reference %+v", info, ref)
 	}
 
-	sets := makeSets(31, 25, 5)
+	sets := scorertest.MakeSets(31, 25, 5)
 	for i := range sets { // some rows at a rollout temperature other than 1
 		for j := range sets[i].Rows {
 			sets[i].Rows[j].Temperature = []float64{0, 0.7, 1.3}[(i+j)%3]
 		}
 	}
-	want := expectedScores(t, sets)
+	want := scorertest.ExpectedScores(t, sets)
 	got, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
@@ -60,22 +65,22 @@ func TestConformance(t *testing.T) {
 			}
 		}
 	}
-	if slices.Contains(info.Features, FeatureRowPieces) {
+	if slices.Contains(info.Features, protocol.FeatureRowPieces) {
 		// Compact rows must score exactly as the same rows with full contexts.
-		compact := make([]RowSet, len(sets))
+		compact := make([]gpu.RowSet, len(sets))
 		for i, s := range sets {
-			compact[i] = compactOf(s)
+			compact[i] = scorertest.CompactOf(s)
 		}
 		gotC, err := c.ScoreRows(ctx, compact)
 		if err != nil {
 			t.Fatalf("compact rows: %v", err)
 		}
-		equalScores(t, "compact vs full rows on the pod", gotC, got)
+		scorertest.EqualScores(t, "compact vs full rows on the pod", gotC, got)
 	} else {
-		t.Logf("the pod does not advertise %s: compact rows not checked", FeatureRowPieces)
+		t.Logf("the pod does not advertise %s: compact rows not checked", protocol.FeatureRowPieces)
 	}
-	jobs := makeJobs(32, 10)
-	wantG := expectedGraphs(t, jobs)
+	jobs := scorertest.MakeJobs(32, 10)
+	wantG := scorertest.ExpectedGraphs(t, jobs)
 	gotG, err := c.Attention(ctx, jobs)
 	if err != nil {
 		t.Fatal(err)
@@ -100,23 +105,23 @@ func TestConformance(t *testing.T) {
 	}
 
 	// Error contract.
-	bad := makeSets(33, 3, 3)
+	bad := scorertest.MakeSets(33, 3, 3)
 	bad[2].Rows[0].Target[0] = model.TinyVocab
 	_, err = c.ScoreRows(ctx, bad)
-	if rej, ok := asRejected(err); !ok || rej.Item != 2 {
+	if rej, ok := scorertest.AsRejected(err); !ok || rej.Item != 2 {
 		t.Errorf("out-of-vocabulary token in set 2: %v, want a rejection of item 2", err)
 	}
-	hdr := map[string]string{ProtocolHeader: "creditflow.scorer/v0"}
+	hdr := map[string]string{protocol.Header: "creditflow.scorer/v0"}
 	if token != "" {
 		hdr["Authorization"] = "Bearer " + token
 	}
-	body, _ := json.Marshal(setsToWire(sets[:1]))
-	if st, eb := post(t, url+PathScore, hdr, body); st != 400 || eb.Code != CodeVersionMismatch {
+	body, _ := json.Marshal(protocol.SetsToWire(sets[:1]))
+	if st, eb := scorertest.Post(t, url+protocol.PathScore, hdr, body); st != 400 || eb.Code != gpu.CodeVersionMismatch {
 		t.Errorf("old protocol header: %d %s, want 400 version_mismatch", st, eb.Code)
 	}
 	if token != "" {
-		wrong := newClient(t, []string{url}, WithBearerToken(token+"x"))
-		var se *StatusError
+		wrong := newClient(t, []string{url}, client.WithBearerToken(token+"x"))
+		var se *gpu.StatusError
 		if _, err := wrong.ScoreRows(ctx, sets[:1]); !errors.As(err, &se) || se.Status != 401 {
 			t.Errorf("wrong token: %v, want 401", err)
 		}

@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"bytes"
@@ -11,6 +11,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/gpu/server"
 )
 
 // TestClientOutOfMemoryIsAPermanentRejection: a scorer whose accelerator cannot hold a
@@ -18,18 +25,18 @@ import (
 // like any 413; a single set that still does not fit is rejected with that code and the
 // scorer's message (the record is dead-lettered with it), never retried as unavailable.
 func TestClientOutOfMemoryIsAPermanentRejection(t *testing.T) {
-	real := NewServer(NewLocal(tiny()))
+	real := server.New(local.New(scorertest.Tiny()))
 	const fits = 6000 // request bytes that "fit the accelerator"
 	var ooms atomic.Int64
 	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == PathScore {
+		if r.URL.Path == protocol.PathScore {
 			body, _ := io.ReadAll(r.Body)
 			if len(body) > fits {
 				ooms.Add(1)
 				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set(ProtocolHeader, ProtocolVersion)
+				w.Header().Set(protocol.Header, protocol.Version)
 				w.WriteHeader(http.StatusRequestEntityTooLarge)
-				json.NewEncoder(w).Encode(ErrorBody{Code: CodeOutOfMemory,
+				json.NewEncoder(w).Encode(protocol.ErrorBody{Code: gpu.CodeOutOfMemory,
 					Error: "scorer ran out of accelerator memory on 9000 tokens; requests of up to 3000 tokens have fit"})
 				return
 			}
@@ -44,28 +51,28 @@ func TestClientOutOfMemoryIsAPermanentRejection(t *testing.T) {
 	srv := &http.Server{Handler: front}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	c := newClient(t, []string{"http://" + ln.Addr().String()}, WithMaxWait(time.Millisecond))
+	c := newClient(t, []string{"http://" + ln.Addr().String()}, client.WithMaxWait(time.Millisecond))
 
 	// Sixteen sets in one call: too large together, split until each part fits.
-	sets := makeSets(21, 16, 4)
+	sets := scorertest.MakeSets(21, 16, 4)
 	got, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatalf("16 sets over the memory limit together: %v, want them split and scored", err)
 	}
-	equalScores(t, "after out_of_memory splits", got, expectedScores(t, sets))
+	scorertest.EqualScores(t, "after out_of_memory splits", got, scorertest.ExpectedScores(t, sets))
 	if ooms.Load() == 0 {
 		t.Fatal("no request ran out of memory: the test's limit is too high")
 	}
 
 	// One set that does not fit alone: a rejection with the scorer's code and message.
-	huge := RowSet{ID: "huge"}
+	huge := gpu.RowSet{ID: "huge"}
 	for k := 0; k < 60; k++ {
 		huge.Rows = append(huge.Rows, sets[0].Rows[0])
 	}
 	before := ooms.Load()
-	_, err = c.ScoreRows(context.Background(), append(append([]RowSet(nil), sets[:2]...), huge))
-	rej, ok := asRejected(err)
-	if !ok || rej.Code != CodeOutOfMemory || rej.ID != "huge" || rej.Item != 2 ||
+	_, err = c.ScoreRows(context.Background(), append(append([]gpu.RowSet(nil), sets[:2]...), huge))
+	rej, ok := scorertest.AsRejected(err)
+	if !ok || rej.Code != gpu.CodeOutOfMemory || rej.ID != "huge" || rej.Item != 2 ||
 		!strings.Contains(rej.Message, "up to 3000 tokens have fit") {
 		t.Fatalf("a set too large for the accelerator: %v, want an out_of_memory rejection of item 2 naming what fits", err)
 	}

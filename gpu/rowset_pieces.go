@@ -1,9 +1,12 @@
 package gpu
 
+// Compact row sets: rows whose context is pieces of the set's tokens (the
+// protocol's row_pieces feature).
+
 import "fmt"
 
-// rowPieces is row j's pieces, nil when the row carries its Context.
-func (s *RowSet) rowPieces(j int) []Piece {
+// RowPieces is row j's pieces, nil when the row carries its Context.
+func (s *RowSet) RowPieces(j int) []Piece {
 	if j < len(s.Pieces) {
 		return s.Pieces[j]
 	}
@@ -16,7 +19,7 @@ func (s *RowSet) ContextLen(j int) int { return s.rowContextLen(j) }
 
 // rowContextLen is the length of row j's context.
 func (s *RowSet) rowContextLen(j int) int {
-	ps := s.rowPieces(j)
+	ps := s.RowPieces(j)
 	if ps == nil {
 		return len(s.Rows[j].Context)
 	}
@@ -31,9 +34,10 @@ func (s *RowSet) rowContextLen(j int) int {
 	return n
 }
 
-// appendRowContext appends row j's context to dst.
-func (s *RowSet) appendRowContext(dst []int32, j int) ([]int32, error) {
-	ps := s.rowPieces(j)
+// AppendRowContext appends row j's context to dst (a compact row's pieces
+// resolved against the set's tokens).
+func (s *RowSet) AppendRowContext(dst []int32, j int) ([]int32, error) {
+	ps := s.RowPieces(j)
 	if ps == nil {
 		return append(dst, s.Rows[j].Context...), nil
 	}
@@ -58,8 +62,8 @@ func ExpandSet(s RowSet) (RowSet, error) {
 	}
 	out := RowSet{ID: s.ID, Rows: make([]Row, len(s.Rows))}
 	for j, r := range s.Rows {
-		if s.rowPieces(j) != nil {
-			c, err := s.appendRowContext(make([]int32, 0, s.rowContextLen(j)), j)
+		if s.RowPieces(j) != nil {
+			c, err := s.AppendRowContext(make([]int32, 0, s.rowContextLen(j)), j)
 			if err != nil {
 				return RowSet{}, err
 			}
@@ -70,28 +74,12 @@ func ExpandSet(s RowSet) (RowSet, error) {
 	return out, nil
 }
 
-// expandSets applies ExpandSet to every set; the error names the set.
-func expandSets(sets []RowSet) ([]RowSet, error) {
-	var out []RowSet
-	for i, s := range sets {
-		if s.Pieces == nil {
-			if out != nil {
-				out[i] = s
-			}
-			continue
-		}
-		if out == nil {
-			out = make([]RowSet, len(sets))
-			copy(out, sets[:i])
-		}
-		e, err := ExpandSet(s)
-		if err != nil {
-			return nil, rejectf(i, s.ID, "%v", err)
-		}
-		out[i] = e
+// TokenCount is the set's work in tokens: context plus target of every row
+// (a compact row counted expanded).
+func (s *RowSet) TokenCount() int {
+	n := 0
+	for j, r := range s.Rows {
+		n += s.rowContextLen(j) + len(r.Target)
 	}
-	if out == nil {
-		return sets, nil
-	}
-	return out, nil
+	return n
 }

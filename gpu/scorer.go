@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"slices"
 
 	"github.com/creditflow/creditflow/gpu/model"
 )
@@ -15,7 +16,7 @@ type (
 
 // ModelInfo is what a scorer reports about the model it serves.
 type ModelInfo struct {
-	Protocol       string  `json:"protocol"` // ProtocolVersion
+	Protocol       string  `json:"protocol"` // protocol.Version
 	Name           string  `json:"name"`
 	Architecture   string  `json:"architecture"`
 	Layers         int     `json:"layers"`
@@ -24,8 +25,17 @@ type ModelInfo struct {
 	PolicyVersion  int64   `json:"policy_version"`
 	PlaceholderIDs []int32 `json:"placeholder_ids"`
 	// Features lists the protocol features the server accepts within v1
-	// (FeatureRowPieces); absent on servers from before them.
+	// (protocol.FeatureRowPieces, protocol.FeatureBinary); absent on servers
+	// from before them.
 	Features []string `json:"features,omitempty"`
+}
+
+// SameModel reports whether a and b describe the same model: name,
+// architecture, layers, vocabulary, max context and placeholder ids (the
+// policy version may differ: it names the weights, not the model).
+func (a ModelInfo) SameModel(b ModelInfo) bool {
+	return a.Name == b.Name && a.Architecture == b.Architecture && a.Layers == b.Layers &&
+		a.VocabSize == b.VocabSize && a.MaxContext == b.MaxContext && slices.Equal(a.PlaceholderIDs, b.PlaceholderIDs)
 }
 
 // RowSet is the LAPO rows of one trajectory. Rows of one set usually share a
@@ -33,7 +43,7 @@ type ModelInfo struct {
 //
 // Compact sets: when Pieces is not nil, row j with Pieces[j] != nil has no
 // Context of its own; its context is its pieces, spans into Tokens or
-// literal ids (the wire's compact rows, FeatureRowPieces). This keeps one
+// literal ids (the wire's compact rows, protocol.FeatureRowPieces). This keeps one
 // copy of a trajectory instead of one per row; ExpandSet materializes it.
 type RowSet struct {
 	ID     string // caller's label (e.g. trajectory id), echoed in errors
@@ -61,17 +71,29 @@ type AttentionJob struct {
 }
 
 // AttentionVersioner is a Scorer that reports the policy version of the
-// weights that computed a call's step graphs, -1 when unknown (Local and
-// Client do; Server answers with it, the score stage records it).
+// weights that computed a call's step graphs, -1 when unknown (the
+// in-process scorer and the client do; the server answers with it, the
+// score stage records it).
 type AttentionVersioner interface {
 	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
 }
 
-// Scorer is implemented by the in-process reference scorer (Local), by the
-// protocol client (Client) that talks to scorer pods, and by nothing else.
-// Results are in the order of the inputs.
+// Scorer is implemented by the in-process reference scorer (package local),
+// by the protocol client (package client) that talks to scorer pods, and by
+// nothing else. Results are in the order of the inputs.
 type Scorer interface {
 	Info(ctx context.Context) (ModelInfo, error)
 	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error)
 	Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error)
+}
+
+// Usage is what scoring cost in tokens (see model.Usage).
+type Usage = model.Usage
+
+// UsageScorer is a Scorer that also reports what a ScoreRows call cost.
+// The in-process scorer implements it; the server uses it to fill the
+// usage of its answers.
+type UsageScorer interface {
+	Scorer
+	ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
 }

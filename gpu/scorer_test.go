@@ -1,202 +1,94 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-func TestTokensWireFormat(t *testing.T) {
-	b, err := json.Marshal(Tokens{1, 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 01 00 00 00 02 00 00 00 in base64.
-	if string(b) != `"AQAAAAIAAAA="` {
-		t.Fatalf("Tokens{1,2} = %s, want \"AQAAAAIAAAA=\"", b)
-	}
-	in := Tokens{0, -1, 259, math.MaxInt32, math.MinInt32, 65536}
-	b, _ = json.Marshal(in)
-	var out Tokens
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	if len(out) != len(in) {
-		t.Fatalf("round trip length %d, want %d", len(out), len(in))
-	}
-	for i := range in {
-		if out[i] != in[i] {
-			t.Fatalf("round trip [%d] = %d, want %d", i, out[i], in[i])
-		}
-	}
-	for _, bad := range []string{`[1,2]`, `"AQAAAAI="`, `"!!!"`} {
-		if err := json.Unmarshal([]byte(bad), &out); err == nil {
-			t.Errorf("Unmarshal(%s) accepted, want an error", bad)
-		}
-	}
-	// Scores: non-finite travels as null and comes back as NaN.
-	b, _ = json.Marshal([]Score{Score(-1.25), Score(math.Inf(-1)), Score(0.1)})
-	if string(b) != `[-1.25,null,0.1]` {
-		t.Fatalf("scores = %s", b)
-	}
-	var sc []Score
-	if err := json.Unmarshal(b, &sc); err != nil {
-		t.Fatal(err)
-	}
-	if sc[0] != -1.25 || !math.IsNaN(float64(sc[1])) || sc[2] != 0.1 {
-		t.Fatalf("scores round trip = %v", sc)
-	}
-}
-
-func TestLocalMatchesModel(t *testing.T) {
-	sets := makeSets(1, 12, 4)
-	want := expectedScores(t, sets)
-	l := NewLocal(tiny(), WithPolicyVersion(7))
-	got, usage, err := l.ScoreRowsUsage(context.Background(), sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	equalScores(t, "Local batch vs model per set", got, want)
-	if usage.TokensForwarded >= usage.TokensRowByRow {
-		t.Errorf("prefix sharing: forwarded %d tokens, row by row %d; want fewer forwarded", usage.TokensForwarded, usage.TokensRowByRow)
-	}
-	var rowByRow int64
-	for _, s := range sets {
-		rowByRow += int64(rowsTokens(s))
-	}
-	if usage.TokensRowByRow != rowByRow {
-		t.Errorf("row-by-row tokens %d, want %d", usage.TokensRowByRow, rowByRow)
-	}
-	info, _ := l.Info(context.Background())
-	mi := tiny().Info()
-	if info.Protocol != ProtocolVersion || info.PolicyVersion != 7 || info.Name != mi.Name || info.Layers != mi.Layers || info.VocabSize != mi.VocabSize {
-		t.Errorf("Info = %+v, model %+v", info, mi)
-	}
-	jobs := makeJobs(2, 5)
-	g, err := l.Attention(context.Background(), jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	equalGraphs(t, "Local attention vs model", g, expectedGraphs(t, jobs))
-}
-
-func TestLocalRejectsInvalidInput(t *testing.T) {
-	l := NewLocal(tiny())
-	good := makeSets(3, 3, 3)
-	cases := map[string]func(s *RowSet){
-		"token out of vocabulary": func(s *RowSet) { s.Rows[0].Context[2] = model.TinyVocab },
-		"negative token":          func(s *RowSet) { s.Rows[0].Target[0] = -1 },
-		"span past target":        func(s *RowSet) { s.Rows[0].Span[1] = len(s.Rows[0].Target) + 1 },
-		"empty span":              func(s *RowSet) { s.Rows[0].Span[1] = s.Rows[0].Span[0] },
-		"no rows":                 func(s *RowSet) { s.Rows = nil },
-	}
-	for name, mutate := range cases {
-		sets := makeSets(3, 3, 3)
-		mutate(&sets[1])
-		_, err := l.ScoreRows(context.Background(), sets)
-		rej, ok := asRejected(err)
-		if !ok {
-			t.Errorf("%s: error %v, want *RejectedError", name, err)
-			continue
-		}
-		if rej.Item != 1 || rej.ID != "traj-1" || rej.Code != CodeBadRequest {
-			t.Errorf("%s: rejection %+v, want item 1 id traj-1", name, rej)
-		}
-	}
-	if _, err := l.ScoreRows(context.Background(), good); err != nil {
-		t.Fatalf("valid sets: %v", err)
-	}
-	jobs := makeJobs(4, 2)
-	jobs[1].Layers = []int{5}
-	if _, err := l.Attention(context.Background(), jobs); err == nil {
-		t.Fatal("layer 5 of a 2-layer model accepted")
-	} else if rej, ok := asRejected(err); !ok || rej.Item != 1 {
-		t.Fatalf("bad layer: %v, want rejection of item 1", err)
-	}
-	jobs = makeJobs(4, 2)
-	jobs[0].Steps[1].Action[0] = 0 // overlaps step 0
-	if _, err := l.Attention(context.Background(), jobs); err == nil {
-		t.Fatal("overlapping steps accepted")
-	}
-}
-
 func TestClientMatchesLocalAndModel(t *testing.T) {
-	local := NewLocal(tiny())
-	url, _ := serveScorer(t, NewServer(local))
+	local := local.New(scorertest.Tiny())
+	url, _ := scorertest.Serve(t, server.New(local))
 	c := newClient(t, []string{url})
 	ctx := context.Background()
 
-	sets := makeSets(5, 20, 5)
-	want := expectedScores(t, sets)
+	sets := scorertest.MakeSets(5, 20, 5)
+	want := scorertest.ExpectedScores(t, sets)
 	fromLocal, err := local.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "Local vs model", fromLocal, want)
+	scorertest.EqualScores(t, "Local vs model", fromLocal, want)
 	got, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "client batch vs model", got, want)
+	scorertest.EqualScores(t, "client batch vs model", got, want)
 	for i, s := range sets {
-		one, err := c.ScoreRows(ctx, []RowSet{s})
+		one, err := c.ScoreRows(ctx, []gpu.RowSet{s})
 		if err != nil {
 			t.Fatal(err)
 		}
-		equalScores(t, "client one set", one, want[i:i+1])
+		scorertest.EqualScores(t, "client one set", one, want[i:i+1])
 	}
 
-	jobs := makeJobs(6, 8)
-	wantG := expectedGraphs(t, jobs)
+	jobs := scorertest.MakeJobs(6, 8)
+	wantG := scorertest.ExpectedGraphs(t, jobs)
 	gotG, err := c.Attention(ctx, jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalGraphs(t, "client attention vs model", gotG, wantG)
+	scorertest.EqualGraphs(t, "client attention vs model", gotG, wantG)
 	localG, _ := local.Attention(ctx, jobs)
-	equalGraphs(t, "Local attention vs model", localG, wantG)
+	scorertest.EqualGraphs(t, "Local attention vs model", localG, wantG)
 
 	info, err := c.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	li, _ := local.Info(ctx)
-	if !sameModel(info, li) || info.Protocol != ProtocolVersion {
+	if !info.SameModel(li) || info.Protocol != protocol.Version {
 		t.Fatalf("client Info %+v, local %+v", info, li)
 	}
 	// A caller larger than the budget is split into several requests and
 	// still gets its results in order.
-	small := newClient(t, []string{url}, WithTokenBudget(600))
+	small := newClient(t, []string{url}, client.WithTokenBudget(600))
 	got, err = small.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "client with small budget", got, want)
+	scorertest.EqualScores(t, "client with small budget", got, want)
 	if st := small.Stats(); st.Requests < 2 {
 		t.Fatalf("20 sets over a 600-token budget went in %d requests, want several", st.Requests)
 	}
 }
 
 func TestClientCoalescesConcurrentCallers(t *testing.T) {
-	cnt := &counter{h: NewServer(NewLocal(tiny())).Handler()}
-	url, _ := serveHandler(t, cnt)
+	cnt := &counter{h: server.New(local.New(scorertest.Tiny())).Handler()}
+	url, _ := scorertest.ServeHandler(t, cnt)
 	reg := prometheus.NewRegistry()
-	c := newClient(t, []string{url}, WithRegisterer(reg))
+	c := newClient(t, []string{url}, client.WithRegisterer(reg))
 	const callers = 50
-	sets := makeSets(8, callers, 5)
-	want := expectedScores(t, sets)
-	jobs := makeJobs(9, callers)
-	wantG := expectedGraphs(t, jobs)
+	sets := scorertest.MakeSets(8, callers, 5)
+	want := scorertest.ExpectedScores(t, sets)
+	jobs := scorertest.MakeJobs(9, callers)
+	wantG := scorertest.ExpectedGraphs(t, jobs)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*callers)
 	for i := 0; i < callers; i++ {
@@ -208,7 +100,7 @@ func TestClientCoalescesConcurrentCallers(t *testing.T) {
 				errs <- err
 				return
 			}
-			equalScores(t, "coalesced caller", got, want[i:i+1])
+			scorertest.EqualScores(t, "coalesced caller", got, want[i:i+1])
 		}()
 		go func() {
 			defer wg.Done()
@@ -217,7 +109,7 @@ func TestClientCoalescesConcurrentCallers(t *testing.T) {
 				errs <- err
 				return
 			}
-			equalGraphs(t, "coalesced attention caller", got, wantG[i:i+1])
+			scorertest.EqualGraphs(t, "coalesced attention caller", got, wantG[i:i+1])
 		}()
 	}
 	wg.Wait()
@@ -233,38 +125,45 @@ func TestClientCoalescesConcurrentCallers(t *testing.T) {
 	}
 	t.Logf("score: %d callers in %d requests; attention: %d callers in %d requests", callers, cnt.score.Load(), callers, cnt.attention.Load())
 	// The client's metrics saw the same requests.
+	metric := func(name string, labels map[string]string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return promreg.Sum(mfs, name, labels)
+	}
 	n := cnt.score.Load()
-	if got := testutil.ToFloat64(c.metrics.requests.WithLabelValues(url, "score")); got != float64(n) {
+	if got := metric("creditflow_scorer_requests_total", map[string]string{"endpoint": url, "op": "score"}); got != float64(n) {
 		t.Errorf("creditflow_scorer_requests_total{op=score} = %v, server saw %d", got, n)
 	}
 	if got := testutil.CollectAndCount(reg, "creditflow_scorer_request_duration_seconds"); got != 2 {
 		t.Errorf("request duration series: %d, want 2 (score and attention on one endpoint)", got)
 	}
-	fwd := testutil.ToFloat64(c.metrics.forwarded)
-	rbr := testutil.ToFloat64(c.metrics.rowByRow)
+	fwd := metric("creditflow_scorer_tokens_forwarded_total", nil)
+	rbr := metric("creditflow_scorer_tokens_row_by_row_total", nil)
 	if fwd <= 0 || fwd >= rbr {
 		t.Errorf("tokens forwarded %v, row by row %v: want 0 < forwarded < row by row", fwd, rbr)
 	}
 	var rowByRow int
 	for _, s := range sets {
-		rowByRow += rowsTokens(s)
+		rowByRow += s.TokenCount()
 	}
 	if rbr != float64(rowByRow) {
 		t.Errorf("row-by-row tokens %v, want %d", rbr, rowByRow)
 	}
-	if got := testutil.ToFloat64(c.metrics.inFlight.WithLabelValues(url)); got != 0 {
+	if got := metric("creditflow_scorer_in_flight_requests", map[string]string{"endpoint": url}); got != 0 {
 		t.Errorf("in-flight gauge %v after all calls returned", got)
 	}
 }
 
 func TestServerMetricsAndHealth(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	url, _ := serveScorer(t, NewServer(NewLocal(tiny(), WithLocalRegisterer(reg)), WithServerToken("s3cret"), WithServerRegistry(reg)))
-	c := newClient(t, []string{url}, WithBearerToken("s3cret"))
-	if _, err := c.ScoreRows(context.Background(), makeSets(1, 2, 2)); err != nil {
+	url, _ := scorertest.Serve(t, server.New(local.New(scorertest.Tiny(), local.WithRegisterer(reg)), server.WithToken("s3cret"), server.WithRegistry(reg)))
+	c := newClient(t, []string{url}, client.WithBearerToken("s3cret"))
+	if _, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 2, 2)); err != nil {
 		t.Fatal(err)
 	}
-	body := httpGet(t, url+PathMetrics, 200)
+	body := scorertest.Get(t, url+protocol.PathMetrics, 200)
 	for _, want := range []string{`creditflow_scorer_server_requests_total{op="score",status="200"} 1`, "creditflow_scorer_server_request_duration_seconds_bucket",
 		"creditflow_scorer_local_tokens_forwarded_total", `creditflow_scorer_server_items_total{op="score"} 2`} {
 		if !strings.Contains(body, want) {
@@ -274,7 +173,7 @@ func TestServerMetricsAndHealth(t *testing.T) {
 	if strings.Contains(body, "s3cret") {
 		t.Error("/metrics shows the token")
 	}
-	httpGet(t, url+PathHealth, 200)
+	scorertest.Get(t, url+protocol.PathHealth, 200)
 }
 
 // shortModel is the tiny model with its context cut to n tokens, so that
@@ -314,35 +213,35 @@ func shortModel(t *testing.T, n int) *model.Model {
 
 func TestTruncationsPerSet(t *testing.T) {
 	m := shortModel(t, 120)
-	sets := makeSets(40, 10, 2)
-	want := make([]RowScores, len(sets))
+	sets := scorertest.MakeSets(40, 10, 2)
+	want := make([]gpu.RowScores, len(sets))
 	total := 0
 	for i, s := range sets {
 		sc, u, err := m.ScoreRows(s.Rows)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want[i] = RowScores{Scores: sc, Truncations: int(u.Truncations)}
+		want[i] = gpu.RowScores{Scores: sc, Truncations: int(u.Truncations)}
 		total += want[i].Truncations
 	}
 	if total == 0 {
 		t.Fatal("no row was long enough to be truncated; the test needs some")
 	}
-	local := NewLocal(m)
+	local := local.New(m)
 	got, usage, err := local.ScoreRowsUsage(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "Local with truncation", got, want)
+	scorertest.EqualScores(t, "Local with truncation", got, want)
 	if usage.Truncations != int64(total) {
 		t.Fatalf("usage truncations %d, want %d", usage.Truncations, total)
 	}
-	url, _ := serveScorer(t, NewServer(local))
+	url, _ := scorertest.Serve(t, server.New(local))
 	got, err = newClient(t, []string{url}).ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "client with truncation", got, want)
+	scorertest.EqualScores(t, "client with truncation", got, want)
 }
 
 // Rows carry the rollout temperature over the protocol ("temperature",
@@ -350,36 +249,36 @@ func TestTruncationsPerSet(t *testing.T) {
 // temperature, a row without one is scored at 1, and a temperature that is
 // not > 0 is a 400.
 func TestTemperatureOnTheWire(t *testing.T) {
-	local := NewLocal(tiny())
-	url, _ := serveScorer(t, NewServer(local))
+	local := local.New(scorertest.Tiny())
+	url, _ := scorertest.Serve(t, server.New(local))
 	c := newClient(t, []string{url})
 	ctx := context.Background()
-	sets := makeSets(9, 6, 3)
+	sets := scorertest.MakeSets(9, 6, 3)
 	for i := range sets {
 		for j := range sets[i].Rows {
 			sets[i].Rows[j].Temperature = []float64{0, 0.6, 1.3}[i%3]
 		}
 	}
-	want := expectedScores(t, sets)
+	want := scorertest.ExpectedScores(t, sets)
 	got, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "client with temperatures vs model", got, want)
-	plain := makeSets(9, 6, 3)
-	atOne := expectedScores(t, plain)
+	scorertest.EqualScores(t, "client with temperatures vs model", got, want)
+	plain := scorertest.MakeSets(9, 6, 3)
+	atOne := scorertest.ExpectedScores(t, plain)
 	if got[1].Scores[0] == atOne[1].Scores[0] {
 		t.Fatalf("a row at T = 0.6 scored %v, as at T = 1: the temperature did not reach the model", got[1].Scores[0])
 	}
-	h := map[string]string{ProtocolHeader: ProtocolVersion, "Content-Type": "application/json"}
+	h := map[string]string{protocol.Header: protocol.Version, "Content-Type": "application/json"}
 	for _, temp := range []string{"0", "-0.5"} {
 		body := fmt.Sprintf(`{"sets":[{"id":"s","rows":[{"context":"AQAAAAIAAAA=","target":"AwAAAAQAAAA=","span":[0,2],"temperature":%s}]}]}`, temp)
-		st, eb := post(t, url+PathScore, h, []byte(body))
-		if st != 400 || eb.Code != CodeBadRequest || !strings.Contains(eb.Error, "temperature") {
+		st, eb := scorertest.Post(t, url+protocol.PathScore, h, []byte(body))
+		if st != 400 || eb.Code != gpu.CodeBadRequest || !strings.Contains(eb.Error, "temperature") {
 			t.Errorf("temperature %s: status %d %+v, want 400 bad_request naming the temperature", temp, st, eb)
 		}
 	}
-	if _, err := local.ScoreRows(ctx, []RowSet{{ID: "neg", Rows: []Row{{Context: []int32{1}, Target: []int32{2}, Span: [2]int{0, 1}, Temperature: -1}}}}); err == nil {
+	if _, err := local.ScoreRows(ctx, []gpu.RowSet{{ID: "neg", Rows: []gpu.Row{{Context: []int32{1}, Target: []int32{2}, Span: [2]int{0, 1}, Temperature: -1}}}}); err == nil {
 		t.Error("Local accepted a negative temperature")
 	}
 }

@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
@@ -6,6 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/internal/testpki"
 )
 
@@ -21,38 +26,38 @@ func writeCerts(t *testing.T) (caFile, certFile, keyFile string) {
 
 func TestTLSAndBearerToken(t *testing.T) {
 	caFile, certFile, keyFile := writeCerts(t)
-	srv := NewServer(NewLocal(tiny()), WithTLS(certFile, keyFile), WithServerToken("right-token"))
-	url, _ := serveScorer(t, srv)
+	srv := server.New(local.New(scorertest.Tiny()), server.WithTLS(certFile, keyFile), server.WithToken("right-token"))
+	url, _ := scorertest.Serve(t, srv)
 	url = strings.Replace(url, "http://", "https://", 1)
-	sets := makeSets(20, 3, 3)
-	want := expectedScores(t, sets)
+	sets := scorertest.MakeSets(20, 3, 3)
+	want := scorertest.ExpectedScores(t, sets)
 
-	c := newClient(t, []string{url}, WithCAFile(caFile), WithBearerToken("right-token"))
+	c := newClient(t, []string{url}, client.WithCAFile(caFile), client.WithBearerToken("right-token"))
 	got, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalScores(t, "over TLS", got, want)
+	scorertest.EqualScores(t, "over TLS", got, want)
 	if _, err := c.Info(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// A scheme-less endpoint defaults to https once a CA is given.
-	bare := newClient(t, []string{strings.TrimPrefix(url, "https://")}, WithCAFile(caFile), WithBearerToken("right-token"))
+	bare := newClient(t, []string{strings.TrimPrefix(url, "https://")}, client.WithCAFile(caFile), client.WithBearerToken("right-token"))
 	if _, err := bare.ScoreRows(context.Background(), sets); err != nil {
 		t.Fatalf("scheme-less endpoint: %v", err)
 	}
 
-	for name, opts := range map[string][]ClientOption{
-		"wrong token": {WithCAFile(caFile), WithBearerToken("wrong-token")},
-		"no token":    {WithCAFile(caFile)},
+	for name, opts := range map[string][]client.Option{
+		"wrong token": {client.WithCAFile(caFile), client.WithBearerToken("wrong-token")},
+		"no token":    {client.WithCAFile(caFile)},
 	} {
 		c := newClient(t, []string{url}, opts...)
 		_, err := c.ScoreRows(context.Background(), sets)
-		var se *StatusError
-		if !errors.As(err, &se) || se.Status != 401 || se.Code != CodeUnauthorized {
+		var se *gpu.StatusError
+		if !errors.As(err, &se) || se.Status != 401 || se.Code != gpu.CodeUnauthorized {
 			t.Errorf("%s: %v, want 401 unauthorized", name, err)
 		}
-		if _, ok := asRejected(err); ok {
+		if _, ok := scorertest.AsRejected(err); ok {
 			t.Errorf("%s: auth failure reported as a rejection of the input", name)
 		}
 		if st := c.Stats(); st.Requests != 1 {
@@ -63,7 +68,7 @@ func TestTLSAndBearerToken(t *testing.T) {
 		}
 	}
 	// Without the CA the server's certificate is not trusted.
-	untrusted := newClient(t, []string{url}, WithBearerToken("right-token"), WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
+	untrusted := newClient(t, []string{url}, client.WithBearerToken("right-token"), client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
 	if _, err := untrusted.ScoreRows(context.Background(), sets); err == nil {
 		t.Error("a client without the CA trusted the self-signed server")
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/credit"
 )
 
@@ -129,7 +130,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.ReferenceSeconds = round3(ref.seconds)
+	res.ReferenceSeconds = cmdutil.Round3(ref.seconds)
 	o.Logf("chaos: reference done in %.1fs", ref.seconds)
 
 	rng := rand.New(rand.NewPCG(o.Seed, 0xc4a05))
@@ -212,7 +213,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
 	waitUntil := func(cond func() bool) bool {
 		for !cond() {
-			if !sleepCtx(runCtx, 100*time.Millisecond) {
+			if !cmdutil.SleepCtx(runCtx, 100*time.Millisecond) {
 				return false
 			}
 		}
@@ -236,7 +237,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 			if seenAtLeast(w.expected()) {
 				return
 			}
-			if !waitSettled(runCtx, e.brokers, 1, time.Minute, "chaos.score", "chaos.advantage") {
+			if !cmdutil.WaitSettled(runCtx, e.brokers, 1, time.Minute, "chaos.score", "chaos.advantage") {
 				if runCtx.Err() != nil {
 					return
 				}
@@ -255,7 +256,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 			seen, _ := col.progress()
 			o.Logf("chaos: %s %d/%d of the processor at %d/%d samples (%.1fs; exited by itself: %v, %s)", res.Signal, i+1, o.Kills, seen, w.expected(),
 				time.Since(start).Seconds(), exited, p.lastExit())
-			if !sleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 0, time.Second) })) {
+			if !cmdutil.SleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 0, time.Second) })) {
 				return
 			}
 			if err := p.start(); err != nil {
@@ -269,7 +270,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 		go func() {
 			defer wg.Done()
 			for !seenAtLeast(w.expected()) {
-				if !sleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 3*time.Second, 8*time.Second) })) {
+				if !cmdutil.SleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 3*time.Second, 8*time.Second) })) {
 					return
 				}
 				rmu.Lock()
@@ -280,7 +281,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 				scorerKills++
 				mu.Unlock()
 				o.Logf("chaos: SIGKILL of %s (%.1fs)", sp.name, time.Since(start).Seconds())
-				sleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 3*time.Second) }))
+				cmdutil.SleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 3*time.Second) }))
 				if err := sp.start(); err != nil {
 					o.Logf("chaos: scorer restart failed: %v", err)
 				}
@@ -297,7 +298,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 				}
 				e.b.Cut()
 				o.Logf("chaos: broker cut for %v (%.1fs)", o.OutageLength, time.Since(start).Seconds())
-				sleepCtx(runCtx, o.OutageLength)
+				cmdutil.SleepCtx(runCtx, o.OutageLength)
 				e.b.Restore()
 				mu.Lock()
 				outages++
@@ -307,7 +308,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 	}
 
 	complete := col.await(ctx, runCtx, "chaos", w.expected(), start, o.Timeout, o.Logf)
-	res.Seconds = round3(time.Since(start).Seconds())
+	res.Seconds = cmdutil.Round3(time.Since(start).Seconds())
 	stopRun()
 	wg.Wait()
 	e.b.Restore()
@@ -331,7 +332,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
 		}
 	}
 	// Let late duplicates arrive, then stop the processor gracefully.
-	sleepCtx(ctx, settle)
+	cmdutil.SleepCtx(ctx, settle)
 	res.CleanShutdown = p.stop(syscall.SIGTERM, 40*time.Second) && p.lastExit() == "exit 0"
 	col.poll(ctx)
 	cancelCol()
@@ -386,8 +387,6 @@ func stateResets(warnings map[string]int) int {
 	}
 	return n
 }
-
-func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
 func chaosCmd(args []string) (int, error) {
 	o := DefaultChaos()

@@ -14,22 +14,8 @@ import (
 
 // TestMain lets the test binary act as a scorer process (scorerCommand
 // starts os.Executable with scorer-serve when creditflow has no scorer
-// command), as the bench's instant scorer and as its embedded broker.
+// command).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == benchScorerCmd {
-		code, err := benchScorerServe(os.Args[2:])
-		if err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-		}
-		os.Exit(code)
-	}
-	if len(os.Args) > 1 && os.Args[1] == benchBrokerCmd {
-		code, err := benchBrokerServe(os.Args[2:])
-		if err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-		}
-		os.Exit(code)
-	}
 	if len(os.Args) > 1 && os.Args[1] == scorerServeCmd {
 		code, err := scorerServe(os.Args[2:])
 		if err != nil {

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/schemas"
 )
@@ -132,7 +133,7 @@ func (c *collector) progress() (seen, dead int) {
 // samples were seen or timeout has passed since start.
 func (c *collector) await(ctx, runCtx context.Context, name string, n int, start time.Time, timeout time.Duration, logf func(string, ...any)) bool {
 	go func() {
-		for sleepCtx(runCtx, 5*time.Second) {
+		for cmdutil.SleepCtx(runCtx, 5*time.Second) {
 			s, d := c.progress()
 			logf("%s: %d/%d samples, %d dead letters (%.0fs)", name, s, n, d, time.Since(start).Seconds())
 		}

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -194,7 +194,7 @@ func (w workload) messages(topic string, g int) ([]producers.Message, error) {
 func (e *env) produce(ctx context.Context, w workload, topic string, interval time.Duration, ready func(g int) bool) error {
 	for g := 0; g < w.groups; g++ {
 		for ready != nil && !ready(g) {
-			if !sleepCtx(ctx, 50*time.Millisecond) {
+			if !cmdutil.SleepCtx(ctx, 50*time.Millisecond) {
 				return ctx.Err()
 			}
 		}
@@ -335,53 +335,10 @@ func progressTargets(r *rand.Rand, n, expected int) []int {
 	return out
 }
 
-// sleepCtx sleeps for d or until ctx ends; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
-}
-
 // jitter is a uniformly random duration in [lo, hi).
 func jitter(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	if hi <= lo {
 		return lo
 	}
 	return lo + time.Duration(r.Int64N(int64(hi-lo)))
-}
-
-// groupsSettled reports whether every consumer group in ids is Stable with
-// exactly members members. The harnesses SIGKILL a processor only when its
-// groups are settled: the embedded broker (kfake) never expires a member
-// whose JoinGroup answer could not be delivered because it died waiting for
-// it, so a kill in the middle of a join would leave a member that holds its
-// partitions forever, which a real Kafka coordinator expires after the
-// session timeout (see docs/guarantees.md, "Not covered").
-func groupsSettled(ctx context.Context, brokers []string, members int, ids ...string) bool {
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
-	resp, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: ids})
-	if err != nil || len(resp.Groups) != len(ids) {
-		return false
-	}
-	for _, g := range resp.Groups {
-		if g.Error != nil || g.GroupState != "Stable" || len(g.Members) != members {
-			return false
-		}
-	}
-	return true
-}
-
-// waitSettled waits up to limit for groupsSettled; it reports whether the
-// groups settled.
-func waitSettled(ctx context.Context, brokers []string, members int, limit time.Duration, ids ...string) bool {
-	deadline := time.Now().Add(limit)
-	for !groupsSettled(ctx, brokers, members, ids...) {
-		if time.Now().After(deadline) || !sleepCtx(ctx, 250*time.Millisecond) {
-			return false
-		}
-	}
-	return true
 }

@@ -8,8 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/promreg"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
 
 // LoadResult is what a load run measured. JSON names are stable.
@@ -46,18 +47,18 @@ func loadCmd(args []string) (int, error) {
 	last := time.Time{}
 	o.Progress = func(p demo.Progress) {
 		if time.Since(last) > 5*time.Second {
-			stderrf("load: groups in %d, out %d, samples %d/%d (%.0fs)", p.GroupsIn, p.GroupsOut, p.SamplesOut, p.Expected, p.Elapsed.Seconds())
+			cmdutil.Stderrf("load: groups in %d, out %d, samples %d/%d (%.0fs)", p.GroupsIn, p.GroupsOut, p.SamplesOut, p.Expected, p.Elapsed.Seconds())
 			last = time.Now()
 		}
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	sum, err := demo.Run(ctx, o)
 	res := LoadResult{Summary: sum}
 	res.TokensForwarded = counter(reg, "creditflow_scorer_tokens_forwarded_total")
 	res.TokensRowByRow = counter(reg, "creditflow_scorer_tokens_row_by_row_total")
 	if res.TokensForwarded > 0 {
-		res.PrefixSharing = round3(res.TokensRowByRow / res.TokensForwarded)
+		res.PrefixSharing = cmdutil.Round3(res.TokensRowByRow / res.TokensForwarded)
 	}
 	w := os.Stdout
 	fmt.Fprintf(w, "method            %s, %d groups of %d, %d partitions, %d scorer servers\n", o.Method, o.Groups, o.GroupSize, o.Partitions, o.Scorers)
@@ -71,7 +72,7 @@ func loadCmd(args []string) (int, error) {
 	}
 	fmt.Fprintf(w, "scorer requests   %d\n", sum.ScorerRequests)
 	if *asJSON {
-		printJSON(res)
+		cmdutil.PrintJSON(res)
 	}
 	if err != nil {
 		return 1, err

@@ -29,22 +29,24 @@
 // With --json the last line of stdout is one JSON object. chaos and
 // rebalance exit with status 1 when a sample was lost, mismatched or
 // invalid.
+//
+// The bench is package loadtest/bench (this command only dispatches to it);
+// what every command shares is in loadtest/internal/cmdutil.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/harness/demo"
+	"github.com/creditflow/creditflow/loadtest/bench"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
 
 func usage() {
@@ -72,13 +74,13 @@ func main() {
 	case "rebalance":
 		code, err = rebalanceCmd(os.Args[2:])
 	case "bench":
-		code, err = benchCmd(os.Args[2:])
+		code, err = bench.Cmd(os.Args[2:])
 	case "load":
 		code, err = loadCmd(os.Args[2:])
-	case benchScorerCmd:
-		code, err = benchScorerServe(os.Args[2:])
-	case benchBrokerCmd:
-		code, err = benchBrokerServe(os.Args[2:])
+	case bench.ScorerCmd:
+		code, err = bench.ServeScorer(os.Args[2:])
+	case bench.BrokerCmd:
+		code, err = bench.ServeBroker(os.Args[2:])
 	case scorerServeCmd:
 		code, err = scorerServe(os.Args[2:])
 	case "-h", "--help", "help":
@@ -93,23 +95,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "loadtest %s: %v\n", os.Args[1], err)
 	}
 	os.Exit(code)
-}
-
-func stderrf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, time.Now().UTC().Format("15:04:05 ")+format+"\n", args...)
-}
-
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
-func printJSON(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "loadtest: encode result: %v\n", err)
-		return
-	}
-	fmt.Println(string(b))
 }
 
 func printWarnings(m map[string]int) {
@@ -162,13 +147,13 @@ func runCommand[R any](fs *flag.FlagSet, args []string, w *Workload, name string
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	w.Logf = stderrf
-	ctx, stop := signalContext()
+	w.Logf = cmdutil.Stderrf
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	res, err := run(ctx)
 	print(res)
 	if *asJSON {
-		printJSON(res)
+		cmdutil.PrintJSON(res)
 	}
 	if err != nil {
 		return 1, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
 
 // proc is one child process (a processor or a scorer) that can be killed
@@ -109,7 +111,7 @@ func (p *proc) stop(sig syscall.Signal, wait time.Duration) bool {
 // supervise restarts the process, as a process supervisor would, whenever
 // it exited without being stopped, until ctx ends.
 func (p *proc) supervise(ctx context.Context) {
-	for sleepCtx(ctx, 500*time.Millisecond) {
+	for cmdutil.SleepCtx(ctx, 500*time.Millisecond) {
 		p.mu.Lock()
 		restart := p.cmd == nil && !p.held && p.starts > 0
 		p.mu.Unlock()

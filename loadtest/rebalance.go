@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/credit"
 )
 
@@ -79,7 +80,7 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 	if err != nil {
 		return res, err
 	}
-	res.ReferenceSeconds = round3(ref.seconds)
+	res.ReferenceSeconds = cmdutil.Round3(ref.seconds)
 	o.Logf("rebalance: reference done in %.1fs", ref.seconds)
 
 	t := topicsFor("rebal")
@@ -153,7 +154,7 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 		seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
 		for i, target := range plan.targets {
 			for !seenAtLeast(target) {
-				if !sleepCtx(runCtx, 100*time.Millisecond) {
+				if !cmdutil.SleepCtx(runCtx, 100*time.Millisecond) {
 					return
 				}
 			}
@@ -180,7 +181,7 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 				eventDone()
 				continue // keep one member
 			}
-			if !waitSettled(runCtx, e.brokers, len(running), time.Minute, groupIDs...) {
+			if !cmdutil.WaitSettled(runCtx, e.brokers, len(running), time.Minute, groupIDs...) {
 				if runCtx.Err() != nil {
 					return
 				}
@@ -211,7 +212,7 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 				note("%s killed (SIGKILL)", r.name)
 			}
 			eventDone() // the next part of the input flows while r is away
-			if !sleepCtx(runCtx, back) {
+			if !cmdutil.SleepCtx(runCtx, back) {
 				return
 			}
 			if r.start() == nil {
@@ -223,13 +224,13 @@ func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, err
 		}
 	}()
 	complete := col.await(ctx, runCtx, "rebalance", w.expected(), start, o.Timeout, o.Logf)
-	res.Seconds = round3(time.Since(start).Seconds())
+	res.Seconds = cmdutil.Round3(time.Since(start).Seconds())
 	stopRun()
 	wg.Wait()
 	if err := <-prodErr; err != nil && complete {
 		return res, err
 	}
-	sleepCtx(ctx, 2*time.Second)
+	cmdutil.SleepCtx(ctx, 2*time.Second)
 	var logs []string
 	for _, r := range reps {
 		if r.running() && !r.stop(syscall.SIGTERM, 40*time.Second) {

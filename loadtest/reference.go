@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/schemas"
 )
 

@@ -6,8 +6,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
 
 // scorerServeCmd is the harness's own scorer process: the CPU reference
@@ -21,10 +23,10 @@ func scorerServe(args []string) (int, error) {
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-	srv := gpu.NewServer(gpu.NewLocal(model.Tiny()), gpu.WithServerLogger(log))
+	srv := server.New(local.New(model.Tiny()), server.WithLogger(log))
 	if err := srv.ListenAndServe(ctx, *addr); err != nil {
 		return 1, err
 	}

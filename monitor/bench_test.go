@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/schemas"
 )
 

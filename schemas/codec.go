@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/creditflow/creditflow/schemas/internal/shape"
 	"github.com/linkedin/goavro/v2"
 )
 
@@ -106,7 +107,7 @@ type compiled struct {
 	name   string
 	schema string
 	avro   *goavro.Codec
-	shape  *shape
+	shape  *shape.Shape
 	fp     [8]byte
 	older  []*writer // earlier versions of the schema a decoder still resolves (evolution.go)
 	err    error     // non-nil only if an embedded schema failed to build
@@ -121,7 +122,7 @@ func compile(name, schema string) *compiled {
 	}
 	c.avro = ac
 	binary.LittleEndian.PutUint64(c.fp[:], ac.Rabin)
-	if c.shape, err = compileShape(ac.CanonicalSchema()); err != nil {
+	if c.shape, err = shape.Compile(ac.CanonicalSchema()); err != nil {
 		c.err = fmt.Errorf("compile shape of %s: %w", name, err)
 		return c
 	}
@@ -307,8 +308,8 @@ func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {
 		avro, shp = w.avro, w.shape
 	}
 	body := b[headerSize:]
-	at := newCheckPath(c.name)
-	end, cerr := shp.check(body, 0, &at)
+	at := shape.NewPath(c.name)
+	end, cerr := shp.Check(body, 0, &at)
 	if cerr != nil {
 		return nil, undecodable("%v", cerr)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/creditflow/creditflow/schemas/internal/shape"
 	"github.com/linkedin/goavro/v2"
 )
 
@@ -54,7 +55,7 @@ var history = map[string][]string{
 type writer struct {
 	fp    [8]byte
 	avro  *goavro.Codec
-	shape *shape
+	shape *shape.Shape
 	fill  *filler // what the reader has and the writer lacks; nil when nothing
 }
 
@@ -69,7 +70,7 @@ func compileHistory(name, reader string) ([]*writer, error) {
 		}
 		w := &writer{avro: ac}
 		binary.LittleEndian.PutUint64(w.fp[:], ac.Rabin)
-		if w.shape, err = compileShape(ac.CanonicalSchema()); err != nil {
+		if w.shape, err = shape.Compile(ac.CanonicalSchema()); err != nil {
 			return nil, fmt.Errorf("compile shape of %s writer schema %d: %w", name, i+1, err)
 		}
 		if w.fill, err = resolveSchemas(ws, reader); err != nil {

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
-	"github.com/creditflow/creditflow/internal/demo"
 )
 
 // repoRoot is the repository root (this package is cmd/creditflow).

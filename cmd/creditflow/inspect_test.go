@@ -18,9 +18,9 @@ import (
 
 	"github.com/linkedin/goavro/v2"
 
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
-	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
 )
@@ -117,7 +117,7 @@ func TestInspect(t *testing.T) {
 	run := func(term bool, args ...string) string {
 		t.Helper()
 		var out bytes.Buffer
-		if err := inspect(&out, term, append([]string{"--brokers", brokers}, args...)); err != nil {
+		if err := inspectCmd(&out, term, append([]string{"--brokers", brokers}, args...)); err != nil {
 			t.Fatalf("inspect %v: %v", args, err)
 		}
 		return out.String()
@@ -211,7 +211,7 @@ func TestInspect(t *testing.T) {
 	if strings.Contains(plain, "\x1b") || strings.Contains(noColor, "\x1b") {
 		t.Fatal("escape sequences printed off a terminal or with --no-color")
 	}
-	if !strings.Contains(colored, "\x1b[48;2;") || !strings.Contains(colored, ansiDim) {
+	if !strings.Contains(colored, "\x1b[48;2;") || !strings.Contains(colored, "\x1b[2m") {
 		t.Fatal("no colored tokens on a terminal")
 	}
 	for _, want := range []string{"trajectory " + id, "turn 0 · ", "S with", "A_proc", ownText(w.tokens[v.Turns[0].Action[0]:v.Turns[0].Action[1]])} {
@@ -269,11 +269,11 @@ func TestInspect(t *testing.T) {
 	// Command lines that cannot work.
 	for _, args := range [][]string{{}, {"--best", "2", "--worst", "2"}, {"--trajectory", id, "--best", "1"}, {"--best", "2", "--by", "luck"}, {"--best", "2", "--compare", "x"}} {
 		var ue usageError
-		if err := inspect(&bytes.Buffer{}, false, append([]string{"--brokers", brokers}, args...)); !errors.As(err, &ue) {
+		if err := inspectCmd(&bytes.Buffer{}, false, append([]string{"--brokers", brokers}, args...)); !errors.As(err, &ue) {
 			t.Errorf("inspect %v: %v, want a usage error", args, err)
 		}
 	}
-	if err := inspect(&bytes.Buffer{}, false, []string{"--brokers", brokers, "--trajectory", "no-such-id"}); !errors.Is(err, monitor.ErrNotFound) {
+	if err := inspectCmd(&bytes.Buffer{}, false, []string{"--brokers", brokers, "--trajectory", "no-such-id"}); !errors.Is(err, monitor.ErrNotFound) {
 		t.Errorf("unknown trajectory: %v", err)
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creditflow/creditflow/internal/demo"
+	"github.com/creditflow/creditflow/harness/demo"
+	"github.com/creditflow/creditflow/harness/learn"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/learn"
 )
 
 func init() {

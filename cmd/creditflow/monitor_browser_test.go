@@ -16,9 +16,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
-	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
 )

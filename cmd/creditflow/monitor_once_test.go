@@ -15,9 +15,9 @@ import (
 	"github.com/linkedin/goavro/v2"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
-	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/processors/stage"
 )
 

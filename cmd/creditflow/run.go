@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/local"
 
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
@@ -126,7 +128,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		scorerFollow = fs.Bool("scorer-follow-policy", false, "in-process scorer: load each newer checkpoint announced on --topic-policy and score with it (the model of --scorer-model is version 0)")
 		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
 		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
-		scorerBudget = fs.Int("scorer-token-budget", gpu.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)")
+		scorerBudget = fs.Int("scorer-token-budget", client.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
 		fs.IntVar(&cfg.MaxInFlightBytes, "max-inflight-bytes", cfg.MaxInFlightBytes, "score stage: record bytes in flight per partition (at least one record)")
 		fs.IntVar(&cfg.MaxUnackedBytes, "max-unacked-bytes", cfg.MaxUnackedBytes, "advantage stage: encoded samples written and not yet acknowledged per partition (at least 4 groups)")
@@ -229,27 +231,27 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			if err != nil {
 				return fmt.Errorf("--scorer-model: %w", err)
 			}
-			local := gpu.NewLocal(m, gpu.WithInProcessRegisterer(reg))
+			sc := local.New(m, local.WithInProcessRegisterer(reg))
 			if *scorerFollow {
 				if cfg.Topics.Policy == "" {
 					return fmt.Errorf("--scorer-follow-policy needs --topic-policy")
 				}
-				followPolicy(ctx, local, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
+				followPolicy(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
 			}
-			scorer = local
+			scorer = sc
 		} else {
-			opts := []gpu.ClientOption{gpu.WithLogger(log), gpu.WithRegisterer(reg), gpu.WithTokenBudget(*scorerBudget)}
+			opts := []client.Option{client.WithLogger(log), client.WithRegisterer(reg), client.WithTokenBudget(*scorerBudget)}
 			if *scorerToken != "" {
 				b, err := os.ReadFile(*scorerToken)
 				if err != nil {
 					return fmt.Errorf("--scorer-token-file: %w", err)
 				}
-				opts = append(opts, gpu.WithBearerToken(strings.TrimSpace(string(b))))
+				opts = append(opts, client.WithBearerToken(strings.TrimSpace(string(b))))
 			}
 			if *scorerCA != "" {
-				opts = append(opts, gpu.WithCAFile(*scorerCA))
+				opts = append(opts, client.WithCAFile(*scorerCA))
 			}
-			c, err := gpu.NewClient(splitList(*scorers), opts...)
+			c, err := client.New(splitList(*scorers), opts...)
 			if err != nil {
 				return err
 			}

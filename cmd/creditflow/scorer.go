@@ -8,7 +8,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -90,18 +91,18 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	local := gpu.NewLocal(m, gpu.WithPolicyVersion(*version), gpu.WithMaxConcurrent(*maxCalls), gpu.WithLocalRegisterer(reg))
-	opts := []gpu.ServerOption{
-		gpu.WithServerLogger(log),
-		gpu.WithServerRegistry(reg),
-		gpu.WithServerToken(token),
-		gpu.WithMaxRequestBytes(*maxBytes),
-		gpu.WithMaxRows(*maxRows),
-		gpu.WithMaxTokens(*maxTokens),
-		gpu.WithMaxConcurrentRequests(*maxRequests),
+	sc := local.New(m, local.WithPolicyVersion(*version), local.WithMaxConcurrent(*maxCalls), local.WithRegisterer(reg))
+	opts := []server.Option{
+		server.WithLogger(log),
+		server.WithRegistry(reg),
+		server.WithToken(token),
+		server.WithMaxRequestBytes(*maxBytes),
+		server.WithMaxRows(*maxRows),
+		server.WithMaxTokens(*maxTokens),
+		server.WithMaxConcurrentRequests(*maxRequests),
 	}
 	if *certFile != "" {
-		opts = append(opts, gpu.WithTLS(*certFile, *keyFile))
+		opts = append(opts, server.WithTLS(*certFile, *keyFile))
 	}
 	info := m.Info()
 	log.Info().Str("model", info.Name).Str("architecture", info.Architecture).Int("layers", info.Layers).
@@ -114,7 +115,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 		if err != nil {
 			return err
 		}
-		followPolicy(ctx, local, splitList(*kf.brokers), sec, *policyTopic, log, policy.WithRegisterer(reg))
+		followPolicy(ctx, sc, splitList(*kf.brokers), sec, *policyTopic, log, policy.WithRegisterer(reg))
 	}
-	return gpu.NewServer(local, opts...).ListenAndServe(ctx, *listen)
+	return server.New(sc, opts...).ListenAndServe(ctx, *listen)
 }

@@ -5,14 +5,14 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/schemas"
 )
 
-// followPolicy makes local follow the policy topic: each newer announced
+// followPolicy makes sc follow the policy topic: each newer announced
 // version whose checkpoint is a folder is loaded in the background and
 // swapped in atomically (requests in flight finish on the weights they
 // started with; later ones answer with the new version). Loads run one at
@@ -20,7 +20,7 @@ import (
 // newest is loaded next. An announcement without a checkpoint, or whose
 // checkpoint does not load, keeps the current weights and version (logged).
 // It returns the follower, already running until ctx ends.
-func followPolicy(ctx context.Context, local *gpu.Local, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
+func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
 	wake := make(chan struct{}, 1)
 	var f *policy.Follower
 	opts = append(opts, policy.WithLogger(log), policy.WithOnNewest(func(schemas.PolicyAnnouncement) {
@@ -33,7 +33,7 @@ func followPolicy(ctx context.Context, local *gpu.Local, brokers []string, sec k
 	go func() { _ = f.Run(ctx) }()
 	go func() {
 		loaded := int64(-1)
-		if info, err := local.Info(ctx); err == nil {
+		if info, err := sc.Info(ctx); err == nil {
 			loaded = info.PolicyVersion
 		}
 		for {
@@ -52,7 +52,7 @@ func followPolicy(ctx context.Context, local *gpu.Local, brokers []string, sec k
 			}
 			m, err := model.Load(a.Checkpoint)
 			if err == nil {
-				err = local.Swap(m, a.Version)
+				err = sc.Swap(m, a.Version)
 			}
 			if err != nil {
 				log.Error().Err(err).Int64("version", a.Version).Str("checkpoint", a.Checkpoint).

@@ -11,7 +11,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
@@ -37,18 +40,18 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 	}
 	defer prod.Close()
 
-	local := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(1))
+	sc := local.New(model.Tiny(), local.WithPolicyVersion(1))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = gpu.NewServer(local).Serve(ctx, ln) }()
-	client, err := gpu.NewClient([]string{"http://" + ln.Addr().String()})
+	go func() { _ = server.New(sc).Serve(ctx, ln) }()
+	c, err := client.New([]string{"http://" + ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	follower := followPolicy(ctx, local, b.Addrs(), kafkasec.Config{}, "", zerolog.Nop(), policy.WithPollInterval(20*time.Millisecond))
+	defer c.Close()
+	follower := followPolicy(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.Nop(), policy.WithPollInterval(20*time.Millisecond))
 	dir := t.TempDir()
 	if err := model.WriteTiny(dir); err != nil {
 		t.Fatal(err)
@@ -69,7 +72,7 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				res, err := client.ScoreRows(ctx, []gpu.RowSet{set})
+				res, err := c.ScoreRows(ctx, []gpu.RowSet{set})
 				mu.Lock()
 				if err != nil {
 					failures = append(failures, err)
@@ -134,12 +137,12 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 	if versions[0][0] != 1 && versions[1][0] != 1 && versions[2][0] != 1 && versions[3][0] != 1 {
 		t.Fatal("no answer from version 1 before the announcement")
 	}
-	if got, _ := local.Info(ctx); got.PolicyVersion != 2 {
+	if got, _ := sc.Info(ctx); got.PolicyVersion != 2 {
 		t.Fatalf("scorer reports version %d after a failed load of 3, want 2", got.PolicyVersion)
 	}
 	job := gpu.AttentionJob{ID: "a", Tokens: model.TinyTokens("look; you see a mug. take mug. done"),
 		Steps: []gpu.Step{{Action: [2]int{0, 5}, Observation: [2]int{5, 20}}, {Action: [2]int{20, 29}}, {Action: [2]int{29, 35}}}, Layers: []int{0, 1}}
-	if _, v, err := client.AttentionVersion(ctx, []gpu.AttentionJob{job}); err != nil || v != 2 {
+	if _, v, err := c.AttentionVersion(ctx, []gpu.AttentionJob{job}); err != nil || v != 2 {
 		t.Fatalf("attention answered by version %d (%v), want 2", v, err)
 	}
 }

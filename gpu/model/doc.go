@@ -45,7 +45,7 @@
 // Tiny() is a 3-layer Llama (hidden 64, 2 heads of head_dim 32, SwiGLU 192)
 // over a byte-level vocabulary of 260 ids (bytes, TinyBOS, TinyEOS, TinyPad,
 // TinyDelete = "[DELETE]"), trained on the synthetic worlds of
-// internal/synth by gpu/model/train/train.py; its Hugging Face folder
+// harness/synth by gpu/model/train/train.py; its Hugging Face folder
 // gpu/model/tiny is embedded in the binary (docs/model.md). TinyRandom() is a
 // 2-layer Llama over the same vocabulary with weights from a fixed-seed
 // splitmix64 generator: identical on every machine. WriteTiny and

@@ -24,7 +24,7 @@ const (
 // head_dim 32, SwiGLU 192, untied head; tiny/config.json) over a byte-level vocabulary (ids 0..255 are
 // bytes, then TinyBOS, TinyEOS, TinyPad and TinyDelete, the "[DELETE]"
 // placeholder), trained on the synthetic search-QA and ALFWorld worlds
-// (internal/synth) to answer from the evidence in its context. Its weights
+// (harness/synth) to answer from the evidence in its context. Its weights
 // are embedded in the binary: the same numbers on every machine. Use
 // TinyTokens to turn text into its ids; TinyRandom is the untrained
 // counterpart.

@@ -3,8 +3,8 @@
 // (docs/scorer-protocol.md) on accelerator machines. See gpu/pod/README.md.
 //
 // The Go package itself has no code; its tests start the pod on 127.0.0.1
-// (when python3 can import torch) and check through gpu.Client that its LAPO
+// (when python3 can import torch) and check through client.Client that its LAPO
 // scores and AttnSR step graphs match the Go reference scorer
-// (gpu.NewLocal) on Llama, Qwen2 and Qwen3 checkpoints, and that hot loading
+// (local.New) on Llama, Qwen2 and Qwen3 checkpoints, and that hot loading
 // a new policy version works.
 package pod

@@ -22,7 +22,10 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 const podToken = "pod-test-token"
@@ -139,10 +142,10 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 	return p
 }
 
-func newClient(t *testing.T, url string, opts ...gpu.ClientOption) *gpu.Client {
+func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := gpu.NewClient([]string{url}, append([]gpu.ClientOption{gpu.WithBearerToken(podToken),
-		gpu.WithRequestTimeout(60 * time.Second)}, opts...)...)
+	c, err := client.New([]string{url}, append([]client.Option{client.WithBearerToken(podToken),
+		client.WithRequestTimeout(60 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +310,7 @@ func postJSON(t *testing.T, url, token string, body any, out any) int {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
-	req.Header.Set(gpu.ProtocolHeader, gpu.ProtocolVersion)
+	req.Header.Set(protocol.Header, protocol.Version)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -343,7 +346,7 @@ func TestPodMatchesReference(t *testing.T) {
 func testTiny(t *testing.T, p *pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	ref := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(3))
+	ref := local.New(model.Tiny(), local.WithPolicyVersion(3))
 	c := newClient(t, p.url)
 
 	info, err := c.Info(ctx)
@@ -351,8 +354,8 @@ func testTiny(t *testing.T, p *pod) {
 		t.Fatal(err)
 	}
 	want, _ := ref.Info(ctx)
-	if !slices.Contains(info.Features, gpu.FeatureRowPieces) {
-		t.Errorf("pod info features %v lack %s", info.Features, gpu.FeatureRowPieces)
+	if !slices.Contains(info.Features, protocol.FeatureRowPieces) {
+		t.Errorf("pod info features %v lack %s", info.Features, protocol.FeatureRowPieces)
 	}
 	info.Features = nil
 	if fmt.Sprint(info) != fmt.Sprint(want) {
@@ -390,16 +393,16 @@ func testTiny(t *testing.T, p *pod) {
 	compareScores(t, "compact vs full rows on the pod", compactGot, fullGot, 0)
 
 	// Usage: the pod shares prefixes, so it forwards fewer tokens than row by row.
-	var resp gpu.ScoreResponse
-	wire := gpu.ScoreRequest{}
+	var resp protocol.ScoreResponse
+	wire := protocol.ScoreRequest{}
 	for _, s := range sets {
-		ws := gpu.WireRowSet{ID: s.ID}
+		ws := protocol.WireRowSet{ID: s.ID}
 		for _, row := range s.Rows {
-			ws.Rows = append(ws.Rows, gpu.WireRow{Context: row.Context, Target: row.Target, Span: &row.Span})
+			ws.Rows = append(ws.Rows, protocol.WireRow{Context: row.Context, Target: row.Target, Span: &row.Span})
 		}
 		wire.Sets = append(wire.Sets, ws)
 	}
-	if st := postJSON(t, p.url+gpu.PathScore, podToken, wire, &resp); st != 200 {
+	if st := postJSON(t, p.url+protocol.PathScore, podToken, wire, &resp); st != 200 {
 		t.Fatalf("raw score request: status %d", st)
 	}
 	var rowByRow int64
@@ -424,7 +427,7 @@ func testTiny(t *testing.T, p *pod) {
 	if !errors.As(err, &rej) || !strings.Contains(rej.Message, "outside the vocabulary") {
 		t.Errorf("token out of range: got %v, want a RejectedError about the vocabulary", err)
 	}
-	wrong := newClient(t, p.url, gpu.WithBearerToken("wrong"))
+	wrong := newClient(t, p.url, client.WithBearerToken("wrong"))
 	_, err = wrong.ScoreRows(ctx, sets[:1])
 	var se *gpu.StatusError
 	if !errors.As(err, &se) || se.Status != http.StatusUnauthorized {
@@ -571,7 +574,7 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := gpu.NewLocal(m)
+			ref := local.New(m)
 			c := newClient(t, p.url)
 			r := rand.New(rand.NewSource(int64(100 + i)))
 			sets := searchSets(r, 4, 299, 299)
@@ -580,12 +583,12 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 		})
 	}
 	// A failed load keeps the previous model and says why.
-	var eb gpu.ErrorBody
+	var eb protocol.ErrorBody
 	if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": filepath.Join(root, "missing")}, &eb); st != 400 || eb.Code != gpu.CodeBadRequest {
 		t.Errorf("loading a missing folder: status %d %+v, want 400 bad_request", st, eb)
 	}
 	var info gpu.ModelInfo
-	req, _ := http.NewRequest(http.MethodGet, p.url+gpu.PathInfo, nil)
+	req, _ := http.NewRequest(http.MethodGet, p.url+protocol.PathInfo, nil)
 	req.Header.Set("Authorization", "Bearer "+podToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -597,7 +600,7 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 		t.Errorf("after a failed load the pod serves %+v, want the Qwen3 model at policy version 11", info)
 	}
 	// The metrics name the policy version and the loads.
-	mresp, err := http.Get(p.url + gpu.PathMetrics)
+	mresp, err := http.Get(p.url + protocol.PathMetrics)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // scaleUsage is a score answer's usage with the pod's packing fields.
@@ -22,17 +24,17 @@ type scaleUsage struct {
 }
 
 type scaleAnswer struct {
-	Results []gpu.WireRowScores `json:"results"`
-	Usage   scaleUsage          `json:"usage"`
-	Error   string              `json:"error"`
+	Results []protocol.WireRowScores `json:"results"`
+	Usage   scaleUsage               `json:"usage"`
+	Error   string                   `json:"error"`
 }
 
-func wireSets(sets []gpu.RowSet) gpu.ScoreRequest {
-	var req gpu.ScoreRequest
+func wireSets(sets []gpu.RowSet) protocol.ScoreRequest {
+	var req protocol.ScoreRequest
 	for _, s := range sets {
-		ws := gpu.WireRowSet{ID: s.ID}
+		ws := protocol.WireRowSet{ID: s.ID}
 		for _, row := range s.Rows {
-			ws.Rows = append(ws.Rows, gpu.WireRow{Context: row.Context, Target: row.Target, Span: &row.Span})
+			ws.Rows = append(ws.Rows, protocol.WireRow{Context: row.Context, Target: row.Target, Span: &row.Span})
 		}
 		req.Sets = append(req.Sets, ws)
 	}
@@ -74,14 +76,14 @@ func TestPodTreePackingAtScale(t *testing.T) {
 		}
 		var ans scaleAnswer
 		start := time.Now()
-		if st := postJSON(t, p.url+gpu.PathScore, podToken, wireSets([]gpu.RowSet{set}), &ans); st != 200 {
+		if st := postJSON(t, p.url+protocol.PathScore, podToken, wireSets([]gpu.RowSet{set}), &ans); st != 200 {
 			t.Fatalf("1,500 chained rows: status %d: %s", st, ans.Error)
 		}
 		t.Logf("1,500 chained rows: 200 in %.1f s, usage %+v", time.Since(start).Seconds(), ans.Usage)
 		if ans.Usage.MaxPackTokens > 4096 || ans.Usage.Packs == 0 || ans.Usage.TokensForwarded != 1500+1500*6 {
 			t.Errorf("usage %+v: want packs > 0 of at most 4,096 tokens and 10,500 tokens forwarded", ans.Usage)
 		}
-		ref, err := gpu.NewLocal(model.Tiny()).ScoreRows(context.Background(), []gpu.RowSet{set})
+		ref, err := local.New(model.Tiny()).ScoreRows(context.Background(), []gpu.RowSet{set})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +128,7 @@ func TestPodTreePackingAtScale(t *testing.T) {
 		}
 		var ans scaleAnswer
 		start := time.Now()
-		if st := postJSON(t, p.url+gpu.PathScore, podToken, wireSets([]gpu.RowSet{set}), &ans); st != 200 {
+		if st := postJSON(t, p.url+protocol.PathScore, podToken, wireSets([]gpu.RowSet{set}), &ans); st != 200 {
 			t.Fatalf("32k-token trajectory: status %d: %s", st, ans.Error)
 		}
 		t.Logf("32k-token trajectory, %d rows: 200 in %.1f s, usage %+v", len(set.Rows), time.Since(start).Seconds(), ans.Usage)

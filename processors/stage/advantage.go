@@ -1,9 +1,7 @@
 package stage
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -507,111 +505,6 @@ func (p *partition) incomplete(g *state.Group[entry], off int64) {
 		Members: memberIDs(g), EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
 	p.deadLetters(recs, schemas.ReasonGroupIncomplete,
 		fmt.Sprintf("group %s timed out with %d of %d members (minimum %d)", g.PromptID, len(g.Members), g.GroupSize, p.a.cfg.Window.MinGroupSize), ev)
-}
-
-// deadLetters writes recs to the dead-letter topic; ev (if any) is the close they belong to.
-func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, ev *state.CloseEvent) {
-	var msgs []producers.Message
-	offs := make([]int64, len(recs))
-	for i, r := range recs {
-		offs[i] = r.Offset
-		msg, err := p.a.cfg.deadLetter("advantage", r, reason, detail)
-		if err != nil {
-			p.log.Error().Err(err).Int64("offset", r.Offset).Msg("encode dead letter")
-			continue
-		}
-		msgs = append(msgs, msg)
-	}
-	p.log.Warn().Str("reason", reason).Str("detail", truncate(detail, 200)).Int("records", len(recs)).Msg("dead letter")
-	p.send(msgs, ev, offs, time.Now(), false)
-}
-
-// send writes msgs in the background; the partition loop learns of the ack.
-// With recycle, the messages' values are buffers of a.buffers, handed back
-// once the broker acknowledged them.
-//
-// It waits while the partition's unacknowledged output is at its bound
-// (Config.MaxUnackedBytes), so that building samples does not run far ahead
-// of writing them.
-func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time, recycle bool) {
-	size := 0
-	for _, msg := range msgs {
-		size += len(msg.Value)
-	}
-	p.sem <- struct{}{}
-	// Once the partition is being released the bound no longer waits: the
-	// writes in flight may be retrying against an unreachable broker, and
-	// the release must not wait for them (they get the drain's few seconds).
-	held := p.unacked.acquire(p.claimCtx, size)
-	go func() {
-		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
-		if held {
-			p.unacked.release(size)
-		}
-		written := err == nil
-		if errors.As(err, new(*unwritableError)) {
-			// Retrying cannot help (the samples' limits keep records far below the
-			// broker's maximum, so this is a misconfigured topic or broker): say
-			// so loudly and move on rather than stall the partition forever.
-			p.a.cfg.Metrics.unwritable.WithLabelValues("advantage").Add(float64(len(msgs)))
-			p.log.Error().Err(err).Int("messages", len(msgs)).Msg("the broker refused these outputs for good; they are skipped")
-			err = nil
-		}
-		if written {
-			for _, msg := range msgs {
-				p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()
-				if recycle {
-					// Acknowledged: the producer holds no reference any more. (After
-					// an error it may: a cancelled write can still sit in a batch.)
-					p.a.buffers.put(msg.Value)
-				}
-			}
-		}
-		p.acks <- ack{ev: ev, offsets: offsets, started: started, err: err}
-		<-p.sem
-	}()
-}
-
-func (p *partition) acked(k ack) {
-	if k.err != nil {
-		return // the partition is being released; the next owner replays these offsets
-	}
-	if k.ev != nil {
-		p.ledger.Ack(k.ev)
-	}
-	for _, o := range k.offsets {
-		p.ledger.Done(o)
-	}
-	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(k.started).Seconds())
-}
-
-// checkpoint writes the partition snapshot (when it changed) and then commits.
-func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc) {
-	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.ledger.Pending()))
-	snap := p.ledger.Snapshot(p.groups.Closed())
-	p.a.mu.Lock()
-	p.a.positions[p.claim.Partition] = Position{Next: p.next, Committable: snap.NextOffset, OpenGroups: p.groups.Open(), InFlight: len(p.sem)}
-	p.a.mu.Unlock()
-	b, err := snap.Marshal()
-	if err != nil {
-		p.log.Error().Err(err).Msg("marshal snapshot")
-		return
-	}
-	if bytes.Equal(b, p.lastSnap) {
-		return
-	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	err = p.a.prod.Produce(wctx, producers.Message{Topic: p.a.cfg.Topics.State, Key: []byte(p.snapKey), Value: b})
-	if err != nil {
-		p.log.Warn().Err(err).Msg("state snapshot not written; offsets not committed")
-		return
-	}
-	p.a.cfg.Metrics.snapshots.Inc()
-	p.lastSnap = b
-	if err := commit(ctx, snap.NextOffset); err != nil {
-		p.log.Debug().Err(err).Int64("offset", snap.NextOffset).Msg("commit not accepted (the snapshot carries the position)")
-	}
 }
 
 // observe feeds the process-signal metrics.

@@ -10,8 +10,9 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
 )
 
@@ -333,7 +334,7 @@ func TestLowerGraphsOfScorerAnswer(t *testing.T) {
 			ans = append(ans, g)
 			want = append(want, sq.Lower())
 		}
-		got := lowerGraphs(ans)
+		got := scoring.LowerGraphs(ans)
 		for l := range want {
 			if got[l].Layer != want[l].Layer || got[l].K != want[l].K || !sameBits(got[l].AA, want[l].AA) || !sameBits(got[l].AO, want[l].AO) ||
 				len(got[l].AA) != schemas.LowerLen(k) {

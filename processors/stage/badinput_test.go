@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/synth"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -119,7 +119,7 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 		want[x.key] = x.reason
 	}
 
-	e.runStages(t, gpu.NewLocal(model.Tiny()))
+	e.runStages(t, local.New(model.Tiny()))
 
 	got := map[string]string{}
 	deadline := time.Now().Add(90 * time.Second)
@@ -221,7 +221,7 @@ func TestOversizedOutput(t *testing.T) {
 			if err := prod.Produce(ctx, msgs...); err != nil {
 				t.Fatal(err)
 			}
-			sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), prod)
+			sc, err := stage.NewScoreStage(ctx, cfg, local.New(model.Tiny()), prod)
 			if err != nil {
 				t.Fatal(err)
 			}

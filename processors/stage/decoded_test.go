@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/broker"
-	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/processors/stage"
 )
 

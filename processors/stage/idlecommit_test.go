@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -47,7 +47,7 @@ func TestIdleScoreStageCommits(t *testing.T) {
 		}
 		return n
 	}
-	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(model.Tiny()), e.prod)
+	sc, err := stage.NewScoreStage(ctx, cfg, local.New(model.Tiny()), e.prod)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 )
 
@@ -31,7 +31,7 @@ func TestPythonClientsEndToEnd(t *testing.T) {
 		t.Skip("needs a python3 with confluent_kafka and numpy (Debian: python3-confluent-kafka python3-numpy)")
 	}
 	e := newEnv(t, 2, nil)
-	e.runStages(t, gpu.NewLocal(model.Tiny()))
+	e.runStages(t, local.New(model.Tiny()))
 	ctx, b := e.ctx, e.b
 
 	dir, _ := filepath.Abs("../../examples/python")

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -150,7 +150,7 @@ func TestLongTrajectoryEndToEnd(t *testing.T) {
 	}
 
 	started := time.Now()
-	sc, err := stage.NewScoreStage(ctx, cfg, gpu.NewLocal(shortContextModel(t, 4096)), prod)
+	sc, err := stage.NewScoreStage(ctx, cfg, local.New(shortContextModel(t, 4096)), prod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestBrokenChunksEndInDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	sc, err := stage.NewScoreStage(runCtx, cfg, gpu.NewLocal(model.Tiny()), prod)
+	sc, err := stage.NewScoreStage(runCtx, cfg, local.New(model.Tiny()), prod)
 	if err != nil {
 		t.Fatal(err)
 	}

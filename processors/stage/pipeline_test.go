@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/harness/demo"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
-	"github.com/creditflow/creditflow/internal/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/offline"
 	"github.com/creditflow/creditflow/processors/stage"

@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/promreg"
-	"github.com/creditflow/creditflow/internal/synth"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -274,7 +274,7 @@ func TestV1ScoredGoldenThroughAdvantage(t *testing.T) {
 // v1 schema to the score stage (the CPU scorer) and the advantage stage.
 func TestV1TrajectoriesGoldenThroughPipeline(t *testing.T) {
 	e := newEnv(t, 1, nil)
-	local := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(9))
+	local := local.New(model.Tiny(), local.WithPolicyVersion(9))
 	e.runStages(t, local)
 	// The scorer moves to new weights after the stage read its info: the
 	// scored records carry the version that answered, not the one at start.
@@ -311,7 +311,7 @@ func TestV1TrajectoriesGoldenThroughPipeline(t *testing.T) {
 // graphs, also when the scorer moved on after the stage started.
 func TestAttnSRScorerVersionFromAnswers(t *testing.T) {
 	e := newEnv(t, 1, func(cfg *stage.Config) { cfg.Credit.Method = credit.MethodAttnSR })
-	local := gpu.NewLocal(model.Tiny(), gpu.WithPolicyVersion(4))
+	local := local.New(model.Tiny(), local.WithPolicyVersion(4))
 	e.runStages(t, local)
 	if err := local.Swap(model.Tiny(), 6); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
 )
 
@@ -20,7 +21,7 @@ func member(s *schemas.Scored) credit.Member {
 		PredAnswer:   t.PredAnswer,
 		GoldAnswers:  t.GoldAnswers,
 		PromptTokens: len(t.Prompt),
-		Turns:        creditTurns(t),
+		Turns:        scoring.CreditTurns(t),
 	}
 	for i := range m.Turns {
 		if i < len(s.Turns) {

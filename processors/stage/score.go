@@ -11,8 +11,16 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+)
+
+// Directions of LAPO scoring (docs/method.md §2.1); the rows of each are
+// planned by package scoring.
+const (
+	Backward = scoring.Backward
+	Forward  = scoring.Forward
 )
 
 // ScoreStage reads trajectories, asks the scorer for LAPO row scores or
@@ -390,7 +398,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 	}
 	switch s.cfg.Credit.Method {
 	case "attnsr":
-		job := attentionJob(t, s.layers)
+		job := scoring.AttentionJob(t, s.layers)
 		var graphs [][]gpu.StepGraph
 		version := int64(-1)
 		err := retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
@@ -403,29 +411,29 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if version >= 0 { // the weights that computed these graphs
 			sc.ScorerPolicyVersion = version
 		}
-		sc.Graphs = lowerGraphs(graphs[0])
+		sc.Graphs = scoring.LowerGraphs(graphs[0])
 	default:
 		sc.Direction = s.cfg.Direction
-		plan, err := planLAPO(t, s.cfg.Direction, s.cfg.Credit, s.info.PlaceholderIDs)
+		plan, err := scoring.PlanLAPO(t, s.cfg.Direction, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {
 			return nil, err
 		}
-		if plan.noGoldTarget {
+		if plan.NoGoldTarget() {
 			s.cfg.Metrics.noGoldTarget.Inc()
 		}
-		if len(plan.rows) == 0 {
+		if plan.Empty() {
 			return sc, nil
 		}
 		var res []gpu.RowScores
 		err = retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
-			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{plan.rowSet(t.TrajectoryID)})
+			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{plan.RowSet(t.TrajectoryID)})
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
 		var nonFinite int
-		sc.Turns, nonFinite = plan.turnScores(res[0].Scores)
+		sc.Turns, nonFinite = plan.TurnScores(res[0].Scores)
 		s.cfg.Metrics.nonFiniteGains.Add(float64(nonFinite))
 		sc.Truncations = int32(res[0].Truncations)
 		if v := res[0].PolicyVersion; v != nil { // the weights that computed these scores

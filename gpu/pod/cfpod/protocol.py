@@ -139,7 +139,7 @@ def _row_context(s, r, i, j, sid, shared):
 
 
 def parse_score_request(req, info, limits=None):
-    """Decodes and validates a score request (the rules of gpu/errors.go validateSets).
+    """Decodes and validates a score request (the rules of gpu/local/validate.go validateSets).
     limits(rows, tokens) runs after decoding and before validating, as in the Go server.
     Returns [(id, [(context, target, (a, b), temperature)])]; an absent or null "temperature"
     is 1. Compact rows ("pieces", set-level "tokens", "target" and "span") are expanded here."""
@@ -218,7 +218,7 @@ def parse_score_request(req, info, limits=None):
 
 
 def parse_attention_request(req, info, limits=None):
-    """Decodes and validates an attention request (gpu/errors.go validateJobs); limits as
+    """Decodes and validates an attention request (gpu/local/validate.go validateJobs); limits as
     in parse_score_request. Returns [(id, tokens, [((a0, a1), (o0, o1) or None)], layers)]."""
     if not isinstance(req, dict) or not isinstance(req.get("jobs"), list):
         raise bad('attention request must be an object with a "jobs" list')

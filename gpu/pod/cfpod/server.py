@@ -1,5 +1,5 @@
 """The scorer pod's HTTP server: the creditflow.scorer/v1 protocol (docs/scorer-protocol.md;
-the Go server in gpu/server.go is the reference) over a torch model, plus hot loading of
+the Go server in gpu/server/server.go is the reference) over a torch model, plus hot loading of
 new policy versions.
 
 Guarantees (the same as the Go server's):

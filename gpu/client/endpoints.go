@@ -1,0 +1,138 @@
+package client
+
+// Endpoint balancing and health: the least-loaded pick, consecutive-failure
+// counting, and the /healthz probe that brings an endpoint back.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu/protocol"
+)
+
+type endpoint struct {
+	url         string
+	outstanding atomic.Int64 // tokens in flight
+	healthy     atomic.Bool
+	rowPieces   atomic.Bool // its /v1/info advertises protocol.FeatureRowPieces
+	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
+	mu          sync.Mutex
+	fails       int
+	probing     bool
+}
+
+// pick chooses the endpoint with the least tokens in flight, preferring
+// healthy endpoints not yet tried for this request.
+func (c *Client) pick(tried map[*endpoint]bool) *endpoint {
+	n := len(c.eps)
+	start := int(c.rr.Add(1) % uint64(n))
+	for pass := 0; pass < 4; pass++ {
+		var best *endpoint
+		var bestLoad int64
+		for k := 0; k < n; k++ {
+			ep := c.eps[(start+k)%n]
+			if pass < 2 && !ep.healthy.Load() {
+				continue
+			}
+			if (pass == 0 || pass == 2) && tried[ep] {
+				continue
+			}
+			load := ep.outstanding.Load()
+			if best == nil || load < bestLoad {
+				best, bestLoad = ep, load
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return c.eps[start]
+}
+
+func (c *Client) markSuccess(ep *endpoint) {
+	ep.mu.Lock()
+	ep.fails = 0
+	ep.mu.Unlock()
+}
+
+func (c *Client) markFailure(ep *endpoint, aerr *attemptError) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.fails++
+	if ep.fails < c.cfg.unhealthyAfter || !ep.healthy.Load() {
+		return
+	}
+	ep.healthy.Store(false)
+	c.metrics.Healthy.WithLabelValues(ep.url).Set(0)
+	c.cfg.log.Warn().Str("endpoint", ep.url).Int("failures", ep.fails).Str("error", aerr.Error()).
+		Msg("scorer endpoint marked unhealthy; probing /healthz")
+	if !ep.probing {
+		ep.probing = true
+		c.wg.Add(1)
+		go c.probe(ep)
+	}
+}
+
+// probe polls ep's /healthz until it answers 200 and, when the model is
+// known, reports the same model; then ep takes work again.
+func (c *Client) probe(ep *endpoint) {
+	defer c.wg.Done()
+	for {
+		if !sleepCtx(c.ctx, c.cfg.probeInterval) {
+			return
+		}
+		if err := c.check(ep); err != nil {
+			c.cfg.log.Debug().Str("endpoint", ep.url).Str("error", err.Error()).Msg("scorer endpoint still unhealthy")
+			continue
+		}
+		ep.mu.Lock()
+		ep.fails = 0
+		ep.probing = false
+		ep.healthy.Store(true)
+		ep.mu.Unlock()
+		c.metrics.Healthy.WithLabelValues(ep.url).Set(1)
+		c.cfg.log.Info().Str("endpoint", ep.url).Msg("scorer endpoint healthy again")
+		return
+	}
+}
+
+func (c *Client) check(ep *endpoint) error {
+	ctx, cancel := context.WithTimeout(c.ctx, min(c.cfg.requestTimeout, 5*time.Second))
+	defer cancel()
+	req, err := c.newRequest(ctx, http.MethodGet, ep.url+protocol.PathHealth, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz answered %d", resp.StatusCode)
+	}
+	select {
+	case c.infoLock <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	known, ref := c.infoOK, c.info
+	c.unlockInfo()
+	if !known {
+		return nil
+	}
+	got, err := c.fetchInfo(ctx, ep)
+	if err != nil {
+		return err
+	}
+	if !ref.SameModel(got) {
+		return fmt.Errorf("endpoint now serves model %q (%s, %d layers), not %q", got.Name, got.Architecture, got.Layers, ref.Name)
+	}
+	return nil
+}

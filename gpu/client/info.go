@@ -1,0 +1,119 @@
+package client
+
+// Model info: asking the endpoints which model they serve, checking they
+// agree, and caching the answer.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/protocol"
+)
+
+func (c *Client) unlockInfo() { <-c.infoLock }
+
+func (c *Client) fetchInfo(ctx context.Context, ep *endpoint) (gpu.ModelInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+	defer cancel()
+	req, err := c.newRequest(ctx, http.MethodGet, ep.url+protocol.PathInfo, nil)
+	if err != nil {
+		return gpu.ModelInfo{}, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return gpu.ModelInfo{}, fmt.Errorf("scorer %s: %w", ep.url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return gpu.ModelInfo{}, fmt.Errorf("scorer %s: reading info: %w", ep.url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return gpu.ModelInfo{}, classifyStatus(ep, resp.StatusCode, data).err
+	}
+	var info gpu.ModelInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return gpu.ModelInfo{}, fmt.Errorf("scorer %s: undecodable info: %w", ep.url, err)
+	}
+	if info.Protocol != protocol.Version {
+		return gpu.ModelInfo{}, &gpu.StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: gpu.CodeVersionMismatch,
+			Message: fmt.Sprintf("scorer speaks protocol %q, client speaks %q", info.Protocol, protocol.Version)}
+	}
+	ep.rowPieces.Store(slices.Contains(info.Features, protocol.FeatureRowPieces))
+	ep.binary.Store(slices.Contains(info.Features, protocol.FeatureBinary))
+	return info, nil
+}
+
+// Info asks every endpoint for its model and returns it; all reachable
+// endpoints must serve the same model (name, architecture, layers, vocab,
+// max context, placeholder ids), else it is an error. The answer is cached
+// for the info TTL. PolicyVersion is the highest any endpoint reports.
+func (c *Client) Info(ctx context.Context) (gpu.ModelInfo, error) {
+	select {
+	case c.infoLock <- struct{}{}:
+	case <-ctx.Done():
+		return gpu.ModelInfo{}, ctx.Err()
+	case <-c.ctx.Done():
+		return gpu.ModelInfo{}, ErrClosed
+	}
+	defer c.unlockInfo()
+	if c.infoOK && (c.cfg.infoTTL <= 0 || time.Since(c.infoAt) < c.cfg.infoTTL) {
+		return c.info, nil
+	}
+	type answer struct {
+		info gpu.ModelInfo
+		err  error
+	}
+	answers := make([]answer, len(c.eps))
+	var wg sync.WaitGroup
+	for i, ep := range c.eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			info, err := c.fetchInfo(ctx, ep)
+			answers[i] = answer{info, err}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return gpu.ModelInfo{}, err
+	}
+	var ref *gpu.ModelInfo
+	var refURL string
+	var errs []error
+	for i, a := range answers {
+		if a.err != nil {
+			var se *gpu.StatusError
+			if errors.As(a.err, &se) {
+				return gpu.ModelInfo{}, a.err
+			}
+			errs = append(errs, a.err)
+			c.cfg.log.Warn().Str("endpoint", c.eps[i].url).Str("error", a.err.Error()).Msg("scorer info unavailable")
+			continue
+		}
+		if ref == nil {
+			info := a.info
+			ref, refURL = &info, c.eps[i].url
+			continue
+		}
+		if !ref.SameModel(a.info) {
+			return gpu.ModelInfo{}, fmt.Errorf("scorer endpoints serve different models: %s has %q (%s, %d layers, vocab %d, max context %d), %s has %q (%s, %d layers, vocab %d, max context %d); point the client at pods of one model",
+				refURL, ref.Name, ref.Architecture, ref.Layers, ref.VocabSize, ref.MaxContext,
+				c.eps[i].url, a.info.Name, a.info.Architecture, a.info.Layers, a.info.VocabSize, a.info.MaxContext)
+		}
+		ref.PolicyVersion = max(ref.PolicyVersion, a.info.PolicyVersion)
+	}
+	if ref == nil {
+		return gpu.ModelInfo{}, fmt.Errorf("no scorer endpoint answered %s: %w", protocol.PathInfo, errors.Join(errs...))
+	}
+	c.info, c.infoAt, c.infoOK = *ref, time.Now(), true
+	return *ref, nil
+}

@@ -1,0 +1,90 @@
+package bench
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// countingRegistry is the registry a benchmarked stage registers its
+// metrics with; it also keeps the collectors of a few counter families, so
+// that the bench's 5 ms polls read those alone. A full Gather of a stage's
+// registry (histograms, the consumer group's metrics) cost about 4% of the
+// process's CPU in the stage phases, which the passthrough (plain atomic
+// counters) did not pay.
+type countingRegistry struct {
+	*prometheus.Registry
+	names []string
+	mu    sync.Mutex
+	kept  []prometheus.Collector
+}
+
+func newCountingRegistry(reg *prometheus.Registry, names ...string) *countingRegistry {
+	return &countingRegistry{Registry: reg, names: names}
+}
+
+// Register registers c and keeps it when it describes a counted family.
+func (r *countingRegistry) Register(c prometheus.Collector) error {
+	if err := r.Registry.Register(c); err != nil {
+		return err
+	}
+	descs := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(descs); close(descs) }()
+	keep := false
+	for d := range descs {
+		for _, n := range r.names {
+			if strings.Contains(d.String(), `fqName: "`+n+`"`) {
+				keep = true
+			}
+		}
+	}
+	if keep {
+		r.mu.Lock()
+		r.kept = append(r.kept, c)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// MustRegister is Register that panics, as prometheus.Registerer's does.
+func (r *countingRegistry) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// gather collects the counted families only.
+func (r *countingRegistry) gather() []*dto.MetricFamily {
+	r.mu.Lock()
+	kept := append([]prometheus.Collector(nil), r.kept...)
+	r.mu.Unlock()
+	fams := map[string]*dto.MetricFamily{}
+	var out []*dto.MetricFamily
+	for _, c := range kept {
+		ch := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(ch); close(ch) }()
+		for m := range ch {
+			var pb dto.Metric
+			if m.Write(&pb) != nil {
+				continue
+			}
+			name := m.Desc().String()
+			if i := strings.Index(name, `fqName: "`); i >= 0 {
+				name = name[i+len(`fqName: "`):]
+				name = name[:strings.IndexByte(name, '"')]
+			}
+			f := fams[name]
+			if f == nil {
+				f = &dto.MetricFamily{Name: &name}
+				fams[name] = f
+				out = append(out, f)
+			}
+			f.Metric = append(f.Metric, &pb)
+		}
+	}
+	return out
+}

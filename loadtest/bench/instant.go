@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/harness/synth"
+	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
+	"github.com/rs/zerolog"
+)
+
+// benchInstantScorer is a benchmark fixture of the bench command and is used
+// nowhere else: it answers the scorer protocol at once with deterministic
+// values computed from the request's shape (no model), so that the score
+// stage's own cost — planning rows, the protocol client, encoding scored
+// records, Kafka I/O — is what the bench measures. Its numbers mean nothing
+// for training.
+type benchInstantScorer struct{ info gpu.ModelInfo }
+
+func newBenchInstantScorer() benchInstantScorer {
+	return benchInstantScorer{info: gpu.ModelInfo{
+		Protocol: protocol.Version, Name: "bench-instant-scorer", Architecture: "none",
+		Layers: 28, VocabSize: benchVocabSize, MaxContext: 1 << 20,
+		PlaceholderIDs: synth.Tokens("[DELETE]"),
+	}}
+}
+
+func (s benchInstantScorer) Info(context.Context) (gpu.ModelInfo, error) { return s.info, nil }
+
+// ScoreRows gives each row a mean log-probability in [-3, -1) that depends
+// only on the row's lengths and span.
+func (s benchInstantScorer) ScoreRows(_ context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
+	out := make([]gpu.RowScores, len(sets))
+	for i, set := range sets {
+		out[i].Scores = make([]float64, len(set.Rows))
+		for j, r := range set.Rows {
+			h := (set.ContextLen(j)*31 + len(r.Target)*7 + r.Span[0]*3 + r.Span[1]) % 97
+			out[i].Scores[j] = -1 - float64(h)/48.5
+		}
+	}
+	return out, nil
+}
+
+// Attention gives step graphs whose row j spreads its mass over the earlier
+// steps with a fixed, layer-dependent tilt.
+func (s benchInstantScorer) Attention(_ context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, error) {
+	out := make([][]gpu.StepGraph, len(jobs))
+	for i, job := range jobs {
+		k := len(job.Steps)
+		for _, layer := range job.Layers {
+			g := gpu.StepGraph{Layer: layer, AA: make([][]float64, k), AO: make([][]float64, k)}
+			for j := 0; j < k; j++ {
+				g.AA[j] = make([]float64, k)
+				g.AO[j] = make([]float64, k)
+				for c := 0; c < j; c++ {
+					w := 1 + float64((j*7+c*3+layer)%5)/10
+					g.AA[j][c] = 0.5 * w / float64(j)
+					g.AO[j][c] = 0.3 * w / float64(j)
+				}
+			}
+			out[i] = append(out[i], g)
+		}
+	}
+	return out, nil
+}
+
+// ScorerCmd is the command (of this executable: its main dispatches it to
+// ServeScorer) that serves the fixture over the scorer protocol in a child
+// process of the bench, so that its CPU (decoding requests, which a GPU pod
+// does on its own machine) is not counted as the score stage's.
+const ScorerCmd = "bench-scorer"
+
+// ServeScorer serves the instant scorer until SIGINT or SIGTERM, printing its
+// address first.
+func ServeScorer(args []string) (int, error) {
+	ctx, stop := cmdutil.SignalContext()
+	defer stop()
+	if len(args) == 2 && args[0] == "--cpuprofile" {
+		stopProfile, err := startCPUProfile(args[1])
+		if err != nil {
+			return 1, err
+		}
+		defer stopProfile()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 1, err
+	}
+	fmt.Println(ln.Addr().String())
+	srv := server.New(newBenchInstantScorer(), server.WithLogger(zerolog.Nop()))
+	if err := srv.Serve(ctx, ln); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+// startInstantScorer starts the fixture in a child process and returns a
+// protocol client for it (the client the stage uses in production), and a
+// stop function. With a non-empty cpuProfile the child writes its CPU
+// profile there.
+func startInstantScorer(ctx context.Context, cpuProfile string) (*client.Client, func(), error) {
+	args := []string{ScorerCmd}
+	if cpuProfile != "" {
+		args = append(args, "--cpuprofile", cpuProfile)
+	}
+	cmd, addr, err := startChild("instant scorer", args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New([]string{"http://" + addr}, client.WithLogger(zerolog.Nop()))
+	if err != nil {
+		stopChild(cmd)
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); stopChild(cmd) }, nil
+}

@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// The trainer's end (docs/performance.md, Method): a trainer reads the
+// samples topic with the Python package (SampleStream → to_torch batches);
+// a bare confluent_kafka consumer reading the same records in the same run
+// is its floor, as the passthroughs are the stages'.
+
+//go:embed trainer.py
+var benchTrainerScript []byte
+
+// benchTrainerBatch is the trainer's batch: 64 samples, whole groups.
+const benchTrainerBatch = 64
+
+// trainerResult is what the phase measured, or why it did not run.
+type trainerResult struct {
+	PerS         float64 `json:"trainer_per_s"`
+	ConsumerPerS float64 `json:"trainer_consumer_per_s"`
+	Tensors      string  `json:"tensors"` // torch, or numpy where torch is missing
+	Note         string  `json:"-"`
+}
+
+// pythonPackageDir is the directory holding the creditflow Python package
+// (the repository's python/), looked for from the working directory up.
+func pythonPackageDir() (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "python", "creditflow", "__init__.py")); err == nil {
+			return filepath.Join(dir, "python"), true
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", false
+		}
+		dir = up
+	}
+}
+
+// trainer reads n samples of topic with the Python package and with a bare
+// consumer, repeat times each, in turns. A missing interpreter, package or
+// python3-confluent-kafka is a note, not an error.
+func (e *benchEnv) trainer(ctx context.Context, python, topic string, n, repeat int) (trainerResult, error) {
+	pkg, ok := pythonPackageDir()
+	if !ok {
+		return trainerResult{Note: "skipped: the creditflow Python package (python/ of the repository) is not under the working directory; run the bench from the repository"}, nil
+	}
+	probe := exec.CommandContext(ctx, python, "-c", "import confluent_kafka, numpy")
+	if out, err := probe.CombinedOutput(); err != nil {
+		return trainerResult{Note: fmt.Sprintf("skipped: %s cannot import confluent_kafka and numpy (apt-get install python3-confluent-kafka python3-numpy): %s",
+			python, strings.TrimSpace(lastLine(string(out), err)))}, nil
+	}
+	script, err := os.CreateTemp("", "bench_trainer_*.py")
+	if err != nil {
+		return trainerResult{}, err
+	}
+	defer os.Remove(script.Name())
+	if _, err := script.Write(benchTrainerScript); err != nil {
+		script.Close()
+		return trainerResult{}, err
+	}
+	script.Close()
+	cmd := exec.CommandContext(ctx, python, script.Name(), strings.Join(e.brokers, ","), topic,
+		fmt.Sprint(n), fmt.Sprint(max(1, repeat)), fmt.Sprint(benchTrainerBatch), e.name("trainer"))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+pkg)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return trainerResult{}, fmt.Errorf("trainer phase (%s): %w: %s", python, err, strings.TrimSpace(lastLine(stderr.String(), err)))
+	}
+	var r trainerResult
+	if err := json.Unmarshal([]byte(lastLine(stdout.String(), nil)), &r); err != nil {
+		return trainerResult{}, fmt.Errorf("trainer phase: unreadable result %q: %w", stdout.String(), err)
+	}
+	return r, nil
+}
+
+// lastLine is the last non-empty line of s (or err's text when s has none).
+func lastLine(s string, err error) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if l := lines[len(lines)-1]; l != "" {
+		return l
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}

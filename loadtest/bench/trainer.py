@@ -1,0 +1,126 @@
+"""The trainer's end of `loadtest bench` (docs/performance.md, Method): reads the samples
+topic with the creditflow Python package as a trainer does (SampleStream.batches, then
+to_torch, or to_numpy without torch) and with a bare confluent_kafka consumer that only
+polls the same records, in turns, and prints one JSON object.
+
+  python3 trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
+
+A run's rate is its records over the time from the first record its consumer returned to
+the end of the run (the last record read; for the trainer, the last batch built), so
+joining the consumer group is left out of both, as the bench leaves it out of every phase.
+With CREDITFLOW_BENCH_PYPROFILE=FILE the first trainer run writes its cProfile there.
+"""
+
+import json
+import os
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaError
+
+import creditflow
+from creditflow.batch import to_numpy
+
+try:
+    from creditflow.batch import to_torch
+    import torch  # noqa: F401  (to_torch imports it per call; fail here, once)
+except ImportError:
+    to_torch = None
+
+TIMEOUT = 120.0
+
+
+class _Clock:
+    """Wraps a consumer's consume and poll to note when it first returned records."""
+
+    def __init__(self, consumer):
+        self._c, self.first = consumer, None
+
+    def consume(self, num_messages=1, timeout=-1):
+        msgs = self._c.consume(num_messages=num_messages, timeout=timeout)
+        if msgs and self.first is None:
+            self.first = time.monotonic()
+        return msgs
+
+    def poll(self, timeout=-1):
+        msg = self._c.poll(timeout)
+        if msg is not None and self.first is None:
+            self.first = time.monotonic()
+        return msg
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+def bare(brokers, topic, n, group):
+    c = _Clock(Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False}))
+    c.subscribe([topic])
+    got, nbytes, deadline = 0, 0, time.monotonic() + TIMEOUT
+    while got < n:
+        msgs = c.consume(num_messages=256, timeout=0)  # in bulk, as SampleStream takes them
+        if not msgs:
+            msg = c.poll(0.5)
+            msgs = [msg] if msg is not None else []
+        if not msgs and time.monotonic() > deadline:
+            raise TimeoutError("bare consumer: %d of %d records" % (got, n))
+        for msg in msgs:
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(msg.error())
+            got += 1
+            nbytes += len(msg.value())
+    end = time.monotonic()
+    c.close()
+    return got, end - c.first, nbytes
+
+
+def trainer(brokers, topic, n, group, batch):
+    s = creditflow.SampleStream(brokers, group, topic=topic, idle_timeout=10.0)
+    s._consumer = _Clock(s._consumer)
+    convert = to_torch or to_numpy
+    got, tokens, deadline = 0, 0, time.monotonic() + TIMEOUT
+    for b in s.batches(batch, whole_groups=True, max_wait=0.2):
+        t = convert(b)
+        got += len(b)
+        tokens += int(t["lengths"].sum())
+        if got >= n or time.monotonic() > deadline:
+            break
+    end = time.monotonic()
+    if got < n:
+        raise TimeoutError("trainer: %d of %d samples" % (got, n))
+    first = s._consumer.first
+    s.close()
+    return got, end - first, tokens
+
+
+def main():
+    brokers, topic, n, repeat, batch, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
+        int(sys.argv[5]), sys.argv[6]
+    creditflow.wire.codec("Sample")  # compiled once per process (start-up, not steady state)
+    runs = {"consumer": [0, 0.0], "trainer": [0, 0.0]}
+    nbytes = tokens = 0
+    for r in range(repeat):
+        got, dt, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
+        runs["consumer"][0] += got
+        runs["consumer"][1] += dt
+        if os.environ.get("CREDITFLOW_BENCH_PYPROFILE"):  # the trainer's profile (cProfile) of the first run
+            import cProfile
+            prof = cProfile.Profile()
+            got, dt, tokens = prof.runcall(trainer, brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
+            prof.dump_stats(os.environ.pop("CREDITFLOW_BENCH_PYPROFILE"))
+        else:
+            got, dt, tokens = trainer(brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
+        runs["trainer"][0] += got
+        runs["trainer"][1] += dt
+    print(json.dumps({
+        "trainer_per_s": runs["trainer"][0] / runs["trainer"][1],
+        "trainer_consumer_per_s": runs["consumer"][0] / runs["consumer"][1],
+        "tensors": "torch" if to_torch else "numpy",
+        "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, n),
+    }))
+
+
+if __name__ == "__main__":
+    main()
