@@ -108,6 +108,52 @@ func ReadPartitionRange(ctx context.Context, brokers []string, sec kafkasec.Conf
 	if from < first {
 		from = first
 	}
+	return readRange(ctx, d, brokers, topic, partition, from, end, fn)
+}
+
+// LastMatch finds the newest record of topic/partition for which match is
+// true, reading backwards from the partition's end offset in windows of
+// window records that double each time one holds no match (records within
+// a window are read forward). It returns the record, whether one matched,
+// and how many records it read. A key's newest record in a changelog topic
+// is therefore found at the cost of the records written after it, not of
+// the whole partition.
+func LastMatch(ctx context.Context, brokers []string, sec kafkasec.Config, topic string, partition int, window int64, match func(Record) bool) (Record, bool, int64, error) {
+	d, err := sec.Dialer()
+	if err != nil {
+		return Record{}, false, 0, fmt.Errorf("consumers: %w", err)
+	}
+	first, end, err := partitionBounds(ctx, d, brokers, topic, partition)
+	if err != nil {
+		return Record{}, false, 0, err
+	}
+	if window < 1 {
+		window = 1
+	}
+	var (
+		last  Record
+		found bool
+		read  int64
+	)
+	for hi := end; hi > first && !found; window *= 2 {
+		lo := max(hi-window, first)
+		if _, err := readRange(ctx, d, brokers, topic, partition, lo, hi, func(r Record) error {
+			read++
+			if match(r) {
+				last, found = r, true
+			}
+			return nil
+		}); err != nil {
+			return Record{}, false, read, err
+		}
+		hi = lo
+	}
+	return last, found, read, nil
+}
+
+// readRange calls fn for each record of topic/partition in [from, end), in
+// offset order, and returns end.
+func readRange(ctx context.Context, d *kafka.Dialer, brokers []string, topic string, partition int, from, end int64, fn func(Record) error) (int64, error) {
 	if from >= end {
 		return end, nil
 	}

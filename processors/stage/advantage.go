@@ -123,6 +123,7 @@ type partition struct {
 	decodedBytes int
 	heldBytes    int // record bytes of the open members (entry.held)
 	lastSnap     []byte
+	lastSnapAt   time.Time
 	scratch      sampleScratch // the arrays of the sample being built (finalize)
 }
 
@@ -227,7 +228,11 @@ drain:
 // keyed record), so with n state partitions a key's snapshots all sit in
 // partition PartitionFor(key, n). The key names the input partition, not
 // its owner, so it is the same partition after any rebalance or restart,
-// whichever replica writes or reads it. Only that partition is read.
+// whichever replica writes or reads it. Only that partition is read, and
+// backwards from its end (consumers.LastMatch): the newest snapshot of the
+// key is found at the cost of the snapshots written after it (other input
+// partitions' keys sharing the state partition), however long the topic has
+// grown and whether or not compaction has run.
 //
 // When the key is not there and the topic has more than one partition, the
 // others are read too: partitions added to the state topic move keys, and
@@ -235,6 +240,10 @@ drain:
 // copies found, the one furthest ahead (NextOffset, then the more groups
 // emitted ahead) is restored; the next snapshot goes where the key hashes
 // now, so later loads find it there.
+// snapshotWindow is the first window (in records) loadSnapshot reads back
+// from the end of a state partition; it doubles until the key is found.
+const snapshotWindow = 16
+
 func (a *AdvantageStage) loadSnapshot(ctx context.Context, key string) (*state.Snapshot, error) {
 	topic := a.cfg.Topics.State
 	parts, err := consumers.Partitions(ctx, a.cfg.Brokers, a.cfg.Security, topic)
@@ -247,17 +256,16 @@ func (a *AdvantageStage) loadSnapshot(ctx context.Context, key string) (*state.S
 	sort.Ints(parts)
 	home := parts[producers.PartitionFor([]byte(key), len(parts))]
 	read := func(p int) ([]byte, error) {
-		var last []byte
-		_, err := consumers.ReadPartitionRange(ctx, a.cfg.Brokers, a.cfg.Security, topic, p, 0, func(r consumers.Record) error {
-			if string(r.Key) == key {
-				last = r.Value // compaction keeps the newest; until then, the last one read is
-			}
-			return nil
+		start := time.Now()
+		last, _, n, err := consumers.LastMatch(ctx, a.cfg.Brokers, a.cfg.Security, topic, p, snapshotWindow, func(r consumers.Record) bool {
+			return string(r.Key) == key
 		})
 		if err != nil {
 			return nil, fmt.Errorf("advantage stage: read state topic %s partition %d: %w", topic, p, err)
 		}
-		return last, nil
+		a.log.Debug().Str("key", key).Int("state_partition", p).Int64("records_read", n).
+			Dur("took", time.Since(start)).Bool("found", last.Value != nil).Msg("state snapshot lookup")
+		return last.Value, nil
 	}
 	last, err := read(home)
 	if err != nil || len(last) > 0 {

@@ -92,7 +92,13 @@ func (p *partition) acked(k ack) {
 	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(k.started).Seconds())
 }
 
-// checkpoint writes the partition snapshot (when it changed) and then commits.
+// snapshotRefresh is how often an unchanged snapshot is written again, so
+// that an idle input partition's newest snapshot stays within the last
+// minute of its state partition, where loadSnapshot looks first.
+const snapshotRefresh = time.Minute
+
+// checkpoint writes the partition snapshot (when it changed, or when the
+// last write is older than snapshotRefresh) and then commits.
 func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc) {
 	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.ledger.Pending()))
 	snap := p.ledger.Snapshot(p.groups.Closed())
@@ -104,7 +110,7 @@ func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc)
 		p.log.Error().Err(err).Msg("marshal snapshot")
 		return
 	}
-	if bytes.Equal(b, p.lastSnap) {
+	if bytes.Equal(b, p.lastSnap) && time.Since(p.lastSnapAt) < snapshotRefresh {
 		return
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -115,7 +121,7 @@ func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc)
 		return
 	}
 	p.a.cfg.Metrics.snapshots.Inc()
-	p.lastSnap = b
+	p.lastSnap, p.lastSnapAt = b, time.Now()
 	if err := commit(ctx, snap.NextOffset); err != nil {
 		p.log.Debug().Err(err).Int64("offset", snap.NextOffset).Msg("commit not accepted (the snapshot carries the position)")
 	}
