@@ -10,5 +10,5 @@ import "embed"
 // training loop (creditflow/learn) and the loop's starting checkpoint
 // (creditflow/learn/start).
 //
-//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start
+//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch
 var Package embed.FS

@@ -50,7 +50,7 @@ const (
 // Options configure one run of the loop.
 type Options struct {
 	Method        string // lapo | grpo | attnsr
-	World         string // searchqa | household ("" : household for attnsr, searchqa otherwise)
+	World         string // searchqa | widesearch | household ("" : household for attnsr, searchqa otherwise)
 	Seed          int
 	Workers       int
 	Steps         int // trainer steps (policy versions after the start)
@@ -149,6 +149,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			o.World = "household"
 		}
 	}
+	switch o.World {
+	case "searchqa", "widesearch", "household":
+	default:
+		return Summary{}, fmt.Errorf("learn: --world %q: use searchqa, widesearch or household (docs/learn.md)", o.World)
+	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
 		return Summary{}, fmt.Errorf("learn: --workers, --steps and --groups-per-step must be positive and the group size at least 2")
 	}
@@ -180,7 +185,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, fmt.Errorf("learn: write the Python package: %w", err)
 	}
-	init := startCheckpoint(pkg)
+	init := startCheckpoint(pkg, o.World)
 
 	brokers := o.Brokers
 	if len(brokers) == 0 {

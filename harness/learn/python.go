@@ -32,8 +32,14 @@ func writePackage(dir string) (string, error) {
 }
 
 // StartCheckpoint is where writePackage put the starting checkpoint (policy
-// version 0) below the package root.
-func startCheckpoint(pkgRoot string) string {
+// version 0) of world below the package root: the world's own
+// (creditflow/learn/start-<world>) where it has one, else the shared one
+// (creditflow/learn/start).
+func startCheckpoint(pkgRoot, world string) string {
+	own := filepath.Join(pkgRoot, "creditflow", "learn", "start-"+world)
+	if st, err := os.Stat(own); err == nil && st.IsDir() {
+		return own
+	}
 	return filepath.Join(pkgRoot, "creditflow", "learn", "start")
 }
 

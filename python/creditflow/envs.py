@@ -1,6 +1,6 @@
 """Interactive worlds for closing the training loop (docs/learn.md).
 
-Two small worlds in which what the policy writes decides what it sees next, and in which each
+Small worlds in which what the policy writes decides what it sees next, and in which each
 episode knows which turn mattered:
 
 - ``SearchQA`` (LAPO, GRPO): the question asks what a subject is also called. The policy writes
@@ -8,12 +8,14 @@ episode knows which turn mattered:
   facts (the atlas) returns the evidence ("<subject> is also called <NAME>."), the others return
   prose without a name. The policy then writes ``<answer>NAME</answer>``; the reward is 1 exactly
   when the name is the gold answer.
+- ``WideSearch`` (LAPO, GRPO): the same question with eight sources and three searches, so that
+  an episode that succeeds carries two searches that did not help.
 - ``Household`` (ALFWorld-shaped, AttnSR): the task is to unlock a box whose code is written on
   a note kept in one place of the house (the desk). The policy opens three places
   (``open PLACE``); the place that holds the note shows the code; then it writes
   ``unlock BOX with CODE``. The reward is 1 exactly when the code is right.
 
-Both are built so that credit assignment matters: a policy that picks its queries (places)
+All are built so that credit assignment matters: a policy that picks its queries (places)
 at random finds the evidence in a minority of episodes, the outcome reward alone cannot tell
 the turn that found the evidence from the turns that did not, and a policy that learns where
 the evidence is kept succeeds almost always.
@@ -30,7 +32,7 @@ Only the standard library is used here.
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["SearchQA", "Household", "Episode", "NAMES", "make_env", "ENVS"]
+__all__ = ["SearchQA", "WideSearch", "Household", "Episode", "NAMES", "make_env", "ENVS"]
 
 #: Gold answers and codes: the 26 made-up names of creditflow's synthetic worlds (one per
 #: initial, in capital letters; every other word the worlds write is lowercase), which the
@@ -171,6 +173,21 @@ class SearchQA(_World):
             r.choice(self.fillers), ep.subject, "place" if ep.subject != "the danube" else "river")
 
 
+class WideSearch(SearchQA):
+    """Search-QA with more places to look (docs/learn.md): eight sources, three searches, the
+    atlas still the only one that holds the name. A successful episode carries two searches that
+    did not help, and its outcome reward credits them as much as the one that did."""
+    name = "widesearch"
+    info_turns = 3
+    options = ["atlas", "blog", "chat", "diary", "forum", "gazette", "news", "wiki"]
+
+    def reset(self, seed):
+        ep = super().reset(seed)
+        ep.prompt = ep.prompt.replace("to search atlas, forum, news or wiki.",
+                                      "to search atlas, blog, chat, diary, forum, gazette, news or wiki.")
+        return ep
+
+
 class Household(_World):
     """ALFWorld-shaped, interactive: three places opened, one unlock (docs/learn.md)."""
     name = "household"
@@ -221,11 +238,11 @@ class Household(_World):
         return "you open the %s. you see %s.\n" % (query, r.choice(self.things))
 
 
-ENVS = {"searchqa": SearchQA, "household": Household}
+ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "household": Household}
 
 
 def make_env(name: str):
-    """The world named `name` (searchqa or household)."""
+    """The world named `name` (searchqa, widesearch or household)."""
     try:
         return ENVS[name]()
     except KeyError:

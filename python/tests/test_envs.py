@@ -18,7 +18,7 @@ def play(env, seed, chooser, answer=None):
 
 class WorldTruth(unittest.TestCase):
     def worlds(self):
-        return [E.make_env("searchqa"), E.make_env("household")]
+        return [E.make_env("searchqa"), E.make_env("widesearch"), E.make_env("household")]
 
     def test_only_the_right_query_reveals_the_gold_answer(self):
         for env in self.worlds():

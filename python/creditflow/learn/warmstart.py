@@ -1,14 +1,14 @@
 """The starting checkpoint of the training loop (docs/learn.md, "The starting policy").
 
-usage: python3 -m creditflow.learn.warmstart --init gpu/model/tiny --out DIR [--steps N] [--seed S]
+usage: python3 -m creditflow.learn.warmstart --init gpu/model/tiny --out DIR [--worlds W1,W2] [--steps N] [--seed S]
 
-Behaviour cloning from the built-in tiny model on demonstrations of both worlds
-(creditflow.envs): every query (place) is picked uniformly at random among the well-formed
+Behaviour cloning from a checkpoint (the built-in tiny model for the shared start of searchqa
+and household; that start for widesearch's own) on demonstrations of the worlds named by
+--worlds (creditflow.envs), mixed in equal parts: every query (place) is picked uniformly at random among the well-formed
 ones, and the answer copies the evidence when a turn revealed it (a random name otherwise).
 The loss is the cross-entropy of the action tokens only. The result writes well-formed actions,
 answers from the evidence it has seen, and picks its queries at random: it succeeds in a
-minority of episodes, and what it has to learn by reinforcement is which query (place) fits
-which question (box). Float32, one thread, fixed seed: the same arguments write the same bytes.
+minority of episodes, and what it has to learn by reinforcement is where the evidence is kept. Float32, one thread, fixed seed: the same arguments write the same bytes.
 """
 
 import argparse
@@ -52,16 +52,18 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--eval-episodes", type=int, default=200)
+    ap.add_argument("--worlds", default="searchqa,household",
+                    help="comma-separated worlds whose demonstrations are mixed (creditflow.envs)")
     ap.add_argument("--p-right", type=float, default=0.0,
                     help="demonstrations pick the right query (place) with this probability, else uniformly")
     a = ap.parse_args(argv)
     rollout.setup_torch()
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    worlds = [E.make_env(n) for n in ("searchqa", "household")]
+    worlds = [E.make_env(n) for n in a.worlds.split(",")]
     data = []
     for k, env in enumerate(worlds):
-        data += demonstrations(env, range(10_000_000 * (k + 1), 10_000_000 * (k + 1) + a.steps * a.batch // 2), rng,
+        data += demonstrations(env, range(10_000_000 * (k + 1), 10_000_000 * (k + 1) + a.steps * a.batch // len(worlds)), rng,
                                a.p_right)
     rng.shuffle(data)
     model = P.load(a.init)
