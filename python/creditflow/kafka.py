@@ -321,6 +321,8 @@ class PolicyWatcher:
 # ----- trainers ------------------------------------------------------------------------------
 
 _BULK = 256  # messages SampleStream takes from librdkafka per call
+_FETCH_PARTITION_BYTES = 16 << 20  # per partition and fetch request
+_FETCH_BYTES = 64 << 20  # per fetch request
 
 
 class SampleStream:
@@ -344,7 +346,11 @@ class SampleStream:
         conf = {"group.id": group_id, "enable.auto.commit": False, "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
                 # a trainer started before the samples topic exists finds it within seconds
-                "topic.metadata.refresh.interval.ms": 2000}
+                "topic.metadata.refresh.interval.ms": 2000,
+                # samples are tens of KB: librdkafka's 1 MiB per partition and fetch would bring
+                # ~60 of them per round trip and leave the trainer waiting in poll between
+                # fetches (docs/performance.md, the trainer's end)
+                "max.partition.fetch.bytes": _FETCH_PARTITION_BYTES, "fetch.max.bytes": _FETCH_BYTES}
         conf.update(_config(brokers, client_config))
         self.topic, self.max_policy_lag = topic, max_policy_lag
         self.idle_timeout, self.group_timeout = idle_timeout, group_timeout
@@ -382,9 +388,6 @@ class SampleStream:
             self._pending.pop((tp.topic, tp.partition), None)
             self._chunks.forget(tp.partition)
 
-    def _consumed(self, msg):
-        self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
-
     def _poll(self, timeout):
         """One sample that passed the filters, as (sample, (topic, partition, offset)), or None."""
         if not self._buf:
@@ -413,13 +416,19 @@ class SampleStream:
         if self._waiting_for_topic:
             log.warning("topic %s exists now; reading it", self.topic)
             self._waiting_for_topic = False
-        self._consumed(msg)
-        rec, broken = self._chunks.add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or [])
-        self.broken_chunks += len(broken)
-        if rec is None:
-            return None
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        self._next[(topic, partition)] = offset + 1
+        headers = msg.headers()
+        if headers:  # chunk headers, or a producer's own: the reassembler tells them apart
+            rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
+            self.broken_chunks += len(broken)
+            if rec is None:
+                return None
+            value, first = rec["value"], rec["first"]
+        else:  # a whole record (what the reassembler would return for it, without building it)
+            value, first = msg.value(), offset
         try:
-            s = decode_sample(rec["value"])
+            s = decode_sample(value)
         except WireError:
             self.undecodable += 1
             return None
@@ -437,7 +446,7 @@ class SampleStream:
                 self.stale += 1
                 s["_skipped"] = True
         # a chunked sample is pending from its first chunk on
-        return s, (msg.topic(), msg.partition(), rec["first"])
+        return s, (topic, partition, first)
 
     def poll(self, timeout=1.0):
         """The next fresh, non-duplicate sample, or None when none arrived within `timeout`."""
