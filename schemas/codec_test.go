@@ -398,7 +398,7 @@ const pinnedTrajectoryFingerprint = "77309f0cca652008"
 func TestPinnedFingerprints(t *testing.T) {
 	pins := map[string]string{
 		NameTrajectory: pinnedTrajectoryFingerprint,
-		NameScored:     "fe3c928b94decf4d",
+		NameScored:     "0e4dc40f777a149a",
 		NameSample:     "f671dfa332673a52",
 		NameDeadLetter: "d52182524e0dbca9",
 		NamePolicy:     "045df95fbcb1b418",

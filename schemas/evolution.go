@@ -40,6 +40,10 @@ var (
 	// attention (K×K).
 	//go:embed v2/scored.avsc
 	v2ScoredSchema string
+	// The third generation of Scored: compact graphs with G_AA and G_AO
+	// only (LowerGraph without sum).
+	//go:embed v3/scored.avsc
+	v3ScoredSchema string
 )
 
 // history lists, per record, the earlier writer schemas decoders still
@@ -47,7 +51,7 @@ var (
 // changing the current one.
 var history = map[string][]string{
 	NameTrajectory: {v1TrajectorySchema},
-	NameScored:     {v1ScoredSchema, v2ScoredSchema},
+	NameScored:     {v1ScoredSchema, v2ScoredSchema, v3ScoredSchema},
 	NameSample:     {v1SampleSchema},
 }
 

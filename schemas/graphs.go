@@ -1,21 +1,30 @@
 package schemas
 
+import "math"
+
 // Compact AttnSR step graphs (docs/wire-format.md, "Scored"): the entries
 // below the diagonal only, which are all that AttnSR reads (docs/method.md
 // §3.1–§3.2: the backtrack reads G[j,k] for k < j, the focus mass the
-// terminal row left of the diagonal).
+// terminal row left of the diagonal), and where that is exact, only their
+// sum G_AA + G_AO (the sum form): AttnSR reads G_AA and G_AO only as
+// G = 0.5·G_AA + 0.5·G_AO and as G_AA + G_AO.
 
 // LowerGraph is one layer's AttnSR step graph with only its entries below
-// the diagonal: AA and AO hold K(K−1)/2 values each, row by row, row j (the
-// querying step) holding columns 0..j−1, so that entry [j,k] (k < j) is at
-// LowerIndex(j, k). Its values are those of the K×K LayerGraph it stands
-// for, bit for bit.
+// the diagonal, row by row, row j (the querying step) holding columns
+// 0..j−1, so that entry [j,k] (k < j) is at LowerIndex(j, k). It holds
+// either AA and AO, K(K−1)/2 values each, or (the sum form) only Sum, their
+// entry-by-entry sums, with AA and AO empty. Its values are those of the K×K
+// LayerGraph it stands for, bit for bit.
 type LowerGraph struct {
 	Layer int32
 	K     int32
 	AA    []float64
 	AO    []float64
+	Sum   []float64
 }
+
+// Summed reports whether g is in the sum form.
+func (g *LowerGraph) Summed() bool { return len(g.Sum) > 0 }
 
 // LowerIndex is the position of entry [j,k], k < j, of a graph below its
 // diagonal: j(j−1)/2 + k.
@@ -36,6 +45,45 @@ func (g *LayerGraph) Lower() LowerGraph {
 		copy(out.AO[LowerIndex(j, 0):LowerIndex(j+1, 0)], g.AO[j*k:j*k+j])
 	}
 	return out
+}
+
+// SumForm is g in the sum form where that changes nothing AttnSR computes,
+// and g itself otherwise. AttnSR reads an entry pair only as
+// G = 0.5·aa + 0.5·ao (docs/method.md §3.1) and as aa + ao (the focus mass,
+// §3.2 step 5); from the sum s = aa + ao it computes G as 0.5·s. The sum
+// form is taken only when, for every entry, 0.5·s has the same bits as
+// 0.5·aa + 0.5·ao (it has, unless halving underflows into the subnormals)
+// and aa and ao are each a valid attention mass in [0, 1], so that the
+// record is accepted or refused exactly as the pair would be.
+func SumForm(g LowerGraph) LowerGraph {
+	n := LowerLen(int(g.K))
+	if g.Summed() || n == 0 || len(g.AA) != n || len(g.AO) != n || !SumExact(g.AA, g.AO) {
+		return g
+	}
+	sum := make([]float64, n)
+	for i, a := range g.AA {
+		sum[i] = a + g.AO[i]
+	}
+	return LowerGraph{Layer: g.Layer, K: g.K, Sum: sum}
+}
+
+// SumExact reports whether the entry pairs aa[i], ao[i] may be carried as
+// their sums (SumForm): each is a mass in [0, 1] and 0.5·(aa+ao) has the
+// bits of 0.5·aa + 0.5·ao.
+func SumExact(aa, ao []float64) bool {
+	if len(aa) != len(ao) {
+		return false
+	}
+	for i, a := range aa {
+		b := ao[i]
+		if !(a >= 0 && a <= 1 && b >= 0 && b <= 1) { // NaN fails too
+			return false
+		}
+		if math.Float64bits(0.5*(a+b)) != math.Float64bits(float64(0.5*a+0.5*b)) {
+			return false
+		}
+	}
+	return true
 }
 
 // StepGraphs are s's step graphs below the diagonal: Graphs as written, or
@@ -61,7 +109,7 @@ func lowerGraphsToNative(gs []LowerGraph) []any {
 	out := make([]any, len(gs))
 	for i := range gs {
 		g := &gs[i]
-		out[i] = map[string]any{"layer": g.Layer, "k": g.K, "aa": packFloat64(g.AA), "ao": packFloat64(g.AO)}
+		out[i] = map[string]any{"layer": g.Layer, "k": g.K, "aa": packFloat64(g.AA), "ao": packFloat64(g.AO), "sum": packFloat64(g.Sum)}
 	}
 	return out
 }
@@ -73,7 +121,7 @@ func lowerGraphsFromNative(n *nat, field string) []LowerGraph {
 	}
 	out := make([]LowerGraph, len(items))
 	n.records(field, func(i int, r *nat) {
-		out[i] = LowerGraph{Layer: r.i32("layer"), K: r.i32("k"), AA: r.float64s("aa"), AO: r.float64s("ao")}
+		out[i] = LowerGraph{Layer: r.i32("layer"), K: r.i32("k"), AA: r.float64s("aa"), AO: r.float64s("ao"), Sum: r.float64s("sum")}
 	})
 	return out
 }
@@ -88,29 +136,33 @@ func appendLowerGraphs(b []byte, gs []LowerGraph) []byte {
 			b = appendLong(b, int64(g.K))
 			b = appendPacked64(b, g.AA)
 			b = appendPacked64(b, g.AO)
+			b = appendPacked64(b, g.Sum)
 		}
 	}
 	return appendLong(b, 0)
 }
 
-// lowerGraphs reads an array of LowerGraph; each graph's AA and AO share one
-// allocation.
+// lowerGraphs reads an array of LowerGraph; each graph's AA, AO and Sum
+// share one allocation.
 func (r *binReader) lowerGraphs() []LowerGraph {
 	var out []LowerGraph
 	r.array(func() {
 		g := LowerGraph{Layer: r.int(), K: r.int()}
-		aa, ao := r.raw(), r.raw()
-		if len(aa)%8 != 0 || len(ao)%8 != 0 {
+		aa, ao, sum := r.raw(), r.raw(), r.raw()
+		if len(aa)%8 != 0 || len(ao)%8 != 0 || len(sum)%8 != 0 {
 			r.ok = false
 			return
 		}
-		if n, m := len(aa)/8, len(ao)/8; n+m > 0 {
-			flat := make([]float64, n+m)
+		if n, m, o := len(aa)/8, len(ao)/8, len(sum)/8; n+m+o > 0 {
+			flat := make([]float64, n+m+o)
 			if n > 0 {
 				g.AA = unpackInto(flat[:n:n], aa)
 			}
 			if m > 0 {
-				g.AO = unpackInto(flat[n:], ao)
+				g.AO = unpackInto(flat[n:n+m:n+m], ao)
+			}
+			if o > 0 {
+				g.Sum = unpackInto(flat[n+m:], sum)
 			}
 		}
 		out = append(out, g)
@@ -129,7 +181,8 @@ func unpackInto(v []float64, b []byte) []float64 {
 
 // validateLowerGraph is ValidateScored for one compact graph: a layer not
 // seen before and not negative, K = turns, K(K−1)/2 entries per matrix, each
-// a probability mass in [0, 1] (small round-off allowed).
+// a probability mass in [0, 1] (small round-off allowed); in the sum form
+// K(K−1)/2 sums alone, each in [0, 2].
 func validateLowerGraph(id string, k int, g *LowerGraph, seen map[int32]bool) error {
 	if seen[g.Layer] {
 		return invalid(ReasonInvalid, "scored %s: layer %d appears twice", id, g.Layer)
@@ -141,17 +194,26 @@ func validateLowerGraph(id string, k int, g *LowerGraph, seen map[int32]bool) er
 	if int(g.K) != k {
 		return invalid(ReasonInvalid, "scored %s: layer %d has K=%d for %d turns", id, g.Layer, g.K, k)
 	}
-	if n := LowerLen(k); len(g.AA) != n || len(g.AO) != n {
+	n := LowerLen(k)
+	if g.Summed() {
+		if len(g.Sum) != n || len(g.AA) != 0 || len(g.AO) != 0 {
+			return invalid(ReasonInvalid, "scored %s: layer %d has %d sum entries (and %d AA, %d AO) below the diagonal, want K(K-1)/2 = %d sums alone", id, g.Layer, len(g.Sum), len(g.AA), len(g.AO), n)
+		}
+	} else if len(g.AA) != n || len(g.AO) != n {
 		return invalid(ReasonInvalid, "scored %s: layer %d has %d AA and %d AO entries below the diagonal, want K(K-1)/2 = %d", id, g.Layer, len(g.AA), len(g.AO), n)
 	}
-	for _, m := range [2][]float64{g.AA, g.AO} {
+	hi, want := 1+attentionSlack, "a probability mass in [0, 1]"
+	if g.Summed() {
+		hi, want = 2+2*attentionSlack, "the sum of two probability masses, in [0, 2]"
+	}
+	for _, m := range [3][]float64{g.AA, g.AO, g.Sum} {
 		for i, x := range m {
-			if !(x >= -attentionSlack && x <= 1+attentionSlack) { // NaN and ±Inf fail too
+			if !(x >= -attentionSlack && x <= hi) { // NaN and ±Inf fail too
 				j := 1
 				for LowerIndex(j+1, 0) <= i {
 					j++
 				}
-				return invalid(ReasonInvalid, "scored %s: layer %d entry [%d,%d] is %v, want a probability mass in [0, 1]", id, g.Layer, j, i-LowerIndex(j, 0), x)
+				return invalid(ReasonInvalid, "scored %s: layer %d entry [%d,%d] is %v, want %s", id, g.Layer, j, i-LowerIndex(j, 0), x, want)
 			}
 		}
 	}

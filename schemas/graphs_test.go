@@ -139,3 +139,135 @@ func TestGoldenV2Decodes(t *testing.T) {
 		}
 	}
 }
+
+// TestGoldenV3Decodes: AttnSR records of the third generation (compact
+// graphs of G_AA and G_AO, schemas/v3/scored.avsc, written by the code of
+// that generation) decode with today's codec into the pair form, validate,
+// and re-encode with the current schema as the same values with one more
+// byte per graph (its empty sum).
+func TestGoldenV3Decodes(t *testing.T) {
+	raw, err := os.ReadFile("testdata/v3/scored_attnsr_groups.hex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(raw))
+	if len(lines) < 10 {
+		t.Fatalf("%d golden records", len(lines))
+	}
+	for _, l := range lines {
+		old, err := hex.DecodeString(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hex.EncodeToString(old[2:10]); got != laterPins[NameScored][1] {
+			t.Fatalf("fingerprint %s, want %s", got, laterPins[NameScored][1])
+		}
+		s, err := ScoredRecords().Decode(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Attention) != 0 || len(s.Graphs) == 0 {
+			t.Fatalf("%d K×K graphs, %d compact", len(s.Attention), len(s.Graphs))
+		}
+		for _, g := range s.Graphs {
+			if g.Summed() || len(g.AA) != LowerLen(int(g.K)) || len(g.AO) != LowerLen(int(g.K)) {
+				t.Fatalf("layer %d: %d AA, %d AO, %d sums for K = %d", g.Layer, len(g.AA), len(g.AO), len(g.Sum), g.K)
+			}
+		}
+		if err := ValidateScored(s, DefaultLimits()); err != nil {
+			t.Fatal(err)
+		}
+		b, err := ScoredRecords().Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != len(old)+len(s.Graphs) {
+			t.Fatalf("re-encoded %d bytes from %d with %d graphs", len(b), len(old), len(s.Graphs))
+		}
+		again, err := ScoredRecords().Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(again, s) {
+			t.Fatal("re-encoded record decodes differently")
+		}
+	}
+}
+
+// TestSumForm: a graph takes the sum form exactly when every entry pair is
+// a mass in [0, 1] whose halves add up to the half of their sum, bit for
+// bit; the sum form round-trips through both codecs and validates, and
+// mixtures of the two forms are refused.
+func TestSumForm(t *testing.T) {
+	pair := func(aa, ao []float64) LowerGraph { return LowerGraph{Layer: 2, K: 3, AA: aa, AO: ao} }
+	x, y := 0.1, 0.2 // a sum that rounds (not Go's exact constant arithmetic)
+	g := SumForm(pair([]float64{0.25, 0.125, x}, []float64{0.5, 0, y}))
+	if !g.Summed() || len(g.AA) != 0 || len(g.AO) != 0 || !reflect.DeepEqual(g.Sum, []float64{0.75, 0.125, x + y}) {
+		t.Fatalf("sum form: %+v", g)
+	}
+	// Halving two odd subnormals rounds each (3 units → 2, twice: 4), halving
+	// their sum does not (6 → 3): the pair stays.
+	if g := SumForm(pair([]float64{0.25, math.SmallestNonzeroFloat64 * 3, 0.1}, []float64{0.5, math.SmallestNonzeroFloat64 * 3, 0.2})); g.Summed() {
+		t.Errorf("subnormal: took the sum form: %+v", g)
+	}
+	for name, aa := range map[string][]float64{
+		"negative":  {0.25, -1e-9, 0.1},
+		"above one": {0.25, 1.00001, 0.1},
+		"NaN":       {0.25, math.NaN(), 0.1},
+	} {
+		if g := SumForm(pair(aa, []float64{0.5, 0, 0.2})); g.Summed() {
+			t.Errorf("%s: took the sum form: %+v", name, g)
+		}
+	}
+	if g := SumForm(pair([]float64{0.25}, []float64{0.5, 0, 0.2})); g.Summed() {
+		t.Error("a mis-shaped graph took the sum form")
+	}
+	s := compactScored()
+	for i := range s.Graphs {
+		s.Graphs[i] = SumForm(s.Graphs[i])
+		if !s.Graphs[i].Summed() {
+			t.Fatalf("layer %d did not take the sum form", s.Graphs[i].Layer)
+		}
+	}
+	if err := ValidateScored(s, DefaultLimits()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ScoredRecords().Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ScoredRecords().Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Graphs, s.Graphs) {
+		t.Fatalf("round trip: %+v, want %+v", got.Graphs, s.Graphs)
+	}
+	gen := scoredRecords(nil) // goavro's encoder and decoder
+	gen.decodeBody, gen.appendBody = nil, nil
+	if bg, err := gen.Encode(s); err != nil || string(bg) != string(b) {
+		t.Fatalf("goavro encodes the sum form differently (%v)", err)
+	}
+	n, err := gen.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(n.Graphs, s.Graphs) {
+		t.Fatalf("goavro decode: %+v, want %+v", n.Graphs, s.Graphs)
+	}
+	for name, mutate := range map[string]func(g *LowerGraph){
+		"sum and aa":    func(g *LowerGraph) { g.AA = append([]float64(nil), g.Sum...) },
+		"short sum":     func(g *LowerGraph) { g.Sum = g.Sum[1:] },
+		"sum above two": func(g *LowerGraph) { g.Sum[0] = 2.5 },
+		"negative sum":  func(g *LowerGraph) { g.Sum[0] = -0.01 },
+		"infinite sum":  func(g *LowerGraph) { g.Sum[0] = math.Inf(1) },
+	} {
+		c := compactScored()
+		c.Graphs[0] = SumForm(c.Graphs[0])
+		c.Graphs[0].Sum = append([]float64(nil), c.Graphs[0].Sum...)
+		mutate(&c.Graphs[0])
+		if r := ReasonOf(ValidateScored(c, DefaultLimits())); r != ReasonInvalid {
+			t.Errorf("%s: reason %q, want invalid", name, r)
+		}
+	}
+}

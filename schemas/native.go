@@ -434,7 +434,7 @@ func scoredSize(s *Scored) int {
 		n += 16 + 8*len(g.AA) + 8*len(g.AO)
 	}
 	for _, g := range s.Graphs {
-		n += 16 + 8*len(g.AA) + 8*len(g.AO)
+		n += 16 + 8*len(g.AA) + 8*len(g.AO) + 8*len(g.Sum)
 	}
 	return n
 }

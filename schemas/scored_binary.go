@@ -241,6 +241,6 @@ func binaryProbes() (Trajectory, Scored, bool) {
 	sc := Scored{Trajectory: t, Method: "lapo", Direction: "backward", Turns: []TurnScore{{Delta: &r, With: &r}},
 		Attention: []LayerGraph{{Layer: 3, K: 1, AA: []float64{0.5}, AO: []float64{0.25}}}, ScorerModel: "m",
 		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9,
-		Graphs: []LowerGraph{{Layer: 5, K: 2, AA: []float64{0.125}, AO: []float64{0.375}}}}
+		Graphs: []LowerGraph{{Layer: 5, K: 2, AA: []float64{0.125}, AO: []float64{0.375}}, {Layer: 6, K: 2, Sum: []float64{0.5}}}}
 	return t, sc, true
 }

@@ -65,6 +65,26 @@ func backtrackGraphs(aa, ao [][]float64, rho float64) []float64 {
 	return a
 }
 
+// backtrackSum is backtrackGraphs on a graph in the sum form, s = G_AA +
+// G_AO: G[j,k] = 0.5·s[j][k] (§3.1), which is 0.5·G_AA + 0.5·G_AO bit for
+// bit wherever a record holds the sum form (schemas.SumForm checks it).
+func backtrackSum(s [][]float64, rho float64) []float64 {
+	k := len(s)
+	a := make([]float64, k)
+	if k == 0 {
+		return a
+	}
+	a[k-1] = 1
+	for c := k - 2; c >= 0; c-- {
+		t := 0.0
+		for j := c + 1; j < k; j++ {
+			t += a[j] * (0.5 * s[j][c]) // §3.1
+		}
+		a[c] = rho * t
+	}
+	return a
+}
+
 // Backtrack is §3.2 step 1 on one layer's graph G: a_K = 1 and, for k from
 // K−1 down to 1, a_k = ρ · Σ_{j>k} a_j · G[j,k]. Returns a for all K steps.
 // It reads only G[j,k] with k < j (a row may hold only those).
@@ -192,6 +212,20 @@ func FocusMass(aa, ao [][]float64) float64 {
 	m := 0.0
 	for c := 0; c < k-1; c++ {
 		m += aa[k-1][c] + ao[k-1][c]
+	}
+	return m
+}
+
+// focusMassSum is FocusMass on a graph in the sum form: the terminal row's
+// sums are the G_AA + G_AO it adds.
+func focusMassSum(s [][]float64) float64 {
+	k := len(s)
+	if k == 0 {
+		return 0
+	}
+	m := 0.0
+	for c := 0; c < k-1; c++ {
+		m += s[k-1][c]
 	}
 	return m
 }
@@ -328,9 +362,13 @@ func Allocate(layers []LayerGraph, k int, cfg Config) Allocation {
 	per := make([][]float64, len(layers))
 	masses := make([]float64, len(layers))
 	for i, lg := range layers {
-		a := backtrackGraphs(lg.AA, lg.AO, cfg.Rho)
+		var a []float64
+		if lg.Sum != nil { // the sum form: the same G and m, bit for bit
+			a, masses[i] = backtrackSum(lg.Sum, cfg.Rho), focusMassSum(lg.Sum)
+		} else {
+			a, masses[i] = backtrackGraphs(lg.AA, lg.AO, cfg.Rho), FocusMass(lg.AA, lg.AO)
+		}
 		per[i] = Softmax(Recency(a, cfg.Eta, cfg.Eps), cfg.T)
-		masses[i] = FocusMass(lg.AA, lg.AO)
 	}
 	p := Fuse(per, cfg.Eps)
 	f := Focus(masses, cfg.MStar)

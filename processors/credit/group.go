@@ -20,9 +20,15 @@ type Turn struct {
 // K rows, row j = querying step, column k = attended step; a row holds
 // either all K columns or only the j left of the diagonal (the entries with
 // k ≥ j are ignored, so they may be left out).
+//
+// Sum, when set, holds G_AA + G_AO entry by entry in the same layout, and AA
+// and AO are empty (the sum form of docs/wire-format.md): AttnSR reads the
+// pair only as G = 0.5·G_AA + 0.5·G_AO and as G_AA + G_AO, and computes G
+// as 0.5·Sum from it.
 type LayerGraph struct {
 	Layer  int
 	AA, AO [][]float64
+	Sum    [][]float64
 }
 
 // Member is one scored trajectory of a group.
@@ -111,10 +117,18 @@ func ValidateMember(m Member, cfg Config) error {
 			return fmt.Errorf("credit: trajectory %q: attnsr needs step graphs for its %d steps, got none; run the attention scorer first", id, k)
 		}
 		for i, lg := range m.Attention {
-			for _, nm := range [2]struct {
+			mats := []struct {
 				name string
 				mat  [][]float64
-			}{{"aa", lg.AA}, {"ao", lg.AO}} {
+			}{{"aa", lg.AA}, {"ao", lg.AO}}
+			if lg.Sum != nil {
+				if lg.AA != nil || lg.AO != nil {
+					return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): sum together with aa or ao; a graph holds either the pair or their sum", id, i, lg.Layer)
+				}
+				mats = mats[:1]
+				mats[0].name, mats[0].mat = "sum", lg.Sum
+			}
+			for _, nm := range mats {
 				name, mat := nm.name, nm.mat
 				if len(mat) != k {
 					return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s has %d rows, want K = %d (one per turn)", id, i, lg.Layer, name, len(mat), k)

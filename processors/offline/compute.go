@@ -74,8 +74,11 @@ type InputTurn struct {
 // InputLayer is one layer's step graph of an input line.
 type InputLayer struct {
 	Layer int         `json:"layer"`
-	AA    [][]float64 `json:"aa"`
-	AO    [][]float64 `json:"ao"`
+	AA    [][]float64 `json:"aa,omitempty"`
+	AO    [][]float64 `json:"ao,omitempty"`
+	// Sum is G_AA + G_AO (the sum form: AA and AO left out), as records
+	// in that form carry it (docs/wire-format.md).
+	Sum [][]float64 `json:"sum,omitempty"`
 }
 
 // Member converts an input line to a credit.Member.
@@ -95,7 +98,7 @@ func (in Input) Member() credit.Member {
 		m.Turns = append(m.Turns, credit.Turn{Kind: t.Kind, ActionTokens: t.ActionTokens, ObservationTokens: t.ObservationTokens, Delta: t.Delta})
 	}
 	for _, l := range in.Attention {
-		m.Attention = append(m.Attention, credit.LayerGraph{Layer: l.Layer, AA: l.AA, AO: l.AO})
+		m.Attention = append(m.Attention, credit.LayerGraph{Layer: l.Layer, AA: l.AA, AO: l.AO, Sum: l.Sum})
 	}
 	return m
 }

@@ -123,9 +123,12 @@ func sha256s(recs [][]byte) [][]byte {
 // the digests of attnsrGoldenSamples for both outputs.
 
 // goldenV2 reads hex lines from schemas/testdata/v2.
-func goldenV2(t testing.TB, name string) [][]byte {
+func goldenV2(t testing.TB, name string) [][]byte { t.Helper(); return goldenGen(t, "v2", name) }
+
+// goldenGen reads hex lines from schemas/testdata/<gen>.
+func goldenGen(t testing.TB, gen, name string) [][]byte {
 	t.Helper()
-	raw, err := os.ReadFile("../../schemas/testdata/v2/" + name + ".hex")
+	raw, err := os.ReadFile("../../schemas/testdata/" + gen + "/" + name + ".hex")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,10 +155,14 @@ func groupsOf(recs []schemas.Scored) [][]schemas.Scored {
 }
 
 // compact is s as the score stage now writes it: its graphs below their
-// diagonals in Graphs, Attention empty, through the codec and back.
+// diagonals in Graphs, in the sum form where that is exact, Attention
+// empty, through the codec and back.
 func compact(t testing.TB, s schemas.Scored) schemas.Scored {
 	t.Helper()
 	s.Graphs, s.Attention = s.StepGraphs(), nil
+	for i := range s.Graphs {
+		s.Graphs[i] = schemas.SumForm(s.Graphs[i])
+	}
 	b, err := schemas.ScoredRecords().Encode(&s)
 	if err != nil {
 		t.Fatal(err)
@@ -171,9 +178,11 @@ func compact(t testing.TB, s schemas.Scored) schemas.Scored {
 }
 
 // TestAttnSRGoldenSamples: AttnSR scored records written before compact
-// graphs (K×K in attention) still decode, and give samples whose bytes are
-// those the code of their generation wrote; the same records with compact
-// graphs give the same bytes too.
+// graphs (K×K in attention) and before the sum form (compact pairs,
+// schemas/testdata/v3) still decode, and give samples whose bytes are
+// those the code of their generation wrote; the same records as the score
+// stage writes them now (compact, in the sum form where exact) give the
+// same bytes too.
 func TestAttnSRGoldenSamples(t *testing.T) {
 	var old []schemas.Scored
 	for _, b := range goldenV2(t, "scored_attnsr_groups") {
@@ -189,13 +198,35 @@ func TestAttnSRGoldenSamples(t *testing.T) {
 		}
 		old = append(old, *s)
 	}
-	var compacted []schemas.Scored
+	var compacted, v3 []schemas.Scored
+	summed, pairs := 0, 0
 	for _, s := range old {
-		compacted = append(compacted, compact(t, s))
+		c := compact(t, s)
+		for _, g := range c.Graphs {
+			if g.Summed() {
+				summed++
+			} else {
+				pairs++
+			}
+		}
+		compacted = append(compacted, c)
+	}
+	if summed == 0 || pairs == 0 {
+		t.Fatalf("%d graphs in the sum form and %d pairs: the golden records must give both", summed, pairs)
+	}
+	for _, b := range goldenGen(t, "v3", "scored_attnsr_groups") {
+		s, err := schemas.ScoredRecords().Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Graphs) == 0 || s.Graphs[0].Summed() {
+			t.Fatal("a third-generation record did not decode to compact pairs")
+		}
+		v3 = append(v3, *s)
 	}
 	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
 		want := goldenV2(t, "samples_attnsr_"+output+".sha256")
-		for name, recs := range map[string][]schemas.Scored{"old": old, "compact": compacted} {
+		for name, recs := range map[string][]schemas.Scored{"old": old, "third generation": v3, "compact": compacted} {
 			got := sha256s(attnsrGoldenSamples(t, groupsOf(recs), attnsrGoldenConfig(output)))
 			if len(got) != len(want) {
 				t.Fatalf("%s %s: %d samples, want %d", output, name, len(got), len(want))
@@ -284,6 +315,19 @@ func TestCompactGraphsBitIdentical(t *testing.T) {
 			compacted = append(compacted, compact(t, sc))
 		}
 	}
+	summed, pairs := 0, 0
+	for _, c := range compacted {
+		for _, g := range c.Graphs {
+			if g.Summed() {
+				summed++
+			} else if g.K >= 2 {
+				pairs++
+			}
+		}
+	}
+	if summed == 0 || pairs == 0 {
+		t.Fatalf("%d graphs in the sum form and %d pairs: the test must see both", summed, pairs)
+	}
 	cfg := attnsrGoldenConfig(credit.OutputGRPO)
 	for i := range old {
 		mo, mc := member(&old[i]), member(&compacted[i])
@@ -336,13 +380,16 @@ func TestLowerGraphsOfScorerAnswer(t *testing.T) {
 		}
 		got := scoring.LowerGraphs(ans)
 		for l := range want {
-			if got[l].Layer != want[l].Layer || got[l].K != want[l].K || !sameBits(got[l].AA, want[l].AA) || !sameBits(got[l].AO, want[l].AO) ||
-				len(got[l].AA) != schemas.LowerLen(k) {
-				t.Fatalf("K=%d layer %d: %+v, want %+v", k, l, got[l], want[l])
+			w := schemas.SumForm(want[l])
+			if got[l].Layer != w.Layer || got[l].K != w.K || !sameBits(got[l].AA, w.AA) || !sameBits(got[l].AO, w.AO) || !sameBits(got[l].Sum, w.Sum) {
+				t.Fatalf("K=%d layer %d: %+v, want %+v", k, l, got[l], w)
+			}
+			if k >= 2 && !got[l].Summed() { // random masses in [0, 1): always exact
+				t.Fatalf("K=%d layer %d: not in the sum form", k, l)
 			}
 			for j := 1; j < k; j++ {
 				for c := 0; c < j; c++ {
-					if got[l].AA[schemas.LowerIndex(j, c)] != ans[l].AA[j][c] || got[l].AO[schemas.LowerIndex(j, c)] != ans[l].AO[j][c] {
+					if got[l].Sum[schemas.LowerIndex(j, c)] != ans[l].AA[j][c]+ans[l].AO[j][c] {
 						t.Fatalf("K=%d layer %d entry [%d,%d] misplaced", k, l, j, c)
 					}
 				}

@@ -12,13 +12,22 @@ import (
 )
 
 // TestV2AttnSRGoldenThroughAdvantage replays AttnSR scored records of the
-// generation before compact graphs (K×K in attention) through the advantage
-// stage: the samples it writes are, byte for byte, those the code of that
+// generation before compact graphs (K×K in attention, v2) and of the one
+// before the sum form (compact pairs, v3) through the advantage stage: the
+// samples it writes are, byte for byte, those the code of the second
 // generation computed (their SHA-256 digests are kept), for both outputs.
 func TestV2AttnSRGoldenThroughAdvantage(t *testing.T) {
-	read := func(name string) [][]byte { return goldenHex(t, "v2", name) }
-	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
-		t.Run(output, func(t *testing.T) {
+	for _, gen := range []string{"v2", "v3"} {
+		for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
+			t.Run(gen+"/"+output, func(t *testing.T) { replayGolden(t, gen, output) })
+		}
+	}
+}
+
+func replayGolden(t *testing.T, gen, output string) {
+	read := func(name string) [][]byte { return goldenHex(t, gen, name) }
+	{
+		{
 			e := newEnv(t, 1, func(cfg *stage.Config) {
 				cfg.Credit.Method, cfg.Credit.Output = credit.MethodAttnSR, output
 			})
@@ -37,7 +46,7 @@ func TestV2AttnSRGoldenThroughAdvantage(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the samples of the golden records", func() bool { return len(keysOn(t, e.cfg.Brokers, e.cfg.Topics.Samples)) == len(msgs) })
-			want := read("samples_attnsr_" + output + ".sha256")
+			want := goldenHex(t, "v2", "samples_attnsr_"+output+".sha256")
 			recs := readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples)[0]
 			if len(recs) != len(want) {
 				t.Fatalf("%d samples, want %d", len(recs), len(want))
@@ -51,6 +60,6 @@ func TestV2AttnSRGoldenThroughAdvantage(t *testing.T) {
 					t.Fatalf("sample %d (%s) differs from the golden one", i, id)
 				}
 			}
-		})
+		}
 	}
 }

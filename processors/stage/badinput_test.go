@@ -196,7 +196,7 @@ func TestOversizedOutput(t *testing.T) {
 			e := newEnv(t, 1, func(cfg *stage.Config) {
 				cfg.Metrics = stage.NewMetrics(reg)
 				cfg.Credit.Method = "attnsr"
-				cfg.Limits.MaxTurns = 400
+				cfg.Limits.MaxTurns = 600
 				if refused {
 					cfg.MaxMessageBytes = 200_000 // the topics' limit; the env's producer batches up to 900,000 bytes
 				}
@@ -205,7 +205,7 @@ func TestOversizedOutput(t *testing.T) {
 			big := small("big", "big-0", 1, 0, 0)
 			reward := 1.0
 			big.Reward = &reward
-			for len(big.Turns) < 380 { // 380 steps: 380×379/2 float64 ×2 below the diagonal per layer, over 1 MB
+			for len(big.Turns) < 540 { // 540 steps: 540×539/2 float64 sums below the diagonal (the sum form), over 1 MB
 				big.Turns = append([]schemas.Turn{{Kind: schemas.KindTool, Action: synth.Tokens("go"), Observation: synth.Tokens("ok")}}, big.Turns...)
 			}
 			after := small("after", "after-0", 1, 0, 0)

@@ -22,7 +22,7 @@ func ComputeInput(s *schemas.Scored) offline.Input {
 			ObservationTokens: t.ObservationTokens, Delta: t.Delta})
 	}
 	for _, l := range m.Attention {
-		in.Attention = append(in.Attention, offline.InputLayer{Layer: l.Layer, AA: square(l.AA), AO: square(l.AO)})
+		in.Attention = append(in.Attention, offline.InputLayer{Layer: l.Layer, AA: square(l.AA), AO: square(l.AO), Sum: square(l.Sum)})
 	}
 	return in
 }

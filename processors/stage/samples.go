@@ -29,14 +29,27 @@ func member(s *schemas.Scored) credit.Member {
 		}
 	}
 	// The graphs below their diagonals (what AttnSR reads), whichever
-	// generation wrote the record: row j of a layer is a view of its j
-	// entries left of the diagonal.
+	// generation wrote the record, as pairs or in the sum form: row j of a
+	// layer is a view of its j entries left of the diagonal.
 	graphs := s.StepGraphs()
 	if len(graphs) > 0 {
 		m.Attention = make([]credit.LayerGraph, 0, len(graphs))
 	}
 	for _, g := range graphs {
 		k := int(g.K)
+		if g.Summed() {
+			if k < 0 || len(g.Sum) != schemas.LowerLen(k) || len(g.AA)+len(g.AO) > 0 {
+				m.Attention = append(m.Attention, credit.LayerGraph{Layer: int(g.Layer)}) // ValidateMember refuses it
+				continue
+			}
+			lg := credit.LayerGraph{Layer: int(g.Layer), Sum: make([][]float64, k)}
+			for j := 0; j < k; j++ {
+				o := schemas.LowerIndex(j, 0)
+				lg.Sum[j] = g.Sum[o : o+j : o+j]
+			}
+			m.Attention = append(m.Attention, lg)
+			continue
+		}
 		if k < 0 || len(g.AA) != schemas.LowerLen(k) || len(g.AO) != schemas.LowerLen(k) {
 			m.Attention = append(m.Attention, credit.LayerGraph{Layer: int(g.Layer)}) // ValidateMember refuses it
 			continue

@@ -184,8 +184,11 @@ def _enc_compile(node, named, path):
         named[node["name"]] = (enc_record,)
         for f in node["fields"]:
             has_default = "default" in f
+            default = f.get("default")
+            if f["type"] == "bytes" and isinstance(default, str):  # JSON gives a bytes default as code points 0-255
+                default = default.encode("latin-1")
             fields.append((f["name"], _enc_compile(f["type"], named, path + "." + f["name"] if path else f["name"]),
-                           has_default, f.get("default")))
+                           has_default, default))
 
         def enc_fields(v, out):
             for name, enc, has_default, default in fields:

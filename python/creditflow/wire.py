@@ -26,8 +26,10 @@ HEADER_SCHEMA = "creditflow-schema"
 #: Writer-schema generation of the records written before policy versions (release aeddc48).
 LEGACY = "aeddc48"
 #: Later writer-schema generations still decoded, per record: Scored of release 8017725
-#: (Trajectory.source, step graphs K×K in ``attention`` only; schemas/v2/ in the repository).
-LATER = {"Scored": ("8017725",)}
+#: (Trajectory.source, step graphs K×K in ``attention`` only; schemas/v2/ in the repository)
+#: and of release e4323a4 (compact graphs as G_AA and G_AO only, before the sum form;
+#: schemas/v3/).
+LATER = {"Scored": ("8017725", "e4323a4")}
 #: encode_trajectory's default writer: the oldest generation that can hold the record.
 AUTO = "auto"
 CURRENT = "current"
@@ -219,7 +221,9 @@ def decode_scored(value: bytes) -> dict:
     """Decodes a framed Scored record; ``aa``/``ao`` of ``attention`` (records of earlier
     generations) become K×K float64 numpy views, those of ``graphs`` (the compact form the
     score stage writes: the K(K-1)/2 entries below the diagonal, row by row, entry [j, k] at
-    j(j-1)/2 + k) one-dimensional float64 views."""
+    j(j-1)/2 + k) one-dimensional float64 views. A compact graph holds either ``aa`` and
+    ``ao`` (``sum`` is None) or, in the sum form, only ``sum`` = G_AA + G_AO (``aa`` and
+    ``ao`` are None); AttnSR reads the pair only as 0.5·aa + 0.5·ao and aa + ao."""
     r = codec("Scored").decode(value)
     _trajectory_arrays(r["trajectory"])
     for g in r["attention"]:
@@ -231,7 +235,13 @@ def decode_scored(value: bytes) -> dict:
             g[f] = m.reshape(k, k) if k else m
     for g in r["graphs"]:
         k = g["k"]
-        for f in ("aa", "ao"):
+        summed = len(g["sum"]) > 0
+        for f in ("aa", "ao", "sum"):
+            if summed == (f != "sum"):
+                if len(g[f]):
+                    raise WireError("undecodable", "layer %d holds both sum and %s" % (g["layer"], f))
+                g[f] = None
+                continue
             m = _view(g[f], _F64, f)
             if m.size != k * (k - 1) // 2:
                 raise WireError("undecodable", "layer %d %s has %d entries, want K(K-1)/2 = %d" % (g["layer"], f, m.size, k * (k - 1) // 2))

@@ -170,9 +170,26 @@ class ScoredGraphs(unittest.TestCase):
     GOLDEN = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "schemas",
                                         "testdata", "v2", "scored_attnsr_groups.hex")
 
+    GOLDEN_V3 = GOLDEN.replace("v2", "v3")
+
     def test_later_generation_fingerprint(self):
         self.assertEqual(wire.codec("Scored").writers["8017725"].fingerprint.hex(), "7ccadbc95ab7607d")
-        self.assertEqual(wire.codec("Scored").current.fingerprint.hex(), "fe3c928b94decf4d")
+        self.assertEqual(wire.codec("Scored").writers["e4323a4"].fingerprint.hex(), "fe3c928b94decf4d")
+        self.assertEqual(wire.codec("Scored").current.fingerprint.hex(), "0e4dc40f777a149a")
+
+    @unittest.skipUnless(__import__("os").path.exists(GOLDEN_V3), "not run from a repository checkout")
+    def test_golden_compact_pairs_decode(self):
+        with open(self.GOLDEN_V3) as f:
+            lines = f.read().split()
+        self.assertGreater(len(lines), 10)
+        for line in lines:
+            r = wire.decode_scored(bytes.fromhex(line))
+            k = len(r["trajectory"]["turns"])
+            self.assertEqual(r["attention"], [])
+            for g in r["graphs"]:
+                self.assertIsNone(g["sum"])
+                self.assertEqual(g["aa"].shape, (k * (k - 1) // 2,))
+                self.assertEqual(g["ao"].shape, (k * (k - 1) // 2,))
 
     @unittest.skipUnless(__import__("os").path.exists(GOLDEN), "not run from a repository checkout")
     def test_golden_kxk_records_decode(self):
@@ -199,7 +216,17 @@ class ScoredGraphs(unittest.TestCase):
         np.testing.assert_array_equal(g["aa"], aa)
         np.testing.assert_array_equal(g["ao"], ao)
         self.assertEqual(g["aa"][3 * 2 // 2 + 1], aa[4])  # entry [3, 1] at j(j-1)/2 + k
+        self.assertIsNone(g["sum"])
         datum["graphs"][0]["aa"] = aa[:-1].tobytes()
+        with self.assertRaises(wire.WireError):
+            wire.decode_scored(wire.codec("Scored").encode(datum))
+        # the sum form: only G_AA + G_AO
+        datum["graphs"][0].update(aa=b"", ao=b"", sum=(aa + ao).tobytes())
+        g = wire.decode_scored(wire.codec("Scored").encode(datum))["graphs"][0]
+        self.assertIsNone(g["aa"])
+        self.assertIsNone(g["ao"])
+        np.testing.assert_array_equal(g["sum"], aa + ao)
+        datum["graphs"][0]["ao"] = ao.tobytes()
         with self.assertRaises(wire.WireError):
             wire.decode_scored(wire.codec("Scored").encode(datum))
 

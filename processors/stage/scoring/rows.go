@@ -239,7 +239,8 @@ func AttentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 
 // LowerGraphs are the scorer's K×K step graphs in the scored record's
 // compact form: the entries below each diagonal (docs/wire-format.md,
-// "Scored"), each graph's two matrices in one allocation. The client
+// "Scored"), each graph's two matrices in one allocation, or their sums
+// where the sum form is exact. The client
 // checked that every graph is K×K; a scorer that answers otherwise gets no
 // panic here, only a record that the advantage stage refuses.
 func LowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
@@ -260,6 +261,12 @@ func LowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
 			}
 		}
 		out[i] = schemas.LowerGraph{Layer: int32(g.Layer), K: int32(k), AA: aa, AO: ao}
+		if n > 0 && schemas.SumExact(aa, ao) { // the sum form (schemas.SumForm), in aa's memory
+			for j := range aa {
+				aa[j] += ao[j]
+			}
+			out[i] = schemas.LowerGraph{Layer: int32(g.Layer), K: int32(k), Sum: aa}
+		}
 	}
 	return out
 }
