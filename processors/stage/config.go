@@ -46,6 +46,10 @@ type Config struct {
 	Topics   Topics
 
 	Direction string        // LAPO: backward (default) | forward
+	// LAPOStatistic is what LAPO rows are scored with (docs/method.md §2.4):
+	// logprob (the default; "" too), entropy or kl. The last two need a
+	// scorer that advertises gpu.FeatureStatistics.
+	LAPOStatistic string
 	Credit    credit.Config // method and every default of docs/method.md
 	Layers    []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
 	Window    state.WindowConfig
@@ -167,6 +171,11 @@ func (c *Config) Check() error {
 	}
 	if c.Direction != Backward && c.Direction != Forward {
 		return fmt.Errorf("direction %q: want backward or forward", c.Direction)
+	}
+	if c.LAPOStatistic != "" {
+		if err := credit.CheckStatistic(c.LAPOStatistic); err != nil {
+			return fmt.Errorf("--lapo-statistic: %w", err)
+		}
 	}
 	if err := c.Credit.Validate(); err != nil {
 		return err

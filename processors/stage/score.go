@@ -69,8 +69,16 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == "lapo" && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
+	if stat := cfg.LAPOStatistic; cfg.Credit.Method == "lapo" && !gpu.IsLogProb(stat) && !info.HasFeature(gpu.FeatureStatistics) {
+		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
+	}
 	return s, nil
 }
+
+// ErrScorerWithoutStatistics is NewScoreStage's error when the LAPO
+// statistic is entropy or kl and the scorer does not advertise
+// gpu.FeatureStatistics (it would answer log-probabilities).
+var ErrScorerWithoutStatistics = errors.New("the scorer does not compute the entropy and kl statistics (no \"statistics\" feature in its info); upgrade the scorer pods or use --lapo-statistic logprob")
 
 // Info is the scorer's model information.
 func (s *ScoreStage) Info() gpu.ModelInfo { return s.info }
@@ -413,8 +421,8 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		sc.Graphs = scoring.LowerGraphs(graphs[0])
 	default:
-		sc.Direction = s.cfg.Direction
-		plan, err := scoring.PlanLAPO(t, s.cfg.Direction, s.cfg.Credit, s.info.PlaceholderIDs)
+		sc.Direction = schemas.DirectionLabel(s.cfg.Direction, s.cfg.LAPOStatistic)
+		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {
 			return nil, err
 		}
