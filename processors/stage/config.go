@@ -45,15 +45,15 @@ type Config struct {
 	GroupID  string // consumer group prefix: "<GroupID>.score" and "<GroupID>.advantage"
 	Topics   Topics
 
-	Direction string        // LAPO: backward (default) | forward
+	Direction string // LAPO: backward (default) | forward
 	// LAPOStatistic is what LAPO rows are scored with (docs/method.md §2.4):
 	// logprob (the default; "" too), entropy or kl. The last two need a
 	// scorer that advertises gpu.FeatureStatistics.
 	LAPOStatistic string
-	Credit    credit.Config // method and every default of docs/method.md
-	Layers    []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
-	Window    state.WindowConfig
-	Limits    schemas.Limits
+	Credit        credit.Config // method and every default of docs/method.md
+	Layers        []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
+	Window        state.WindowConfig
+	Limits        schemas.Limits
 
 	// MaxPolicyLag routes samples whose policy_version is more than this
 	// many versions behind the newest announced version to
