@@ -130,6 +130,7 @@ func DefaultConfig() Config {
 		GroupID:          "creditflow",
 		Topics:           DefaultTopics(),
 		Direction:        Backward,
+		LAPOStatistic:    credit.StatLogProb,
 		Credit:           credit.DefaultConfig(),
 		Window:           state.DefaultWindow(),
 		Limits:           schemas.DefaultLimits(),

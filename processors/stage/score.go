@@ -452,6 +452,21 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 	return sc, nil
 }
 
+// Rescore scores the trajectory of a scored record again with this
+// stage's configuration (its LAPO statistic and scorer; the record's own
+// direction),
+// retrying transient scorer failures while ctx lasts, and returns the new
+// record; a scorer's rejection of the input is returned as the error. A
+// replay with another statistic uses it (docs/method.md §2.4).
+func (s *ScoreStage) Rescore(ctx context.Context, sc *schemas.Scored) (*schemas.Scored, error) {
+	if dir, _, ok := schemas.SplitDirection(sc.Direction); ok && dir != s.cfg.Direction {
+		o := *s // the record's direction, not the stage's
+		o.cfg.Direction = dir
+		return o.score(ctx, &sc.Trajectory)
+	}
+	return s.score(ctx, &sc.Trajectory)
+}
+
 // scorerRejection stops retrying a scorer call when the scorer refused the input.
 func scorerRejection(err error) error {
 	var rej *gpu.RejectedError
