@@ -32,7 +32,8 @@
 // This package: scorer.go holds the Scorer interface and its types;
 // errors.go the errors and their codes (shared with the protocol's error
 // body); tokens.go token arrays and compact-row pieces, with their JSON
-// form; rowset_pieces.go compact row sets (ExpandSet). The tests next to
+// form; rowset_pieces.go compact row sets (ExpandSet); statistics.go the
+// statistics a set may ask for (RowSet.Statistic, FeatureStatistics). The tests next to
 // it (package gpu_test) check the guarantees end to end: the client
 // against servers over the in-process scorer, and any running pod against
 // the reference (TestConformance).

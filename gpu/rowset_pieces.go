@@ -60,7 +60,7 @@ func ExpandSet(s RowSet) (RowSet, error) {
 	if s.Pieces == nil {
 		return s, nil
 	}
-	out := RowSet{ID: s.ID, Rows: make([]Row, len(s.Rows))}
+	out := RowSet{ID: s.ID, Rows: make([]Row, len(s.Rows)), Statistic: s.Statistic}
 	for j, r := range s.Rows {
 		if s.RowPieces(j) != nil {
 			c, err := s.AppendRowContext(make([]int32, 0, s.rowContextLen(j)), j)
@@ -75,11 +75,11 @@ func ExpandSet(s RowSet) (RowSet, error) {
 }
 
 // TokenCount is the set's work in tokens: context plus target of every row
-// (a compact row counted expanded).
+// (a compact row counted expanded), plus its reference context if any.
 func (s *RowSet) TokenCount() int {
 	n := 0
 	for j, r := range s.Rows {
-		n += s.rowContextLen(j) + len(r.Target)
+		n += s.rowContextLen(j) + len(r.Target) + len(r.ReferenceContext)
 	}
 	return n
 }

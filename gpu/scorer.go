@@ -25,8 +25,8 @@ type ModelInfo struct {
 	PolicyVersion  int64   `json:"policy_version"`
 	PlaceholderIDs []int32 `json:"placeholder_ids"`
 	// Features lists the protocol features the server accepts within v1
-	// (protocol.FeatureRowPieces, protocol.FeatureBinary); absent on servers
-	// from before them.
+	// (protocol.FeatureRowPieces, protocol.FeatureBinary,
+	// FeatureStatistics); absent on servers from before them.
 	Features []string `json:"features,omitempty"`
 }
 
@@ -45,14 +45,21 @@ func (a ModelInfo) SameModel(b ModelInfo) bool {
 // Context of its own; its context is its pieces, spans into Tokens or
 // literal ids (the wire's compact rows, protocol.FeatureRowPieces). This keeps one
 // copy of a trajectory instead of one per row; ExpandSet materializes it.
+//
+// Statistic chooses what every row of the set is answered with: "" or
+// StatLogProb S (the default), StatEntropy or StatKL (whose rows carry a
+// ReferenceContext, always as tokens); only scorers that advertise
+// FeatureStatistics answer the last two.
 type RowSet struct {
-	ID     string // caller's label (e.g. trajectory id), echoed in errors
-	Rows   []Row
-	Tokens []int32   // what span pieces point into
-	Pieces [][]Piece // nil, or one entry per row (nil: the row's Context)
+	ID        string // caller's label (e.g. trajectory id), echoed in errors
+	Rows      []Row
+	Tokens    []int32   // what span pieces point into
+	Pieces    [][]Piece // nil, or one entry per row (nil: the row's Context)
+	Statistic string    // "", StatLogProb, StatEntropy or StatKL
 }
 
-// RowScores answers one RowSet: Scores[i] is S for Rows[i].
+// RowScores answers one RowSet: Scores[i] is the set's statistic (S by
+// default) for Rows[i].
 type RowScores struct {
 	Scores      []float64
 	Truncations int // rows of the set whose context was cut from the left

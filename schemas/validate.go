@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -202,13 +203,40 @@ const (
 	DirectionForward  = "forward"
 )
 
+// DirectionLabel is the direction of a LAPO Scored record scored with
+// statistic (docs/method.md §2.4): the direction itself for logprob (""
+// too), "<direction>:<statistic>" for entropy and kl.
+func DirectionLabel(direction, statistic string) string {
+	if statistic == "" || statistic == "logprob" {
+		return direction
+	}
+	return direction + ":" + statistic
+}
+
+// SplitDirection reads a LAPO direction label: its direction (backward or
+// forward) and statistic (logprob, entropy or kl); ok is false for anything
+// else.
+func SplitDirection(label string) (direction, statistic string, ok bool) {
+	direction, statistic, found := strings.Cut(label, ":")
+	if !found {
+		statistic = "logprob"
+	} else if statistic != "entropy" && statistic != "kl" {
+		return "", "", false
+	}
+	if direction != DirectionBackward && direction != DirectionForward {
+		return "", "", false
+	}
+	return direction, statistic, true
+}
+
 // attentionSlack is how far a step-graph entry may fall below 0 or above 1
 // (float round-off from the scorer).
 const attentionSlack = 1e-4
 
 // ValidateScored checks a scored record: its trajectory (as
 // ValidateTrajectory), then, with ReasonInvalid: method is lapo or attnsr;
-// lapo has direction backward or forward and one TurnScore per turn whose
+// lapo has direction backward or forward (optionally labelled with its
+// statistic, see SplitDirection) and one TurnScore per turn whose
 // present values are finite; attnsr turn scores are empty or aligned; every
 // LayerGraph has K = number of turns, K*K finite entries in AA and AO within
 // [0, 1] (small round-off allowed), and distinct layers; so does every
@@ -226,8 +254,8 @@ func ValidateScored(s *Scored, lim Limits) error {
 	k := len(s.Trajectory.Turns)
 	switch s.Method {
 	case MethodLAPO:
-		if s.Direction != DirectionBackward && s.Direction != DirectionForward {
-			return invalid(ReasonInvalid, "scored %s: lapo direction %q must be backward or forward", id, s.Direction)
+		if _, _, ok := SplitDirection(s.Direction); !ok {
+			return invalid(ReasonInvalid, "scored %s: lapo direction %q must be backward or forward, optionally followed by :entropy or :kl", id, s.Direction)
 		}
 		if len(s.Turns) != k {
 			return invalid(ReasonInvalid, "scored %s: %d turn scores for %d turns", id, len(s.Turns), k)

@@ -197,3 +197,23 @@ func TestReasonOf(t *testing.T) {
 		t.Fatal("plain error should map to invalid")
 	}
 }
+
+func TestDirectionLabels(t *testing.T) {
+	for _, c := range []struct{ dir, stat, label string }{
+		{"backward", "logprob", "backward"}, {"forward", "", "forward"},
+		{"backward", "entropy", "backward:entropy"}, {"forward", "kl", "forward:kl"},
+	} {
+		if got := DirectionLabel(c.dir, c.stat); got != c.label {
+			t.Errorf("DirectionLabel(%q, %q) = %q, want %q", c.dir, c.stat, got, c.label)
+		}
+		d, s, ok := SplitDirection(c.label)
+		if want := c.stat; !ok || d != c.dir || (s != want && !(want == "" && s == "logprob")) {
+			t.Errorf("SplitDirection(%q) = %q %q %v", c.label, d, s, ok)
+		}
+	}
+	for _, bad := range []string{"", "sideways", "backward:logprob", "backward:", "backward:variance", ":kl"} {
+		if _, _, ok := SplitDirection(bad); ok {
+			t.Errorf("SplitDirection(%q) accepted", bad)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/offline"
+	"github.com/creditflow/creditflow/schemas"
 )
 
 func init() {
@@ -20,7 +21,7 @@ Reads scored trajectories (JSON Lines, docs/offline.md) on stdin, groups them by
 writes one advantage object per distinct trajectory on stdout. Late and repeated members are
 reported on stderr; a malformed line or an unknown field stops the run, naming the line. The math
 is documented in docs/method.md.`)
-	var direction *string
+	var direction, statistic *string
 	var maxTokens *int
 	var tokens *bool
 	fs.inGroup(groupGeneral, func() {
@@ -33,6 +34,7 @@ is documented in docs/method.md.`)
 	})
 	fs.inGroup(groupLAPO, func() {
 		direction = fs.String("direction", "backward", "how the input's delta was scored, backward or forward (a label; the math is the same)")
+		statistic = fs.String("lapo-statistic", "logprob", "the statistic the input's delta was measured with: logprob, entropy or kl (a label, docs/method.md §2.4; a line's \"direction\", e.g. backward:entropy, must agree)")
 	})
 	apply := creditFlags(fs, &cfg)
 	if err := fs.parse(args, true); err != nil {
@@ -44,8 +46,12 @@ is documented in docs/method.md.`)
 	if *direction != "backward" && *direction != "forward" {
 		return fmt.Errorf("--direction %q: use backward or forward", *direction)
 	}
+	if err := credit.CheckStatistic(*statistic); err != nil {
+		return fmt.Errorf("--lapo-statistic: %w", err)
+	}
 	if err := apply(); err != nil {
 		return err
 	}
-	return offline.Compute(os.Stdin, os.Stdout, os.Stderr, cfg, offline.WithTokens(*tokens), offline.WithMaxTokens(*maxTokens))
+	label := schemas.DirectionLabel(*direction, *statistic)
+	return offline.Compute(os.Stdin, os.Stdout, os.Stderr, cfg, offline.WithTokens(*tokens), offline.WithMaxTokens(*maxTokens), offline.WithDirection(label))
 }

@@ -30,7 +30,10 @@ func runReplay(args []string) error {
 		"writes the scored records as `creditflow compute` input lines instead (docs/offline.md).\n\n"+
 		"A replay never writes into a live topic: it refuses the live samples, scored, dead-letter and\n"+
 		"state topics, and any output topic that already holds records unless --append. Its state and\n"+
-		"dead letters go to its own topics, <topic-samples>.state and <topic-samples>.dead-letters.")
+		"dead letters go to its own topics, <topic-samples>.state and <topic-samples>.dead-letters.\n\n"+
+		"With --lapo-statistic, LAPO records measured with another statistic (docs/method.md §2.4) are\n"+
+		"scored again from their trajectories, on --scorers or the in-process model, into\n"+
+		"<topic-samples>.scored (the other records are copied there), and the replay reads that topic.")
 	var appendOut, jsonl *bool
 	var logLevel *string
 	var startup *time.Duration
@@ -56,6 +59,12 @@ func runReplay(args []string) error {
 	fs.inGroup(groupCredit, func() {
 		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	})
+	var statistic *string
+	fs.inGroup(groupLAPO, func() {
+		statistic = fs.String("lapo-statistic", "", "re-score LAPO records measured with another statistic with this one: logprob, entropy or kl (default: replay the records as scored)")
+	})
+	var sf scorerFlags
+	fs.inGroup(groupScorer, func() { sf = addScorerFlags(fs) })
 	credit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
 	kafkaSizeFlags(fs, &cfg)
@@ -88,10 +97,18 @@ func runReplay(args []string) error {
 		return err
 	}
 	if *jsonl {
+		if *statistic != "" {
+			return fmt.Errorf("--jsonl writes the scored topic as it is: replay with --lapo-statistic first, then export its <topic-samples>.scored with --jsonl --topic-scored")
+		}
 		return exportJSONL(ctx, cfg, ends)
 	}
 	if cfg.Topics.Samples == "" {
 		return fmt.Errorf("--topic-samples is required: a replay writes to a new samples topic")
+	}
+	rescoreTo := ""
+	if *statistic != "" {
+		cfg.LAPOStatistic = *statistic
+		rescoreTo = cfg.Topics.Samples + ".scored"
 	}
 	if cfg.Topics.State == "" {
 		cfg.Topics.State = cfg.Topics.Samples + ".state"
@@ -105,7 +122,7 @@ func runReplay(args []string) error {
 	if err := cfg.Check(); err != nil {
 		return err
 	}
-	if err := checkReplayOutputs(ctx, cfg, *appendOut); err != nil {
+	if err := checkReplayOutputs(ctx, cfg, rescoreTo, *appendOut); err != nil {
 		return err
 	}
 	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
@@ -117,6 +134,9 @@ func runReplay(args []string) error {
 	if cfg.MaxPolicyLag >= 0 {
 		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
 	}
+	if rescoreTo != "" {
+		specs = append(specs, producers.TopicSpec{Name: rescoreTo, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
+	}
 	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
 		return err
 	}
@@ -125,6 +145,22 @@ func runReplay(args []string) error {
 		return err
 	}
 	defer prod.Close()
+	if rescoreTo != "" {
+		scorer, _, closeScorer, err := sf.newScorer(cfg.Logger, nil)
+		if err != nil {
+			return err
+		}
+		written, rescored, err := rescoreTopic(ctx, cfg, scorer, prod, ends, rescoreTo)
+		closeScorer()
+		if err != nil {
+			return fmt.Errorf("re-scoring %s with the %s statistic into %s: %w", cfg.Topics.Scored, cfg.LAPOStatistic, rescoreTo, err)
+		}
+		fmt.Printf("re-scored %d of %d scored records with the %s statistic into %s\n", rescored, written, cfg.LAPOStatistic, rescoreTo)
+		cfg.Topics.Scored = rescoreTo
+		if ends, err = consumers.EndOffsets(ctx, cfg.Brokers, cfg.Security, rescoreTo); err != nil {
+			return err
+		}
+	}
 	a, err := stage.NewAdvantageStage(cfg, prod)
 	if err != nil {
 		return err
@@ -173,10 +209,11 @@ func runReplay(args []string) error {
 // checkReplayOutputs refuses outputs that would touch a live pipeline: a
 // replay never writes to the live topics (the default topic names and the
 // scored topic it reads), its outputs (samples, state, dead letters and,
-// with --max-policy-lag, stale samples) are distinct, and, unless
+// with --max-policy-lag, stale samples; with --lapo-statistic, the
+// re-scored records rescoreTo) are distinct, and, unless
 // appendOK, each output topic is new or empty. It runs before anything is
 // written and creates no topic.
-func checkReplayOutputs(ctx context.Context, cfg stage.Config, appendOK bool) error {
+func checkReplayOutputs(ctx context.Context, cfg stage.Config, rescoreTo string, appendOK bool) error {
 	live := stage.DefaultTopics()
 	liveNames := map[string]string{
 		live.Trajectories: "the live trajectories topic", live.Scored: "the live scored topic",
@@ -194,6 +231,9 @@ func checkReplayOutputs(ctx context.Context, cfg stage.Config, appendOK bool) er
 	}
 	if cfg.MaxPolicyLag >= 0 {
 		outs = append(outs, struct{ flag, topic string }{"--topic-samples-stale", cfg.Topics.SamplesStale})
+	}
+	if rescoreTo != "" {
+		outs = append(outs, struct{ flag, topic string }{"--lapo-statistic (<topic-samples>.scored)", rescoreTo})
 	}
 	seen := map[string]string{}
 	for _, o := range outs {

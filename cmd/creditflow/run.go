@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,10 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/client"
-	"github.com/creditflow/creditflow/gpu/local"
 
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
@@ -95,8 +92,8 @@ Runs the score stage, the advantage stage or both against Kafka brokers: traject
 per-token advantages on the samples topic. Settings come from flags, CREDITFLOW_<FLAG> environment
 variables and --config (in increasing order of precedence: file, environment, flags). SIGTERM drains
 in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/method.md, docs/kafka.md.`)
-	var which, layers, scorers, scorerModel, scorerToken, scorerCA, metricsAddr, logLevel *string
-	var scorerBudget *int
+	var which, layers, metricsAddr, logLevel *string
+	var sf scorerFlags
 	var scorerFollow *bool
 	var create *int
 	var shutdown, startup *time.Duration
@@ -123,12 +120,8 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	})
 	policyFlags(fs, &cfg)
 	fs.inGroup(groupScorer, func() {
-		scorers = fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)")
-		scorerModel = fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp)
+		sf = addScorerFlags(fs)
 		scorerFollow = fs.Bool("scorer-follow-policy", false, "in-process scorer: load each newer checkpoint announced on --topic-policy and score with it (the model of --scorer-model is version 0)")
-		scorerToken = fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints")
-		scorerCA = fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints")
-		scorerBudget = fs.Int("scorer-token-budget", client.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
 		fs.IntVar(&cfg.MaxInFlightBytes, "max-inflight-bytes", cfg.MaxInFlightBytes, "score stage: record bytes in flight per partition (at least one record)")
 		fs.IntVar(&cfg.MaxUnackedBytes, "max-unacked-bytes", cfg.MaxUnackedBytes, "advantage stage: encoded samples written and not yet acknowledged per partition (at least 4 groups)")
@@ -138,6 +131,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	})
 	fs.inGroup(groupLAPO, func() {
 		fs.StringVar(&cfg.Direction, "direction", cfg.Direction, "backward or forward (ablation)")
+		fs.StringVar(&cfg.LAPOStatistic, "lapo-statistic", cfg.LAPOStatistic, lapoStatisticHelp)
 	})
 	fs.inGroup(groupAttnSR, func() {
 		layers = fs.String("layers", "", "comma-separated layer indices (default: the depth mapping of docs/method.md)")
@@ -225,38 +219,16 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	errc := make(chan error, 2)
 	n := 0
 	if runScore {
-		var scorer gpu.Scorer
-		if *scorers == "" {
-			m, err := loadModelFlag(*scorerModel)
-			if err != nil {
-				return fmt.Errorf("--scorer-model: %w", err)
+		scorer, sc, closeScorer, err := sf.newScorer(log, reg)
+		if err != nil {
+			return err
+		}
+		defer closeScorer()
+		if sc != nil && *scorerFollow {
+			if cfg.Topics.Policy == "" {
+				return fmt.Errorf("--scorer-follow-policy needs --topic-policy")
 			}
-			sc := local.New(m, local.WithInProcessRegisterer(reg))
-			if *scorerFollow {
-				if cfg.Topics.Policy == "" {
-					return fmt.Errorf("--scorer-follow-policy needs --topic-policy")
-				}
-				followPolicy(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
-			}
-			scorer = sc
-		} else {
-			opts := []client.Option{client.WithLogger(log), client.WithRegisterer(reg), client.WithTokenBudget(*scorerBudget)}
-			if *scorerToken != "" {
-				b, err := os.ReadFile(*scorerToken)
-				if err != nil {
-					return fmt.Errorf("--scorer-token-file: %w", err)
-				}
-				opts = append(opts, client.WithBearerToken(strings.TrimSpace(string(b))))
-			}
-			if *scorerCA != "" {
-				opts = append(opts, client.WithCAFile(*scorerCA))
-			}
-			c, err := client.New(splitList(*scorers), opts...)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			scorer = c
+			followPolicy(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
 		}
 		// Scorer pods may start at the same time as the processor: wait
 		// for one to answer, as for the brokers, at most --startup-timeout.
@@ -265,6 +237,9 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		for {
 			if s, err = stage.NewScoreStage(ctx, cfg, scorer, prod); err == nil {
 				break
+			}
+			if errors.Is(err, stage.ErrScorerWithoutStatistics) {
+				return err // the scorer answered: waiting will not help
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()

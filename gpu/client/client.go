@@ -161,10 +161,20 @@ func (c *Client) Stats() Stats {
 	}
 }
 
-// ScoreRows scores the sets on the scorer pods.
+// ScoreRows scores the sets on the scorer pods. A set of a statistic other
+// than logprob needs pods that advertise protocol.FeatureStatistics (else
+// ErrNoStatistics, before anything is sent).
 func (c *Client) ScoreRows(ctx context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
 	if len(sets) == 0 {
 		return []gpu.RowScores{}, nil
+	}
+	for _, s := range sets {
+		if !gpu.IsLogProb(s.Statistic) {
+			if err := c.checkStatistics(ctx, s.Statistic); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 	var items []*item
 	var offsets []int

@@ -21,6 +21,8 @@ type endpoint struct {
 	healthy     atomic.Bool
 	rowPieces   atomic.Bool // its /v1/info advertises protocol.FeatureRowPieces
 	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
+	statistics  atomic.Bool // its /v1/info advertises protocol.FeatureStatistics
+	answered    atomic.Bool // it has answered /v1/info (the flags above are its)
 	mu          sync.Mutex
 	fails       int
 	probing     bool

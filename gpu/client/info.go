@@ -49,6 +49,8 @@ func (c *Client) fetchInfo(ctx context.Context, ep *endpoint) (gpu.ModelInfo, er
 	}
 	ep.rowPieces.Store(slices.Contains(info.Features, protocol.FeatureRowPieces))
 	ep.binary.Store(slices.Contains(info.Features, protocol.FeatureBinary))
+	ep.statistics.Store(slices.Contains(info.Features, protocol.FeatureStatistics))
+	ep.answered.Store(true)
 	return info, nil
 }
 
@@ -116,4 +118,26 @@ func (c *Client) Info(ctx context.Context) (gpu.ModelInfo, error) {
 	}
 	c.info, c.infoAt, c.infoOK = *ref, time.Now(), true
 	return *ref, nil
+}
+
+// ErrNoStatistics is returned by ScoreRows for a set that asks for a
+// statistic other than logprob (gpu.StatEntropy, gpu.StatKL) when a scorer
+// endpoint does not advertise protocol.FeatureStatistics in its /v1/info:
+// it would answer log-probabilities. Upgrade the scorer pods (or the
+// creditflow scorer) to a version that computes them, or score logprob.
+var ErrNoStatistics = errors.New("scorer does not compute the entropy and kl statistics (no \"statistics\" feature in its /v1/info); upgrade the scorer pods or use the logprob statistic")
+
+// checkStatistics returns ErrNoStatistics, naming the endpoint, unless every
+// endpoint that has answered /v1/info advertises protocol.FeatureStatistics
+// (it asks them first, through the cached Info).
+func (c *Client) checkStatistics(ctx context.Context, stat string) error {
+	if _, err := c.Info(ctx); err != nil {
+		return err
+	}
+	for _, ep := range c.eps {
+		if ep.answered.Load() && !ep.statistics.Load() {
+			return fmt.Errorf("%w (endpoint %s, statistic %s)", ErrNoStatistics, ep.url, stat)
+		}
+	}
+	return nil
 }

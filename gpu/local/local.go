@@ -156,6 +156,7 @@ func modelInfo(m *model.Model, version int64) gpu.ModelInfo {
 		MaxContext:     mi.MaxContext,
 		PolicyVersion:  version,
 		PlaceholderIDs: append([]int32(nil), mi.PlaceholderIDs...),
+		Features:       []string{gpu.FeatureStatistics},
 	}
 }
 
@@ -183,6 +184,7 @@ func (l *Scorer) Info(ctx context.Context) (gpu.ModelInfo, error) {
 	cur := l.cur.Load()
 	info := cur.info
 	info.PlaceholderIDs = append([]int32(nil), cur.info.PlaceholderIDs...)
+	info.Features = append([]string(nil), cur.info.Features...)
 	return info, nil
 }
 
@@ -203,8 +205,9 @@ func (l *Scorer) ScoreRows(ctx context.Context, sets []gpu.RowSet) ([]gpu.RowSco
 	return res, err
 }
 
-// ScoreRowsUsage scores all rows of all sets in one model call and reports
-// the tokens it cost.
+// ScoreRowsUsage scores all rows of all logprob sets in one model call
+// and each set of another statistic (gpu.StatEntropy, gpu.StatKL) in one
+// of its own, and reports the tokens it cost.
 //
 // Every RowScores carries the policy version of the weights that computed it.
 func (l *Scorer) ScoreRowsUsage(ctx context.Context, sets []gpu.RowSet) ([]gpu.RowScores, gpu.Usage, error) {
@@ -219,6 +222,76 @@ func (l *Scorer) ScoreRowsUsage(ctx context.Context, sets []gpu.RowSet) ([]gpu.R
 	if err := ctx.Err(); err != nil {
 		return nil, gpu.Usage{}, err
 	}
+	var lp []gpu.RowSet // the logprob sets, in order
+	for _, s := range sets {
+		if gpu.IsLogProb(s.Statistic) {
+			lp = append(lp, s)
+		}
+	}
+	if len(lp) == len(sets) {
+		return l.scoreLogProb(ctx, cur, sets)
+	}
+	out := make([]gpu.RowScores, len(sets))
+	var usage gpu.Usage
+	if len(lp) > 0 {
+		res, u, err := l.scoreLogProb(ctx, cur, lp)
+		if err != nil {
+			return nil, gpu.Usage{}, err
+		}
+		usage = addUsage(usage, u)
+		k := 0
+		for i, s := range sets {
+			if gpu.IsLogProb(s.Statistic) {
+				out[i] = res[k]
+				k++
+			}
+		}
+	}
+	for i, s := range sets {
+		if gpu.IsLogProb(s.Statistic) {
+			continue
+		}
+		r, u, err := l.scoreStatistic(ctx, cur, s)
+		if err != nil {
+			return nil, gpu.Usage{}, err
+		}
+		usage = addUsage(usage, u)
+		out[i] = r
+	}
+	return out, usage, nil
+}
+
+func addUsage(a, b gpu.Usage) gpu.Usage {
+	return gpu.Usage{TokensForwarded: a.TokensForwarded + b.TokensForwarded,
+		TokensRowByRow: a.TokensRowByRow + b.TokensRowByRow, Truncations: a.Truncations + b.Truncations}
+}
+
+// scoreStatistic answers one validated set of the entropy or kl statistic
+// (model.ScoreRowsStatistic: rows one by one, no prefix sharing); its
+// truncations count every context cut, the reference contexts' too.
+func (l *Scorer) scoreStatistic(ctx context.Context, cur *localModel, s gpu.RowSet) (gpu.RowScores, gpu.Usage, error) {
+	if err := l.acquire(ctx); err != nil {
+		return gpu.RowScores{}, gpu.Usage{}, err
+	}
+	start := time.Now()
+	scores, u, err := cur.m.ScoreRowsStatistic(s.Rows, s.Statistic)
+	l.metrics.observe("score", start)
+	l.release()
+	if err != nil {
+		return gpu.RowScores{}, gpu.Usage{}, fmt.Errorf("model scoring the %s statistic of set %q: %w", s.Statistic, s.ID, err)
+	}
+	if len(scores) != len(s.Rows) {
+		return gpu.RowScores{}, gpu.Usage{}, fmt.Errorf("model returned %d scores for %d rows", len(scores), len(s.Rows))
+	}
+	l.metrics.forwarded.Add(float64(u.TokensForwarded))
+	l.metrics.rowByRow.Add(float64(u.TokensRowByRow))
+	l.metrics.truncations.Add(float64(u.Truncations))
+	version := cur.info.PolicyVersion
+	return gpu.RowScores{Scores: scores, Truncations: int(u.Truncations), PolicyVersion: &version}, u, nil
+}
+
+// scoreLogProb scores the rows of validated logprob sets in one model call.
+func (l *Scorer) scoreLogProb(ctx context.Context, cur *localModel, sets []gpu.RowSet) ([]gpu.RowScores, gpu.Usage, error) {
 	var all []gpu.Row
 	for _, s := range sets {
 		all = append(all, s.Rows...)

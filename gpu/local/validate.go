@@ -35,9 +35,13 @@ func expandSets(sets []gpu.RowSet) ([]gpu.RowSet, error) {
 	return out, nil
 }
 
-// validateSets checks rows against the model limits; it returns a
-// *gpu.RejectedError for the first bad set.
+// validateSets checks rows against the model limits, and every set's
+// statistic and reference contexts; it returns a *gpu.RejectedError for the
+// first bad set.
 func validateSets(info gpu.ModelInfo, sets []gpu.RowSet) error {
+	if err := gpu.CheckStatistics(sets); err != nil {
+		return err
+	}
 	for i, s := range sets {
 		if len(s.Rows) == 0 {
 			return gpu.Reject(i, s.ID, "set %d has no rows", i)
@@ -52,6 +56,9 @@ func validateSets(info gpu.ModelInfo, sets []gpu.RowSet) error {
 			}
 			if k, ok := badToken(r.Context, info.VocabSize); !ok {
 				return gpu.Reject(i, s.ID, "set %d row %d: context token %d (index %d) is outside the vocabulary [0, %d)", i, j, r.Context[k], k, info.VocabSize)
+			}
+			if k, ok := badToken(r.ReferenceContext, info.VocabSize); !ok {
+				return gpu.Reject(i, s.ID, "set %d row %d: reference token %d (index %d) is outside the vocabulary [0, %d)", i, j, r.ReferenceContext[k], k, info.VocabSize)
 			}
 			if k, ok := badToken(r.Target, info.VocabSize); !ok {
 				return gpu.Reject(i, s.ID, "set %d row %d: target token %d (index %d) is outside the vocabulary [0, %d)", i, j, r.Target[k], k, info.VocabSize)

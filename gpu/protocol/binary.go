@@ -36,10 +36,13 @@ const (
 )
 
 // Set and row flags of the rows request.
+// setStatistic and rowReference (FeatureStatistics) are zero in a logprob
+// request, which is the bytes it was before the feature.
 const (
 	setTokens = 1 << iota
 	setTarget
 	setSpan
+	setStatistic // a u32-length UTF-8 statistic name follows the span
 )
 
 const (
@@ -48,6 +51,7 @@ const (
 	rowTarget
 	rowSpan
 	rowTemperature
+	rowReference // an id array follows the temperature
 )
 
 const graphsPolicyVersion = 1
@@ -104,6 +108,10 @@ func AppendRowsRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, err
 		if shared {
 			flags |= setTarget | setSpan
 		}
+		stat := wireStatistic(s.Statistic)
+		if stat != "" {
+			flags |= setStatistic
+		}
 		dst = append(dst, flags)
 		if pieces {
 			dst = appendIDs(dst, s.Tokens)
@@ -111,6 +119,10 @@ func AppendRowsRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, err
 		if shared {
 			dst = appendIDs(dst, s.Rows[0].Target)
 			dst = appendPair(dst, s.Rows[0].Span[0], s.Rows[0].Span[1])
+		}
+		if stat != "" {
+			dst = appendU32(dst, len(stat))
+			dst = append(dst, stat...)
 		}
 		dst = appendU32(dst, len(s.Rows))
 		for j, r := range s.Rows {
@@ -141,6 +153,9 @@ func AppendRowsRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, err
 			if r.Temperature != 0 {
 				flags |= rowTemperature
 			}
+			if len(r.ReferenceContext) > 0 {
+				flags |= rowReference
+			}
 			dst = append(dst, flags)
 			if flags&rowContext != 0 {
 				dst = appendIDs(dst, ctx)
@@ -163,6 +178,9 @@ func AppendRowsRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, err
 			}
 			if flags&rowTemperature != 0 {
 				dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(r.Temperature))
+			}
+			if flags&rowReference != 0 {
+				dst = appendIDs(dst, r.ReferenceContext)
 			}
 		}
 	}
@@ -321,7 +339,7 @@ func DecodeRowsRequest(b []byte, maxRows, maxPieces int) (ScoreRequest, error) {
 			r.fail(fmt.Errorf("%s is not UTF-8", r.where("id")))
 		}
 		s.ID = string(id)
-		f := r.flags("", setTokens|setTarget|setSpan)
+		f := r.flags("", setTokens|setTarget|setSpan|setStatistic)
 		if f&setTokens != 0 {
 			s.Tokens = r.ids("tokens")
 		}
@@ -330,6 +348,13 @@ func DecodeRowsRequest(b []byte, maxRows, maxPieces int) (ScoreRequest, error) {
 		}
 		if f&setSpan != 0 {
 			s.Span = r.pair()
+		}
+		if f&setStatistic != 0 {
+			stat := r.take(r.count("statistic byte", 1))
+			if r.err == nil && !utf8.Valid(stat) {
+				r.fail(fmt.Errorf("%s is not UTF-8", r.where("statistic")))
+			}
+			s.Statistic = string(stat)
 		}
 		rows := r.count("row", 1)
 		if rowsLeft -= rows; r.err == nil && rowsLeft < 0 {
@@ -359,7 +384,7 @@ func overLimit(msg string) error {
 // rejection when they run out.
 func (r *binReader) row(piecesLeft *int, maxPieces int) WireRow {
 	var w WireRow
-	f := r.flags("", rowContext|rowPieces|rowTarget|rowSpan|rowTemperature)
+	f := r.flags("", rowContext|rowPieces|rowTarget|rowSpan|rowTemperature|rowReference)
 	if f&rowContext != 0 {
 		w.Context = r.ids("context")
 	}
@@ -393,6 +418,9 @@ func (r *binReader) row(piecesLeft *int, maxPieces int) WireRow {
 	if f&rowTemperature != 0 {
 		t := math.Float64frombits(r.u64())
 		w.Temperature = &t
+	}
+	if f&rowReference != 0 {
+		w.Reference = r.ids("reference")
 	}
 	return w
 }

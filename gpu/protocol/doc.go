@@ -27,6 +27,8 @@
 //   - binary.go: the binary bodies (FeatureBinary): the rows request and the
 //     graphs answer, and content negotiation (IsMediaType, Accepts).
 //   - pieces.go: compact rows (FeatureRowPieces): ResolveSets, RowTokens.
+//   - statistics.go: the entropy and kl statistics (FeatureStatistics):
+//     a set's statistic, kl rows' reference, ValidateStatistics.
 //
 // Token arrays travel as gpu.Tokens (base64 of little-endian int32) and
 // compact-row pieces as gpu.Piece; both carry their JSON form with them.

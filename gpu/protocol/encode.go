@@ -35,6 +35,13 @@ func AppendScoreRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, er
 			dst = append(dst, id...)
 			dst = append(dst, ',')
 		}
+		if stat := wireStatistic(s.Statistic); stat != "" {
+			st, err := json.Marshal(stat)
+			if err != nil {
+				return nil, err
+			}
+			dst = append(append(append(dst, `"statistic":`...), st...), ',')
+		}
 		pieces := compact && s.Pieces != nil
 		shared := pieces && sharedTarget(s)
 		if pieces {
@@ -105,6 +112,10 @@ func AppendScoreRequest(dst []byte, sets []gpu.RowSet, compact bool) ([]byte, er
 				sep()
 				dst = append(dst, `"temperature":`...)
 				dst = append(dst, temp...)
+			}
+			if len(r.ReferenceContext) > 0 {
+				sep()
+				dst = appendTokens(append(dst, `"reference":`...), r.ReferenceContext)
 			}
 			dst = append(dst, '}')
 		}

@@ -46,10 +46,10 @@ func ResolveSets(req *ScoreRequest) error {
 	return nil
 }
 
-// RowTokens is the row's context plus target in tokens once expanded
+// RowTokens is the row's context plus target (plus reference) in tokens once expanded
 // (span pieces are clamped to the set's tokens: this only sizes the work).
 func RowTokens(s *WireRowSet, r *WireRow) int {
-	n := len(r.Context) + len(r.Target)
+	n := len(r.Context) + len(r.Target) + len(r.Reference)
 	if r.Target == nil {
 		n += len(s.Target)
 	}

@@ -64,25 +64,29 @@ func (s *Score) UnmarshalJSON(b []byte) error {
 // null) means 1; a value that is not > 0 is a bad request.
 //
 // A compact row (FeatureRowPieces) gives Pieces instead of Context and may
-// leave out Target and Span to take its set's.
+// leave out Target and Span to take its set's. Reference is the second
+// context of a row of a kl set (FeatureStatistics), always in full.
 type WireRow struct {
 	Context     gpu.Tokens  `json:"context,omitempty"`
 	Pieces      []gpu.Piece `json:"pieces,omitempty"`
 	Target      gpu.Tokens  `json:"target,omitempty"`
 	Span        *[2]int     `json:"span,omitempty"`
 	Temperature *float64    `json:"temperature,omitempty"`
+	Reference   gpu.Tokens  `json:"reference,omitempty"`
 }
 
 // WireRowSet is one trajectory's rows on the wire. Tokens, Target and Span
 // are the compact form's shared arrays (FeatureRowPieces): the tokens the
 // rows' span pieces point into, and the target and span of every row that
-// has none of its own.
+// has none of its own. Statistic (FeatureStatistics) is "entropy" or "kl";
+// absent means logprob, the scores of every scorer.
 type WireRowSet struct {
-	ID     string     `json:"id,omitempty"`
-	Tokens gpu.Tokens `json:"tokens,omitempty"`
-	Target gpu.Tokens `json:"target,omitempty"`
-	Span   *[2]int    `json:"span,omitempty"`
-	Rows   []WireRow  `json:"rows"`
+	ID        string     `json:"id,omitempty"`
+	Statistic string     `json:"statistic,omitempty"`
+	Tokens    gpu.Tokens `json:"tokens,omitempty"`
+	Target    gpu.Tokens `json:"target,omitempty"`
+	Span      *[2]int    `json:"span,omitempty"`
+	Rows      []WireRow  `json:"rows"`
 }
 
 // ScoreRequest is the body of POST /v1/score.
@@ -173,8 +177,11 @@ func SetsToWire(sets []gpu.RowSet) ScoreRequest {
 				temp := r.Temperature
 				rows[j].Temperature = &temp
 			}
+			if len(r.ReferenceContext) > 0 {
+				rows[j].Reference = r.ReferenceContext
+			}
 		}
-		req.Sets[i] = WireRowSet{ID: s.ID, Rows: rows}
+		req.Sets[i] = WireRowSet{ID: s.ID, Statistic: wireStatistic(s.Statistic), Rows: rows}
 	}
 	return req
 }
@@ -194,6 +201,9 @@ func SetsFromWire(req ScoreRequest) []gpu.RowSet {
 			if r.Temperature != nil {
 				rows[j].Temperature = *r.Temperature
 			}
+			if r.Reference != nil {
+				rows[j].ReferenceContext = r.Reference
+			}
 			if r.Pieces != nil {
 				if pieces == nil {
 					pieces = make([][]gpu.Piece, len(s.Rows))
@@ -201,7 +211,7 @@ func SetsFromWire(req ScoreRequest) []gpu.RowSet {
 				pieces[j] = r.Pieces
 			}
 		}
-		sets[i] = gpu.RowSet{ID: s.ID, Rows: rows}
+		sets[i] = gpu.RowSet{ID: s.ID, Rows: rows, Statistic: s.Statistic}
 		if pieces != nil {
 			sets[i].Tokens, sets[i].Pieces = s.Tokens, pieces
 		}

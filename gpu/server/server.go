@@ -11,6 +11,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,7 +239,15 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info.Protocol = protocol.Version
-	info.Features = append(info.Features[:len(info.Features):len(info.Features)], protocol.FeatureRowPieces, protocol.FeatureBinary)
+	// The server's own features, after the scorer's (FeatureStatistics
+	// when the scorer computes them), each once.
+	features := append([]string(nil), info.Features...)
+	for _, f := range []string{protocol.FeatureRowPieces, protocol.FeatureBinary} {
+		if !slices.Contains(features, f) {
+			features = append(features, f)
+		}
+	}
+	info.Features = features
 	writeJSON(sw, http.StatusOK, info)
 	s.logRequest(r, "info", sw.status, start, 0, 0, "")
 }
@@ -434,6 +443,12 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		if err := protocol.ValidateTemperatures(req); err != nil {
 			return nil, err
 		}
+		if err := protocol.ValidateStatistics(req); err != nil {
+			return nil, err
+		}
+		if err := s.checkStatistics(ctx, req); err != nil {
+			return nil, err
+		}
 		sets := protocol.SetsFromWire(req)
 		var (
 			res   []gpu.RowScores
@@ -459,6 +474,26 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		}
 		return out, nil
 	})
+}
+
+// checkStatistics rejects a set that asks for a statistic other than
+// logprob when the served scorer does not advertise gpu.FeatureStatistics
+// (it would answer log-probabilities).
+func (s *Server) checkStatistics(ctx context.Context, req protocol.ScoreRequest) error {
+	for i, set := range req.Sets {
+		if gpu.IsLogProb(set.Statistic) {
+			continue
+		}
+		info, err := s.s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if !info.HasFeature(gpu.FeatureStatistics) {
+			return gpu.Reject(i, set.ID, "set %d asks for the %s statistic, which this scorer does not compute (it answers logprob only)", i, set.Statistic)
+		}
+		return nil
+	}
+	return nil
 }
 
 func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {

@@ -36,7 +36,14 @@ type Option func(*options)
 type options struct {
 	tokens    bool
 	maxTokens int
+	direction string
 }
+
+// WithDirection makes Compute refuse an input line whose optional
+// "direction" (the scored record's label, e.g. backward:entropy,
+// docs/method.md §2.4) is not label: Δ measured with another statistic or
+// direction than the caller says. Without it "direction" is not checked.
+func WithDirection(label string) Option { return func(o *options) { o.direction = label } }
 
 // DefaultMaxTokens bounds a trajectory's length (prompt and all turns) in
 // the input; longer lines are errors, so a typo cannot ask --tokens for
@@ -61,6 +68,10 @@ type Input struct {
 	PromptTokens int          `json:"prompt_tokens"`
 	Turns        []InputTurn  `json:"turns"`
 	Attention    []InputLayer `json:"attention"`
+	// Direction is the LAPO label of the Δ values when they were measured
+	// with the entropy or kl statistic ("backward:entropy", ...); absent
+	// for logprob.
+	Direction string `json:"direction,omitempty"`
 }
 
 // InputTurn is one turn of an input line.
@@ -254,6 +265,9 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 				}
 				if in.GroupSize == nil || *in.GroupSize < 1 {
 					return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
+				}
+				if d := in.Direction; o.direction != "" && d != "" && d != o.direction {
+					return fmt.Errorf("line %d: trajectory %q has direction %q, but this run computes %q: set --direction and --lapo-statistic to how the input was scored", lineNo, in.TrajectoryID, d, o.direction)
 				}
 				m := in.Member()
 				if err := credit.ValidateMember(m, cfg); err != nil {

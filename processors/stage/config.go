@@ -45,11 +45,15 @@ type Config struct {
 	GroupID  string // consumer group prefix: "<GroupID>.score" and "<GroupID>.advantage"
 	Topics   Topics
 
-	Direction string        // LAPO: backward (default) | forward
-	Credit    credit.Config // method and every default of docs/method.md
-	Layers    []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
-	Window    state.WindowConfig
-	Limits    schemas.Limits
+	Direction string // LAPO: backward (default) | forward
+	// LAPOStatistic is what LAPO rows are scored with (docs/method.md §2.4):
+	// logprob (the default; "" too), entropy or kl. The last two need a
+	// scorer that advertises gpu.FeatureStatistics.
+	LAPOStatistic string
+	Credit        credit.Config // method and every default of docs/method.md
+	Layers        []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
+	Window        state.WindowConfig
+	Limits        schemas.Limits
 
 	// MaxPolicyLag routes samples whose policy_version is more than this
 	// many versions behind the newest announced version to
@@ -126,6 +130,7 @@ func DefaultConfig() Config {
 		GroupID:          "creditflow",
 		Topics:           DefaultTopics(),
 		Direction:        Backward,
+		LAPOStatistic:    credit.StatLogProb,
 		Credit:           credit.DefaultConfig(),
 		Window:           state.DefaultWindow(),
 		Limits:           schemas.DefaultLimits(),
@@ -167,6 +172,11 @@ func (c *Config) Check() error {
 	}
 	if c.Direction != Backward && c.Direction != Forward {
 		return fmt.Errorf("direction %q: want backward or forward", c.Direction)
+	}
+	if c.LAPOStatistic != "" {
+		if err := credit.CheckStatistic(c.LAPOStatistic); err != nil {
+			return fmt.Errorf("--lapo-statistic: %w", err)
+		}
 	}
 	if err := c.Credit.Validate(); err != nil {
 		return err

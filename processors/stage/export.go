@@ -2,6 +2,7 @@ package stage
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/creditflow/creditflow/processors/offline"
 	"github.com/creditflow/creditflow/schemas"
@@ -23,6 +24,9 @@ func ComputeInput(s *schemas.Scored) offline.Input {
 	}
 	for _, l := range m.Attention {
 		in.Attention = append(in.Attention, offline.InputLayer{Layer: l.Layer, AA: square(l.AA), AO: square(l.AO), Sum: square(l.Sum)})
+	}
+	if s.Method == schemas.MethodLAPO && strings.Contains(s.Direction, ":") {
+		in.Direction = s.Direction // Δ of the entropy or kl statistic; logprob lines stay as they were
 	}
 	return in
 }

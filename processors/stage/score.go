@@ -69,8 +69,16 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == "lapo" && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
+	if stat := cfg.LAPOStatistic; cfg.Credit.Method == "lapo" && !gpu.IsLogProb(stat) && !info.HasFeature(gpu.FeatureStatistics) {
+		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
+	}
 	return s, nil
 }
+
+// ErrScorerWithoutStatistics is NewScoreStage's error when the LAPO
+// statistic is entropy or kl and the scorer does not advertise
+// gpu.FeatureStatistics (it would answer log-probabilities).
+var ErrScorerWithoutStatistics = errors.New("the scorer does not compute the entropy and kl statistics (no \"statistics\" feature in its info); upgrade the scorer pods or use --lapo-statistic logprob")
 
 // Info is the scorer's model information.
 func (s *ScoreStage) Info() gpu.ModelInfo { return s.info }
@@ -413,8 +421,8 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		sc.Graphs = scoring.LowerGraphs(graphs[0])
 	default:
-		sc.Direction = s.cfg.Direction
-		plan, err := scoring.PlanLAPO(t, s.cfg.Direction, s.cfg.Credit, s.info.PlaceholderIDs)
+		sc.Direction = schemas.DirectionLabel(s.cfg.Direction, s.cfg.LAPOStatistic)
+		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {
 			return nil, err
 		}
@@ -442,6 +450,21 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		s.cfg.Metrics.truncations.Add(float64(res[0].Truncations))
 	}
 	return sc, nil
+}
+
+// Rescore scores the trajectory of a scored record again with this
+// stage's configuration (its LAPO statistic and scorer; the record's own
+// direction),
+// retrying transient scorer failures while ctx lasts, and returns the new
+// record; a scorer's rejection of the input is returned as the error. A
+// replay with another statistic uses it (docs/method.md §2.4).
+func (s *ScoreStage) Rescore(ctx context.Context, sc *schemas.Scored) (*schemas.Scored, error) {
+	if dir, _, ok := schemas.SplitDirection(sc.Direction); ok && dir != s.cfg.Direction {
+		o := *s // the record's direction, not the stage's
+		o.cfg.Direction = dir
+		return o.score(ctx, &sc.Trajectory)
+	}
+	return s.score(ctx, &sc.Trajectory)
 }
 
 // scorerRejection stops retrying a scorer call when the scorer refused the input.

@@ -29,8 +29,8 @@ ROWS_MAGIC = b"CFR1"
 GRAPHS_MAGIC = b"CFG1"
 
 # Flag bits, in the order their fields follow.
-SET_TOKENS, SET_TARGET, SET_SPAN = 1, 2, 4
-ROW_CONTEXT, ROW_PIECES, ROW_TARGET, ROW_SPAN, ROW_TEMPERATURE = 1, 2, 4, 8, 16
+SET_TOKENS, SET_TARGET, SET_SPAN, SET_STATISTIC = 1, 2, 4, 8
+ROW_CONTEXT, ROW_PIECES, ROW_TARGET, ROW_SPAN, ROW_TEMPERATURE, ROW_REFERENCE = 1, 2, 4, 8, 16, 32
 PIECE_SPAN, PIECE_LITERAL = 0, 1
 GRAPHS_POLICY_VERSION = 1
 
@@ -150,7 +150,7 @@ def _piece(rd, what):
 
 
 def _row(rd, what):
-    f = rd.flags(ROW_CONTEXT | ROW_PIECES | ROW_TARGET | ROW_SPAN | ROW_TEMPERATURE, what)
+    f = rd.flags(ROW_CONTEXT | ROW_PIECES | ROW_TARGET | ROW_SPAN | ROW_TEMPERATURE | ROW_REFERENCE, what)
     r = {}
     if f & ROW_CONTEXT:
         r["context"] = rd.ids(f"{what} context")
@@ -163,6 +163,8 @@ def _row(rd, what):
         r["span"] = rd.span(f"{what} span")
     if f & ROW_TEMPERATURE:
         r["temperature"] = rd.f64(f"{what} temperature")
+    if f & ROW_REFERENCE:
+        r["reference"] = rd.ids(f"{what} reference")
     return r
 
 
@@ -175,13 +177,20 @@ def _set(rd, i):
     except UnicodeDecodeError as e:
         raise bad(f"binary score request: {what} id at offset {at} is not UTF-8: {e}", i) from None
     s = {"id": sid}
-    f = rd.flags(SET_TOKENS | SET_TARGET | SET_SPAN, what)
+    f = rd.flags(SET_TOKENS | SET_TARGET | SET_SPAN | SET_STATISTIC, what)
     if f & SET_TOKENS:
         s["tokens"] = rd.ids(f"{what} tokens")
     if f & SET_TARGET:
         s["target"] = rd.ids(f"{what} target")
     if f & SET_SPAN:
         s["span"] = rd.span(f"{what} span")
+    if f & SET_STATISTIC:
+        at = rd.off
+        raw = rd.raw(rd.count(f"{what} statistic byte", 1), f"{what} statistic")
+        try:
+            s["statistic"] = str(raw, "utf-8")
+        except UnicodeDecodeError as e:
+            raise bad(f"binary score request: {what} statistic at offset {at} is not UTF-8: {e}", i) from None
     n = rd.count(f"{what} row", _MIN_ROW)
     s["rows"] = [_row(rd, f"{what} row {j}") for j in range(n)]
     return s

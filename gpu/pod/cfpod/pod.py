@@ -263,26 +263,41 @@ class Pod:
                     self.m_device_bytes.set(torch.cuda.max_memory_allocated(self.device))
 
     def score(self, req):
+        """Logprob sets go through one prefix-shared plan; each entropy or kl set is scored
+        on its own, row by row (Model.score_rows_statistic)."""
         cur = self.current
-        sets = parse_score_request(req, cur.info, self.check_limits)
-        rows = [r for _, rs in sets for r in rs]
+        sets = parse_score_request(req, cur.info, self.check_limits, statistics=True)
+        all_rows = [r for _, rs, _ in sets for r in rs]
+        rows = [r for _, rs, st in sets if st == "logprob" for r in rs]
         self.m_items.inc(len(sets), "score")
-        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) for r in rows), "score")  # as check_limits counts
+        # as check_limits counts
+        self.m_tokens.inc(sum(len(r[0]) + len(r[1]) + (len(r[4]) if len(r) > 4 else 0) for r in all_rows), "score")
         try:  # validation and the plan (radix tree, calls, indices) outside the model lock
             planned = cur.model.plan_rows(rows)
         except InputError as e:
             raise bad(str(e)) from None
         tokens = sum(len(r[0]) + len(r[1]) for r in rows)
-        scores, usage = self.run_model("score", lambda: cur.model.score_plan(planned), tokens)
+        scores, usage = self.run_model("score", lambda: cur.model.score_plan(planned), tokens) if rows else ([], planned[1])
+        results, off = [], 0
+        mc = cur.info["max_context"]
+        for i, (sid, rs, stat) in enumerate(sets):
+            if stat == "logprob":
+                results.append({"scores": [_score(x) for x in scores[off:off + len(rs)]],
+                                "truncations": sum(1 for r in rs if len(r[0]) + len(r[1]) > mc)})
+                off += len(rs)
+                continue
+            try:
+                sc, u = self.run_model("score", lambda: cur.model.score_rows_statistic(rs, stat),
+                                       sum(len(r[0]) + len(r[1]) for r in rs))
+            except InputError as e:
+                raise bad(f"set {i}: {e}", i, sid) from None
+            usage.tokens_forwarded += u.tokens_forwarded
+            usage.tokens_row_by_row += u.tokens_row_by_row
+            usage.truncations += u.truncations
+            results.append({"scores": [_score(x) for x in sc], "truncations": u.truncations})
         self.m_forwarded.inc(usage.tokens_forwarded)
         self.m_row_by_row.inc(usage.tokens_row_by_row)
         self.m_truncations.inc(usage.truncations)
-        results, off = [], 0
-        mc = cur.info["max_context"]
-        for _, rs in sets:
-            results.append({"scores": [_score(x) for x in scores[off:off + len(rs)]],
-                            "truncations": sum(1 for r in rs if len(r[0]) + len(r[1]) > mc)})
-            off += len(rs)
         return {"results": results, "usage": {"tokens_forwarded": usage.tokens_forwarded,
                                               "tokens_row_by_row": usage.tokens_row_by_row,
                                               "truncations": usage.truncations,

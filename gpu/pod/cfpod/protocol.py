@@ -13,8 +13,12 @@ PROTOCOL_HEADER = "Creditflow-Scorer-Protocol"
 
 # Features within v1 that /v1/info advertises: "row_pieces" = compact score rows (set-level
 # "tokens", "target", "span"; rows with "pieces" instead of "context"); "binary" = binary
-# score requests and attention answers (binary.py).
-FEATURES = ("row_pieces", "binary")
+# score requests and attention answers (binary.py); "statistics" = a set's "statistic"
+# ("entropy" or "kl"; absent: logprob) and the kl rows' "reference" contexts.
+FEATURES = ("row_pieces", "binary", "statistics")
+
+# The statistics a set may ask for; absent means logprob.
+STATISTICS = ("logprob", "entropy", "kl")
 
 PATH_INFO, PATH_SCORE, PATH_ATTENTION = "/v1/info", "/v1/score", "/v1/attention"
 PATH_HEALTH, PATH_METRICS, PATH_ADMIN_LOAD = "/healthz", "/metrics", "/v1/admin/load"
@@ -138,11 +142,40 @@ def _row_context(s, r, i, j, sid, shared):
     return ctx
 
 
-def parse_score_request(req, info, limits=None):
+def _statistic(s, i, sid):
+    """A set's "statistic": absent or null is logprob; anything but the three is a 400."""
+    stat = s.get("statistic")
+    if stat is None:
+        return "logprob"
+    if stat not in STATISTICS:
+        raise bad(f"set {i}: statistic {stat!r}: use logprob, entropy or kl", i, sid)
+    return stat
+
+
+def _reference(r, stat, i, j, sid, V):
+    """A row's "reference" context: required (non-empty) on kl rows, refused on others."""
+    ref = r.get("reference")
+    if stat != "kl":
+        if ref is not None:
+            raise bad(f'set {i} row {j}: "reference" is only taken by the kl statistic (set {stat!r})', i, sid)
+        return None
+    ref = decode_tokens(ref, f"set {i} row {j} reference")
+    if not ref:
+        raise bad(f'set {i} row {j}: the kl statistic needs a "reference" context on every row', i, sid)
+    k = _bad_token(ref, V)
+    if k >= 0:
+        raise bad(f"set {i} row {j}: reference token {ref[k]} (index {k}) is outside the vocabulary "
+                  f"[0, {V})", i, sid)
+    return ref
+
+
+def parse_score_request(req, info, limits=None, statistics=False):
     """Decodes and validates a score request (the rules of gpu/local/validate.go validateSets).
     limits(rows, tokens) runs after decoding and before validating, as in the Go server.
     Returns [(id, [(context, target, (a, b), temperature)])]; an absent or null "temperature"
-    is 1. Compact rows ("pieces", set-level "tokens", "target" and "span") are expanded here."""
+    is 1. Compact rows ("pieces", set-level "tokens", "target" and "span") are expanded here.
+    With statistics, every set is (id, rows, statistic) and the rows of a kl set carry their
+    reference context as a fifth element."""
     if not isinstance(req, dict) or not isinstance(req.get("sets"), list):
         raise bad('score request must be an object with a "sets" list')
     if limits:
@@ -161,6 +194,7 @@ def parse_score_request(req, info, limits=None):
                             n_tok += max(0, p[1] - p[0])
                     if r.get("target") is None:
                         n_tok += _estimated_tokens(s.get("target"))
+                    n_tok += _estimated_tokens(r.get("reference"))
         limits(n_rows, n_tok)
     V, MC = info["vocab_size"], info["max_context"]
     out = []
@@ -177,6 +211,7 @@ def parse_score_request(req, info, limits=None):
         set_tgt = s.get("target")
         if set_tgt is not None:
             set_tgt = decode_tokens(set_tgt, f"set {i} target")
+        stat = _statistic(s, i, sid)
         parsed = []
         for j, r in enumerate(rows):
             if not isinstance(r, dict):
@@ -212,8 +247,12 @@ def parse_score_request(req, info, limits=None):
             elif isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp <= 0:
                 raise bad(f"set {i} row {j}: temperature {temp!r} must be a finite number > 0 (leave it out "
                           "for 1)", i, sid)
-            parsed.append((ctx, tgt, (a, b), float(temp)))
-        out.append((sid, parsed))
+            ref = _reference(r, stat, i, j, sid, V)
+            if ref is None:
+                parsed.append((ctx, tgt, (a, b), float(temp)))
+            else:
+                parsed.append((ctx, tgt, (a, b), float(temp), ref))
+        out.append((sid, parsed, stat) if statistics else (sid, parsed))
     return out
 
 

@@ -1,5 +1,6 @@
 """LAPO row scores: Model.score_rows (prefix sharing planned in rowplan.py, run in
-rowrun.py, walk or packed), and the row-by-row baseline it is tested and measured against."""
+rowrun.py, walk or packed), the row-by-row baseline it is tested and measured against, and
+the entropy and kl statistics of rows (score_rows_statistic)."""
 
 import math
 
@@ -145,4 +146,54 @@ class _RowScoring:
             tt = torch.full((b - a,), temp, dtype=torch.float64, device=self.device)
             out.append(math.fsum(self._log_probs(hid, toks[pos + 1], tt).tolist()) / (b - a))
             u.tokens_forwarded += len(seq)
+        return out, u
+
+    # ----- entropy and kl statistics -------------------------------------------------
+
+    def _span_log_dists(self, seq, cl, a, b, temp):
+        """The log-distributions (float64 [b - a, vocab]) that predict target[a:b] of one
+        prepared row: the whole sequence forwarded from an empty cache, float32 logits of the
+        float32 LM head divided by the temperature in float64, log-softmax in float64."""
+        cache = Cache(self, len(seq), self.cfg.layers)
+        toks = torch.tensor(seq, dtype=torch.long, device=self.device)
+        pos = torch.arange(cl + a - 1, cl + b - 1, device=self.device)
+        hid = self.forward(cache, toks, out_pos=pos)
+        logits = F.linear(hid.float(), self.head32()).double() / temp
+        return torch.log_softmax(logits, -1)
+
+    @torch.no_grad()
+    def score_rows_statistic(self, rows, stat):
+        """The statistic stat of every row (docs/offline.md, docs/method.md §2.4):
+        "logprob" is score_rows; "entropy" the mean over k in [a, b) of the entropy (nats)
+        of p(. | context, target[:k]) at the row's temperature; "kl" the mean of
+        KL(p(. | context, target[:k]) || p(. | reference, target[:k])), the reference being
+        every row's fifth element. Rows are forwarded one by one (no prefix sharing), each
+        context cut from the left on its own when too long. Returns (scores, Usage)."""
+        if stat == "logprob":
+            return self.score_rows(rows)
+        if stat not in ("entropy", "kl"):
+            raise InputError(f"statistic {stat!r}: use logprob, entropy or kl")
+        prep, u = self._prepare(rows)
+        temps = self._temperatures(rows)
+        refs = None
+        if stat == "kl":
+            for i, row in enumerate(rows):
+                if len(row) < 5 or row[4] is None:
+                    raise InputError(f"row {i}: the kl statistic needs a reference context")
+            refs, ru = self._prepare([(row[4], row[1], row[2]) for row in rows])
+            u.truncations += ru.truncations
+            u.tokens_row_by_row += ru.tokens_row_by_row
+        out = []
+        for i, ((seq, cl, a, b), temp) in enumerate(zip(prep, temps)):
+            lp = self._span_log_dists(seq, cl, a, b, temp)
+            u.tokens_forwarded += len(seq)
+            p = lp.exp()
+            if stat == "entropy":
+                per = -torch.where(p > 0, p * lp, torch.zeros_like(p)).sum(-1)
+            else:
+                rseq, rcl, ra, rb = refs[i]
+                lq = self._span_log_dists(rseq, rcl, ra, rb, temp)
+                u.tokens_forwarded += len(rseq)
+                per = torch.where(p > 0, p * (lp - lq), torch.zeros_like(p)).sum(-1)
+            out.append(math.fsum(per.tolist()) / (b - a))
         return out, u

@@ -28,7 +28,7 @@ def _piece(p):
 
 def _row(r):
     flags = sum(bit for bit, key in ((1, "context"), (2, "pieces"), (4, "target"), (8, "span"),
-                                     (16, "temperature")) if key in r)
+                                     (16, "temperature"), (32, "reference")) if key in r)
     out = struct.pack("<B", flags)
     if "context" in r:
         out += _ids(r["context"])
@@ -40,12 +40,14 @@ def _row(r):
         out += struct.pack("<ii", *r["span"])
     if "temperature" in r:
         out += struct.pack("<d", r["temperature"])
+    if "reference" in r:
+        out += _ids(r["reference"])
     return out
 
 
 def _set(s):
     sid = s.get("id", "").encode("utf-8")
-    flags = sum(bit for bit, key in ((1, "tokens"), (2, "target"), (4, "span")) if key in s)
+    flags = sum(bit for bit, key in ((1, "tokens"), (2, "target"), (4, "span"), (8, "statistic")) if key in s)
     out = struct.pack("<I", len(sid)) + sid + struct.pack("<B", flags)
     if "tokens" in s:
         out += _ids(s["tokens"])
@@ -53,6 +55,9 @@ def _set(s):
         out += _ids(s["target"])
     if "span" in s:
         out += struct.pack("<ii", *s["span"])
+    if "statistic" in s:
+        stat = s["statistic"].encode("utf-8")
+        out += struct.pack("<I", len(stat)) + stat
     return out + struct.pack("<I", len(s["rows"])) + b"".join(_row(r) for r in s["rows"])
 
 
@@ -62,7 +67,7 @@ def encode_rows(sets):
 
 
 def _json_value(key, v):
-    if key in ("tokens", "target", "context"):
+    if key in ("tokens", "target", "context", "reference"):
         return b64(v)
     if key == "span":
         return list(v)

@@ -37,7 +37,7 @@ SETS = [
 @cpu_only
 class BinaryRows(unittest.TestCase):
     def test_advertised(self):
-        self.assertEqual(FEATURES[:2], ("row_pieces", "binary"))
+        self.assertEqual(FEATURES, ("row_pieces", "binary", "statistics"))
 
     def test_binary_decodes_to_the_json_requests_model_input(self):
         want = parse_score_request(json_rows(SETS), INFO)
@@ -108,8 +108,8 @@ def malformed_bodies():
         ("trailing byte", good + b"\0"),
         ("bad magic", b"CFR2" + good[4:]),
         ("json body", b'{"sets": []}'),
-        ("unknown set flag", one[:13] + bytes([8]) + one[14:]),
-        ("unknown row flag", one[:row_flags_at] + bytes([one[row_flags_at] | 32]) + one[row_flags_at + 1:]),
+        ("unknown set flag", one[:13] + bytes([16]) + one[14:]),
+        ("unknown row flag", one[:row_flags_at] + bytes([one[row_flags_at] | 64]) + one[row_flags_at + 1:]),
         ("huge set count", b"CFR1" + struct.pack("<I", 0xFFFFFFFF) + one[8:]),
         ("huge id length", b"CFR1" + struct.pack("<II", 1, 0xFFFFFFFF) + one[12:]),
         ("huge id count", one[:row_flags_at + 1] + struct.pack("<I", 0x40000000) + one[row_flags_at + 5:]),
@@ -136,7 +136,7 @@ class MalformedRows(unittest.TestCase):
     def test_messages_name_the_fault(self):
         bodies = dict(malformed_bodies())
         for name, want in [("trailing byte", "after its last set"), ("bad magic", "must start with 'CFR1'"),
-                           ("unknown row flag", "unknown bits 0x20"), ("huge set count", "count 4294967295"),
+                           ("unknown row flag", "unknown bits 0x40"), ("huge set count", "count 4294967295"),
                            ("piece kind 2", "kind 2"), ("id not UTF-8", "not UTF-8"),
                            (f"truncated at {len(encode_rows(SETS)) - 1}", "ends early"),
                            ("truncated at 9", "set count 3 at offset 4 is larger than the 1 bytes")]:

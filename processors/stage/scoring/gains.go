@@ -28,7 +28,12 @@ func LAPORows(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 // Gains scores t's LAPO rows on scorer and returns its turn scores as the
 // score stage would publish them (Delta nil where a turn is not scored).
 func Gains(ctx context.Context, scorer gpu.Scorer, t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
-	p, err := PlanLAPO(t, direction, cc, placeholder)
+	return GainsStatistic(ctx, scorer, t, direction, credit.StatLogProb, cc, placeholder)
+}
+
+// GainsStatistic is Gains with the LAPO statistic stat (docs/method.md §2.4).
+func GainsStatistic(ctx context.Context, scorer gpu.Scorer, t *schemas.Trajectory, direction, stat string, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
+	p, err := PlanLAPOStatistic(t, direction, stat, cc, placeholder)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,12 @@ type Plan struct {
 	// noGoldTarget: the trajectory has no usable gold target (no rows)
 	noGoldTarget bool
 	// for each turn: indexes into rows of the "with" and "without" score, or -1
+	// (kl: both the turn's one row)
 	with, without []int
+	// stat is the statistic the rows are scored with (credit.StatLogProb,
+	// StatEntropy or StatKL); kl rows carry the "without" context as their
+	// ReferenceContext.
+	stat string
 }
 
 // CreditTurns describes a trajectory's turns to the math package.
@@ -57,8 +62,22 @@ func CreditTurns(t *schemas.Trajectory) []credit.Turn {
 // A trajectory without a usable gold target gets no rows and hence no process
 // scores (see hasGoldTarget); its plan says so in noGoldTarget.
 func PlanLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (Plan, error) {
+	return PlanLAPOStatistic(t, direction, credit.StatLogProb, cc, placeholder)
+}
+
+// PlanLAPOStatistic is PlanLAPO for the statistic stat (docs/method.md
+// §2.4; "" is logprob). Entropy scores the same rows as logprob. KL has one
+// row per eligible turn: the "with" context (c_full or c_≤t) as its
+// pieces and the "without" context (c_−t or c_<t) as its reference.
+func PlanLAPOStatistic(t *schemas.Trajectory, direction, stat string, cc credit.Config, placeholder []int32) (Plan, error) {
+	if stat == "" {
+		stat = credit.StatLogProb
+	}
+	if err := credit.CheckStatistic(stat); err != nil {
+		return Plan{}, err
+	}
 	k := len(t.Turns)
-	p := Plan{with: make([]int, k), without: make([]int, k)}
+	p := Plan{with: make([]int, k), without: make([]int, k), stat: stat}
 	for i := range p.with {
 		p.with[i], p.without[i] = -1, -1
 	}
@@ -123,6 +142,40 @@ func PlanLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 		p.pieces = append(p.pieces, c)
 		return len(p.rows) - 1
 	}
+	if stat == credit.StatKL {
+		// One row per turn: KL(p(·|with) ‖ p(·|without)), the without
+		// context in full as the reference.
+		pair := func(i int, with, without []gpu.Piece) {
+			r := add(with)
+			var ref []int32
+			for _, pc := range without {
+				if pc.Literal != nil {
+					ref = append(ref, pc.Literal...)
+				} else {
+					ref = append(ref, p.tokens[pc.Start:pc.End]...)
+				}
+			}
+			p.rows[r].ReferenceContext = ref
+			p.with[i], p.without[i] = r, r
+		}
+		switch direction {
+		case Backward, "":
+			for i, e := range eligible {
+				if e {
+					pair(i, context(k, -1), context(k, i))
+				}
+			}
+		case Forward:
+			for i, e := range eligible {
+				if e {
+					pair(i, context(i+1, -1), context(i, -1))
+				}
+			}
+		default:
+			return p, fmt.Errorf("unknown LAPO direction %q (want backward or forward)", direction)
+		}
+		return p, nil
+	}
 	switch direction {
 	case Backward, "":
 		full := add(context(k, -1))
@@ -143,9 +196,14 @@ func PlanLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 	return p, nil
 }
 
-// RowSet is the plan's rows as one compact set labelled id.
+// RowSet is the plan's rows as one compact set labelled id, asking for the
+// plan's statistic (none named for logprob: the request of every scorer).
 func (p Plan) RowSet(id string) gpu.RowSet {
-	return gpu.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
+	s := gpu.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
+	if p.stat != "" && p.stat != credit.StatLogProb {
+		s.Statistic = p.stat
+	}
+	return s
 }
 
 // Empty reports whether the plan has no rows: nothing to score.
@@ -189,10 +247,13 @@ func hasGoldTarget(t *schemas.Trajectory) bool {
 	return len(t.GoldAnswers) == 0 || !credit.Blank(t.GoldAnswers[0])
 }
 
-// TurnScores turns row scores into per-turn Δ = with − without. A non-finite
-// Δ (a row the scorer could not score comes back non-finite) becomes 0; a
-// non-finite with or without score is carried as nil (null), so the scored
-// record stays valid. nonFinite counts the turns whose Δ became 0 that way.
+// TurnScores turns row scores into per-turn Δ (credit.Gain of the plan's
+// statistic: with − without for logprob, without − with for entropy, the
+// turn's KL for kl). A non-finite Δ (a row the scorer could not score comes
+// back non-finite) becomes 0; a non-finite with or without score is carried
+// as nil (null), so the scored record stays valid. A kl turn carries its KL
+// as With and no Without. nonFinite counts the turns whose Δ became 0 that
+// way.
 func (p Plan) TurnScores(scores []float64) (out []schemas.TurnScore, nonFinite int) {
 	out = make([]schemas.TurnScore, len(p.with))
 	for i := range p.with {
@@ -200,7 +261,7 @@ func (p Plan) TurnScores(scores []float64) (out []schemas.TurnScore, nonFinite i
 			continue
 		}
 		w, wo := scores[p.with[i]], scores[p.without[i]]
-		d := w - wo
+		d := credit.Gain(p.stat, w, wo)
 		if !finite(d) {
 			d = 0
 			nonFinite++
@@ -209,7 +270,7 @@ func (p Plan) TurnScores(scores []float64) (out []schemas.TurnScore, nonFinite i
 		if finite(w) {
 			ts.With = ptr(w)
 		}
-		if finite(wo) {
+		if finite(wo) && p.stat != credit.StatKL {
 			ts.Without = ptr(wo)
 		}
 		out[i] = ts

@@ -1,0 +1,148 @@
+package main
+
+// The scorer a command builds from its flags, and the replay's re-scoring
+// of a scored topic with another LAPO statistic (docs/method.md §2.4).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
+)
+
+// lapoStatisticHelp is the help of --lapo-statistic where it chooses what
+// the scorer computes.
+const lapoStatisticHelp = "what LAPO rows are scored with: logprob, entropy or kl (docs/method.md §2.4; entropy and kl need scorers with the \"statistics\" feature)"
+
+// scorerFlags are the flags that name a scorer: remote endpoints, or the
+// in-process model.
+type scorerFlags struct {
+	endpoints, model, token, ca *string
+	budget                      *int
+}
+
+// addScorerFlags defines the scorer flags in the current group.
+func addScorerFlags(fs *flagSet) scorerFlags {
+	return scorerFlags{
+		endpoints: fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)"),
+		model:     fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp),
+		token:     fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints"),
+		ca:        fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints"),
+		budget:    fs.Int("scorer-token-budget", client.DefaultTokenBudget, "scorer endpoints: tokens per coalesced request (rows' context+target; docs/scorer-protocol.md)"),
+	}
+}
+
+// newScorer builds the scorer of f: a client of the endpoints, or the
+// in-process scorer on the model (local.New with opts); close releases it.
+func (f scorerFlags) newScorer(log zerolog.Logger, reg prometheus.Registerer, opts ...local.Option) (scorer gpu.Scorer, sc *local.Scorer, close func(), err error) {
+	if *f.endpoints == "" {
+		m, err := loadModelFlag(*f.model)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--scorer-model: %w", err)
+		}
+		sc := local.New(m, append([]local.Option{local.WithInProcessRegisterer(reg)}, opts...)...)
+		return sc, sc, func() {}, nil
+	}
+	copts := []client.Option{client.WithLogger(log), client.WithRegisterer(reg), client.WithTokenBudget(*f.budget)}
+	if *f.token != "" {
+		b, err := os.ReadFile(*f.token)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--scorer-token-file: %w", err)
+		}
+		copts = append(copts, client.WithBearerToken(strings.TrimSpace(string(b))))
+	}
+	if *f.ca != "" {
+		copts = append(copts, client.WithCAFile(*f.ca))
+	}
+	c, err := client.New(splitList(*f.endpoints), copts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, nil, func() { c.Close() }, nil
+}
+
+// recordStatistic is the LAPO statistic a scored record was measured with
+// ("" for records of another method or an unreadable label).
+func recordStatistic(s *schemas.Scored) string {
+	if s.Method != schemas.MethodLAPO {
+		return ""
+	}
+	_, stat, _ := schemas.SplitDirection(s.Direction)
+	return stat
+}
+
+// rescoreTopic writes every record of cfg.Topics.Scored up to ends to out:
+// a LAPO record whose statistic is not cfg.LAPOStatistic is scored again
+// with it (its trajectory is in the record), every other record is copied
+// as it is. A record the scorer rejects is reported on stderr and left out.
+// It returns the records written and re-scored.
+func rescoreTopic(ctx context.Context, cfg stage.Config, scorer gpu.Scorer, prod *producers.Producer, ends map[int]int64, out string) (written, rescored int, err error) {
+	sc, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
+	if err != nil {
+		return 0, 0, err
+	}
+	header := []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.ScoredRecords().Name())}}
+	for p := 0; p < len(ends); p++ {
+		asm := consumers.NewAssembler(consumers.ReassemblyConfig{}) // records written as chunks
+		var msgs []producers.Message
+		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
+			if raw.Offset >= ends[p] {
+				return nil
+			}
+			rec, broken := asm.Add(raw)
+			for _, b := range broken {
+				fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
+			}
+			if rec == nil {
+				return nil
+			}
+			s, err := schemas.ScoredRecords().Decode(rec.Value)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, rec.Offset, err)
+				return nil
+			}
+			value := rec.Value
+			if stat := recordStatistic(s); stat != "" && stat != cfg.LAPOStatistic {
+				n, err := sc.Rescore(ctx, s)
+				if err != nil {
+					if ctx.Err() != nil {
+						return err
+					}
+					// transient failures were retried: this record cannot be scored
+					fmt.Fprintf(os.Stderr, "partition %d offset %d: trajectory %s: %v (skipped)\n", p, rec.Offset, s.Trajectory.TrajectoryID, err)
+					return nil
+				}
+				if value, err = schemas.ScoredRecords().Encode(n); err != nil {
+					return err
+				}
+				rescored++
+			}
+			msgs = append(msgs, producers.Message{Topic: out, Key: rec.Key, Value: value, Headers: header})
+			written++
+			if len(msgs) >= 256 {
+				err := prod.Produce(ctx, msgs...)
+				msgs = msgs[:0]
+				return err
+			}
+			return nil
+		})
+		if err == nil && len(msgs) > 0 {
+			err = prod.Produce(ctx, msgs...)
+		}
+		if err != nil {
+			return written, rescored, err
+		}
+	}
+	return written, rescored, nil
+}

@@ -1,0 +1,64 @@
+package pod_test
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/protocol"
+)
+
+// testStatistics compares the pod's entropy and kl statistics with the Go
+// reference scorer on the same checkpoint, over full and compact sets mixed
+// with logprob sets in one call, and checks that an invalid kl set is a
+// rejection.
+func testStatistics(t *testing.T, p *pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ref := local.New(model.Tiny(), local.WithPolicyVersion(3))
+	c := newClient(t, p.url)
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.HasFeature(protocol.FeatureStatistics) {
+		t.Fatalf("pod info features %v lack %s", info.Features, protocol.FeatureStatistics)
+	}
+	r := rand.New(rand.NewSource(17))
+	base := searchSets(r, 4, 256, model.TinyDelete)
+	var sets []gpu.RowSet
+	for i, s := range base {
+		sets = append(sets, s) // logprob
+		h := gpu.RowSet{ID: s.ID + "-entropy", Statistic: gpu.StatEntropy, Rows: append([]gpu.Row(nil), s.Rows...)}
+		kl := gpu.RowSet{ID: s.ID + "-kl", Statistic: gpu.StatKL}
+		for j, row := range s.Rows[1:] {
+			full := s.Rows[0]
+			full.ReferenceContext = row.Context
+			full.Temperature = []float64{0, 0.7, 1.3}[(i+j)%3]
+			kl.Rows = append(kl.Rows, full)
+		}
+		if i%2 == 1 {
+			h = compactOf(h)
+			h.Statistic = gpu.StatEntropy
+			kc := compactOf(kl)
+			kc.Statistic = gpu.StatKL
+			for j := range kc.Rows {
+				kc.Rows[j].ReferenceContext = kl.Rows[j].ReferenceContext
+			}
+			kl = kc
+		}
+		sets = append(sets, h, kl)
+	}
+	checkScores(t, ctx, c, ref, sets, "statistics (entropy, kl, logprob)")
+
+	bad := []gpu.RowSet{{ID: "bad", Statistic: gpu.StatKL, Rows: []gpu.Row{{Context: []int32{1, 2}, Target: []int32{3, 4}, Span: [2]int{0, 2}, ReferenceContext: []int32{1, 999}}}}}
+	var rej *gpu.RejectedError
+	if _, err := c.ScoreRows(ctx, bad); !errors.As(err, &rej) {
+		t.Errorf("kl row with a reference token outside the vocabulary: got %v, want a RejectedError", err)
+	}
+}
