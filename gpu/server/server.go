@@ -496,10 +496,26 @@ func (s *Server) checkStatistics(ctx context.Context, req protocol.ScoreRequest)
 	return nil
 }
 
+// decodeAttentionRequest reads an attention request (JSON) whole into a
+// recycled buffer and decodes it with protocol.DecodeAttentionRequest.
+func (s *Server) decodeAttentionRequest(r *http.Request, req *protocol.AttentionRequest) func(io.Reader) error {
+	return func(body io.Reader) error {
+		data, err := s.readBody(body, r.ContentLength)
+		defer s.bodies.Put(data)
+		if err != nil {
+			return err
+		}
+		if err := protocol.DecodeAttentionRequest(*data, req); err != nil {
+			return fmt.Errorf("request body is not valid JSON for attention: %w", err)
+		}
+		return nil
+	}
+}
+
 func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 	var req protocol.AttentionRequest
 	binaryAnswer := protocol.Accepts(r.Header.Get("Accept"), protocol.MediaTypeGraphs)
-	s.serveWork(w, r, "attention", decodeJSON("attention", &req), func() (int, int, int) {
+	s.serveWork(w, r, "attention", s.decodeAttentionRequest(r, &req), func() (int, int, int) {
 		tokens := 0
 		for _, j := range req.Jobs {
 			tokens += len(j.Tokens)
