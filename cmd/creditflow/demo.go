@@ -56,6 +56,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	})
 	fs.inGroup(groupLAPO, func() {
 		fs.StringVar(&o.Direction, "direction", o.Direction, "backward or forward (ablation)")
+		fs.StringVar(&o.LAPOStatistic, "lapo-statistic", o.LAPOStatistic, lapoStatisticHelp)
 	})
 	credit := creditFlags(fs, &o.Credit)
 	mon := &optionalAddr{def: defaultMonitorAddr}
@@ -177,8 +178,8 @@ func printSummary(s demo.Summary) {
 		fmt.Fprintf(w, "gate pass rate    %.1f%%\n", 100*s.GatePassRate)
 		fmt.Fprintf(w, "mean |A_proc|     %.4f\n", s.MeanAbsProcAdv)
 		if s.LAPOHitRate != nil {
-			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ on the informative turn (chance %.1f%%)\n",
-				100**s.LAPOHitRate, s.LAPOHitMeasured, 100**s.LAPOHitChance)
+			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ (%s) on the informative turn (chance %.1f%%)\n",
+				100**s.LAPOHitRate, s.LAPOHitMeasured, s.LAPOStatistic, 100**s.LAPOHitChance)
 			fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
 				100**s.LAPOHitForward, 100**s.LAPOHitRandom)
 		}

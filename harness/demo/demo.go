@@ -33,20 +33,23 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Groups     int
-	GroupSize  int
-	Method     string // lapo | attnsr
-	Credit     credit.Config
-	Direction  string
-	Partitions int
-	Scorers    int // scorer servers behind the client
-	Bad        int // malformed records injected (each must end as a dead letter)
-	MaxAhead   int // groups produced ahead of the samples consumed (rollout staleness bound)
-	Seed       uint64
-	Timeout    time.Duration
-	Logger     zerolog.Logger
-	Registerer prometheus.Registerer // nil: private
-	Progress   func(Progress)        // called about twice a second
+	Groups    int
+	GroupSize int
+	Method    string // lapo | attnsr
+	Credit    credit.Config
+	Direction string
+	// LAPOStatistic is what LAPO rows are scored with (docs/method.md
+	// §2.4): logprob (the default), entropy or kl.
+	LAPOStatistic string
+	Partitions    int
+	Scorers       int // scorer servers behind the client
+	Bad           int // malformed records injected (each must end as a dead letter)
+	MaxAhead      int // groups produced ahead of the samples consumed (rollout staleness bound)
+	Seed          uint64
+	Timeout       time.Duration
+	Logger        zerolog.Logger
+	Registerer    prometheus.Registerer // nil: private
+	Progress      func(Progress)        // called about twice a second
 	// Brokers, when set, uses an existing cluster instead of starting the embedded broker.
 	Brokers []string
 	// Prefix, when set, names the demo's topics <Prefix>.trajectories,
@@ -67,7 +70,7 @@ type Options struct {
 // Defaults is the demo's default size.
 func Defaults() Options {
 	return Options{Groups: 24, GroupSize: 5, Method: credit.MethodLAPO, Credit: credit.DefaultConfig(),
-		Direction: stage.Backward, Partitions: 4, Scorers: 2, Bad: 3, MaxAhead: 2, Seed: 7,
+		Direction: stage.Backward, LAPOStatistic: credit.StatLogProb, Partitions: 4, Scorers: 2, Bad: 3, MaxAhead: 2, Seed: 7,
 		Timeout: 5 * time.Minute, Logger: zerolog.Nop()}
 }
 
@@ -126,6 +129,8 @@ type Summary struct {
 	// the share whose largest Δ is on the informative turn, from the samples
 	// consumed; the forward-direction and random-weight-model rates score the
 	// same trajectories in-process after the run. Chance: a uniform pick.
+	// LAPOStatistic is what the run's Δ measured (lapo only).
+	LAPOStatistic   string   `json:"lapo_statistic,omitempty"`
 	LAPOHitRate     *float64 `json:"lapo_hit_rate,omitempty"`
 	LAPOHitForward  *float64 `json:"lapo_hit_rate_forward,omitempty"`
 	LAPOHitRandom   *float64 `json:"lapo_hit_rate_random_model,omitempty"`
@@ -204,6 +209,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	cfg.Credit = o.Credit
 	cfg.Credit.Method = o.Method
 	cfg.Direction = o.Direction
+	if o.LAPOStatistic != "" {
+		cfg.LAPOStatistic = o.LAPOStatistic
+	}
 	cfg.Logger = log
 	cfg.Metrics = stage.NewMetrics(o.Registerer)
 	if err := producers.EnsureTopics(ctx, brokers, cfg.Security, cfg.TopicSpecs(o.Partitions)...); err != nil {

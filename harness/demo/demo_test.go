@@ -50,3 +50,32 @@ func TestDemoCreditHitRate(t *testing.T) {
 		t.Fatalf("AttnSR key-step hit rate %.3f, chance %.3f", *s.AttnSRKeyHitRate, *s.AttnSRKeyChance)
 	}
 }
+
+// TestDemoLAPOStatistics runs the pipeline with the LAPO authors' other
+// statistics (docs/method.md §2.4): the run is labelled with its
+// statistic, kl's gains are never negative (a KL divergence), and for both
+// the largest Δ is on the informative turn for most trajectories.
+func TestDemoLAPOStatistics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	for _, stat := range []string{credit.StatEntropy, credit.StatKL} {
+		o := Defaults()
+		o.Groups, o.Bad, o.Timeout, o.LAPOStatistic = 8, 0, 4*time.Minute, stat
+		s, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.LAPOStatistic != stat || s.LAPOHitRate == nil || s.LAPOHitMeasured < 10 {
+			t.Fatalf("%s: summary %+v", stat, s)
+		}
+		t.Logf("%s: hit %.3f of %d (forward %.3f, random model %.3f, chance %.3f); Δ %.3f positive",
+			stat, *s.LAPOHitRate, s.LAPOHitMeasured, *s.LAPOHitForward, *s.LAPOHitRandom, *s.LAPOHitChance, s.PositiveDelta)
+		if *s.LAPOHitRate < 0.8 {
+			t.Fatalf("%s: hit rate %.3f, want ≥ 0.8", stat, *s.LAPOHitRate)
+		}
+		if stat == credit.StatKL && (s.NegativeDelta != 0 || s.PositiveDelta == 0) {
+			t.Fatalf("kl: Δ %.3f positive, %.3f negative; a KL divergence is never negative", s.PositiveDelta, s.NegativeDelta)
+		}
+	}
+}

@@ -93,11 +93,11 @@ func (h *hits) observe(s *schemas.Sample) {
 // in direction, and returns the share whose largest Δ is on the informative
 // turn. The demo uses it for the rates of the other direction and of the
 // random-weight model on exactly the trajectories the run measured.
-func offlineLAPO(ctx context.Context, m *model.Model, direction string, cc credit.Config, set []truthOf) (float64, error) {
+func offlineLAPO(ctx context.Context, m *model.Model, direction, stat string, cc credit.Config, set []truthOf) (float64, error) {
 	scorer := local.New(m)
 	hit, n := 0, 0
 	for _, tr := range set {
-		ts, err := scoring.Gains(ctx, scorer, &tr.t, direction, cc, m.Info().PlaceholderIDs)
+		ts, err := scoring.GainsStatistic(ctx, scorer, &tr.t, direction, stat, cc, m.Info().PlaceholderIDs)
 		if err != nil {
 			return 0, err
 		}
@@ -129,6 +129,11 @@ func (h *hits) finish(ctx context.Context, s *Summary, o Options, m *model.Model
 	if h.lapoN == 0 {
 		return nil
 	}
+	stat := o.LAPOStatistic
+	if stat == "" {
+		stat = credit.StatLogProb
+	}
+	s.LAPOStatistic = stat
 	s.LAPOHitRate = ptrRound(share(h.lapoHit, h.lapoN))
 	s.LAPOHitChance = ptrRound(h.lapoChance / float64(h.lapoN))
 	s.LAPOHitMeasured = h.lapoN
@@ -145,10 +150,10 @@ func (h *hits) finish(ctx context.Context, s *Summary, o Options, m *model.Model
 		fwd = *s.LAPOHitRate
 	} else {
 		wg.Add(1)
-		go func() { defer wg.Done(); fwd, errF = offlineLAPO(ctx, m, stage.Forward, cc, set) }()
+		go func() { defer wg.Done(); fwd, errF = offlineLAPO(ctx, m, stage.Forward, stat, cc, set) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); rnd, errR = offlineLAPO(ctx, model.TinyRandom(), o.Direction, cc, set) }()
+	go func() { defer wg.Done(); rnd, errR = offlineLAPO(ctx, model.TinyRandom(), o.Direction, stat, cc, set) }()
 	wg.Wait()
 	if errF != nil {
 		return errF
