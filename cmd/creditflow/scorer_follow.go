@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -12,6 +13,10 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 )
 
+// followCatchUp is how long followPolicy waits for the policy topic to be
+// read to its end before the scorer answers its first request.
+const followCatchUp = 30 * time.Second
+
 // followPolicy makes sc follow the policy topic: each newer announced
 // version whose checkpoint is a folder is loaded in the background and
 // swapped in atomically (requests in flight finish on the weights they
@@ -19,7 +24,10 @@ import (
 // a time; when several versions are announced during a load, only the
 // newest is loaded next. An announcement without a checkpoint, or whose
 // checkpoint does not load, keeps the current weights and version (logged).
-// It returns the follower, already running until ctx ends.
+// Before it returns, it waits (at most followCatchUp) until the topic has
+// been read to its end and loads the newest version announced by then, so
+// that the first request is answered with the announced weights. It
+// returns the follower, already running until ctx ends.
 func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
 	wake := make(chan struct{}, 1)
 	var f *policy.Follower
@@ -31,36 +39,48 @@ func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec k
 	}))
 	f = policy.NewFollower(brokers, sec, topic, opts...)
 	go func() { _ = f.Run(ctx) }()
-	go func() {
-		loaded := int64(-1)
-		if info, err := sc.Info(ctx); err == nil {
-			loaded = info.PolicyVersion
+	loaded := int64(-1)
+	if info, err := sc.Info(ctx); err == nil {
+		loaded = info.PolicyVersion
+	}
+	load := func() {
+		a, ok := f.Latest()
+		if !ok || a.Version <= loaded {
+			return
 		}
+		if a.Checkpoint == "" {
+			log.Warn().Int64("version", a.Version).Msg("announced policy version has no checkpoint; keeping the current weights")
+			return
+		}
+		m, err := model.Load(a.Checkpoint)
+		if err == nil {
+			err = sc.Swap(m, a.Version)
+		}
+		if err != nil {
+			log.Error().Err(err).Int64("version", a.Version).Str("checkpoint", a.Checkpoint).
+				Msg("announced checkpoint not loaded; keeping the current weights")
+			return
+		}
+		loaded = a.Version
+		log.Info().Int64("version", a.Version).Str("checkpoint", a.Checkpoint).Msg("policy checkpoint loaded; new requests use it")
+	}
+	// Before the first request: the version announced when we start (a
+	// restarted processor must not score with the start weights while the
+	// trainer is versions ahead).
+	if f.WaitReady(ctx, followCatchUp) {
+		load()
+	} else if ctx.Err() == nil {
+		log.Warn().Str("topic", f.Topic()).Dur("waited", followCatchUp).
+			Msg("policy topic not read to its end yet; scoring with the current weights until it is")
+	}
+	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-wake:
 			}
-			a, ok := f.Latest()
-			if !ok || a.Version <= loaded {
-				continue
-			}
-			if a.Checkpoint == "" {
-				log.Warn().Int64("version", a.Version).Msg("announced policy version has no checkpoint; keeping the current weights")
-				continue
-			}
-			m, err := model.Load(a.Checkpoint)
-			if err == nil {
-				err = sc.Swap(m, a.Version)
-			}
-			if err != nil {
-				log.Error().Err(err).Int64("version", a.Version).Str("checkpoint", a.Checkpoint).
-					Msg("announced checkpoint not loaded; keeping the current weights")
-				continue
-			}
-			loaded = a.Version
-			log.Info().Int64("version", a.Version).Str("checkpoint", a.Checkpoint).Msg("policy checkpoint loaded; new requests use it")
+			load()
 		}
 	}()
 	return f
