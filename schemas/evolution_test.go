@@ -22,9 +22,12 @@ var v1Pins = map[string]string{
 }
 
 // golden reads hex-encoded records (one a line) from testdata/v1.
-func golden(t testing.TB, name string) [][]byte {
+func golden(t testing.TB, name string) [][]byte { t.Helper(); return goldenGen(t, "v1", name) }
+
+// goldenGen reads hex-encoded records (one a line) from testdata/<gen>.
+func goldenGen(t testing.TB, gen, name string) [][]byte {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/v1/" + name + ".hex")
+	raw, err := os.ReadFile("testdata/" + gen + "/" + name + ".hex")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,7 @@ package schemas
 import (
 	"encoding/hex"
 	"math"
-	"os"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -101,22 +99,7 @@ func TestValidateCompactGraphs(t *testing.T) {
 // in Attention and none in Graphs, and re-encode with the current schema
 // as the same bytes plus one empty array (a 00 byte).
 func TestGoldenV2Decodes(t *testing.T) {
-	raw, err := os.ReadFile("testdata/v2/scored_attnsr_groups.hex")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Fields(string(raw))
-	if len(lines) < 10 {
-		t.Fatalf("%d golden records", len(lines))
-	}
-	for _, l := range lines {
-		old, err := hex.DecodeString(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := hex.EncodeToString(old[2:10]); got != laterPins[NameScored][0] {
-			t.Fatalf("fingerprint %s, want %s", got, laterPins[NameScored][0])
-		}
+	for _, old := range goldenScored(t, "v2", laterPins[NameScored][0]) {
 		s, err := ScoredRecords().Decode(old)
 		if err != nil {
 			t.Fatal(err)
@@ -146,22 +129,7 @@ func TestGoldenV2Decodes(t *testing.T) {
 // and re-encode with the current schema as the same values with one more
 // byte per graph (its empty sum).
 func TestGoldenV3Decodes(t *testing.T) {
-	raw, err := os.ReadFile("testdata/v3/scored_attnsr_groups.hex")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Fields(string(raw))
-	if len(lines) < 10 {
-		t.Fatalf("%d golden records", len(lines))
-	}
-	for _, l := range lines {
-		old, err := hex.DecodeString(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := hex.EncodeToString(old[2:10]); got != laterPins[NameScored][1] {
-			t.Fatalf("fingerprint %s, want %s", got, laterPins[NameScored][1])
-		}
+	for _, old := range goldenScored(t, "v3", laterPins[NameScored][1]) {
 		s, err := ScoredRecords().Decode(old)
 		if err != nil {
 			t.Fatal(err)
@@ -270,4 +238,21 @@ func TestSumForm(t *testing.T) {
 			t.Errorf("%s: reason %q, want invalid", name, r)
 		}
 	}
+}
+
+// goldenScored reads the golden AttnSR scored records of generation gen
+// and checks that there are enough of them and that each names the
+// writer schema fingerprint fp.
+func goldenScored(t *testing.T, gen, fp string) [][]byte {
+	t.Helper()
+	recs := goldenGen(t, gen, "scored_attnsr_groups")
+	if len(recs) < 10 {
+		t.Fatalf("%d golden records", len(recs))
+	}
+	for _, b := range recs {
+		if got := hex.EncodeToString(b[2:10]); got != fp {
+			t.Fatalf("fingerprint %s, want %s", got, fp)
+		}
+	}
+	return recs
 }

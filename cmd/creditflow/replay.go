@@ -271,24 +271,7 @@ func exportJSONL(ctx context.Context, cfg stage.Config, ends map[int]int64) erro
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	for p := 0; p < len(ends); p++ {
-		asm := consumers.NewAssembler(consumers.ReassemblyConfig{}) // records written as chunks
-		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
-			if raw.Offset >= ends[p] {
-				return nil
-			}
-			rec, broken := asm.Add(raw)
-			for _, b := range broken {
-				fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
-			}
-			if rec == nil {
-				return nil
-			}
-			r := *rec
-			s, err := schemas.ScoredRecords().Decode(r.Value)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, r.Offset, err)
-				return nil
-			}
+		err := eachScored(ctx, cfg, p, ends[p], func(_ consumers.Record, s *schemas.Scored) error {
 			b, err := json.Marshal(stage.ComputeInput(s))
 			if err != nil {
 				return err
@@ -301,4 +284,31 @@ func exportJSONL(ctx context.Context, cfg stage.Config, ends map[int]int64) erro
 		}
 	}
 	return nil
+}
+
+// eachScored calls fn with every scored record of partition p of
+// cfg.Topics.Scored below offset end, put back together where it was
+// written as chunks and decoded; broken chunks and undecodable records are
+// reported on stderr and skipped.
+func eachScored(ctx context.Context, cfg stage.Config, p int, end int64, fn func(rec consumers.Record, s *schemas.Scored) error) error {
+	asm := consumers.NewAssembler(consumers.ReassemblyConfig{})
+	_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
+		if raw.Offset >= end {
+			return nil
+		}
+		rec, broken := asm.Add(raw)
+		for _, b := range broken {
+			fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
+		}
+		if rec == nil {
+			return nil
+		}
+		s, err := schemas.ScoredRecords().Decode(rec.Value)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, rec.Offset, err)
+			return nil
+		}
+		return fn(*rec, s)
+	})
+	return err
 }

@@ -94,24 +94,8 @@ func rescoreTopic(ctx context.Context, cfg stage.Config, scorer gpu.Scorer, prod
 	}
 	header := []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.ScoredRecords().Name())}}
 	for p := 0; p < len(ends); p++ {
-		asm := consumers.NewAssembler(consumers.ReassemblyConfig{}) // records written as chunks
 		var msgs []producers.Message
-		_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
-			if raw.Offset >= ends[p] {
-				return nil
-			}
-			rec, broken := asm.Add(raw)
-			for _, b := range broken {
-				fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
-			}
-			if rec == nil {
-				return nil
-			}
-			s, err := schemas.ScoredRecords().Decode(rec.Value)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, rec.Offset, err)
-				return nil
-			}
+		err := eachScored(ctx, cfg, p, ends[p], func(rec consumers.Record, s *schemas.Scored) error {
 			value := rec.Value
 			if stat := recordStatistic(s); stat != "" && stat != cfg.LAPOStatistic {
 				n, err := sc.Rescore(ctx, s)

@@ -30,14 +30,13 @@ const followCatchUp = 30 * time.Second
 // returns the follower, already running until ctx ends.
 func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
 	wake := make(chan struct{}, 1)
-	var f *policy.Follower
 	opts = append(opts, policy.WithLogger(log), policy.WithOnNewest(func(schemas.PolicyAnnouncement) {
 		select {
 		case wake <- struct{}{}:
 		default:
 		}
 	}))
-	f = policy.NewFollower(brokers, sec, topic, opts...)
+	f := policy.NewFollower(brokers, sec, topic, opts...)
 	go func() { _ = f.Run(ctx) }()
 	loaded := int64(-1)
 	if info, err := sc.Info(ctx); err == nil {

@@ -54,13 +54,20 @@ func (p *attnParser) str() ([]byte, bool) {
 	if bytes.IndexByte(s, '\\') >= 0 {
 		return nil, false
 	}
-	for _, c := range s {
-		if c < 0x20 || c >= 0x80 { // control bytes are invalid, non-ASCII is left to encoding/json
-			return nil, false
-		}
-	}
 	p.pos += end + 2
 	return s, true
+}
+
+// plainASCII reports whether s has no control bytes (invalid in JSON) and
+// no bytes above ASCII (whose UTF-8 checks are left to encoding/json). A
+// token string needs no such check: base64 decoding refuses those bytes.
+func plainASCII(s []byte) bool {
+	for _, c := range s {
+		if c < 0x20 || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // int reads an optionally negative decimal integer without leading zeros.
@@ -119,7 +126,7 @@ func (p *attnParser) job(j *WireJob) bool {
 	}
 	if p.lit(`"id":`) {
 		s, ok := p.str()
-		if !ok || !p.lit(",") {
+		if !ok || !plainASCII(s) || !p.lit(",") {
 			return false
 		}
 		j.ID = string(s[1 : len(s)-1])

@@ -28,7 +28,8 @@
 //     graphs answer, and content negotiation (IsMediaType, Accepts).
 //   - pieces.go: compact rows (FeatureRowPieces): ResolveSets, RowTokens.
 //   - statistics.go: the entropy and kl statistics (FeatureStatistics):
-//     a set's statistic, kl rows' reference, ValidateStatistics.
+//     a set's statistic and kl rows' reference on the wire (their rules
+//     are gpu.CheckStatistics, which the server applies).
 //
 // Token arrays travel as gpu.Tokens (base64 of little-endian int32) and
 // compact-row pieces as gpu.Piece; both carry their JSON form with them.

@@ -1,7 +1,7 @@
 package protocol
 
 // Statistics (FeatureStatistics): the entropy and kl statistics of a set,
-// and the reference contexts of kl rows.
+// and the reference contexts of kl rows (checked by gpu.CheckStatistics).
 
 import "github.com/creditflow/creditflow/gpu"
 
@@ -17,24 +17,4 @@ func wireStatistic(stat string) string {
 		return ""
 	}
 	return stat
-}
-
-// ValidateStatistics rejects (400) a set whose statistic is not logprob,
-// entropy or kl, a kl row without a reference, and a reference on a row of
-// any other statistic.
-func ValidateStatistics(req ScoreRequest) error {
-	for i, s := range req.Sets {
-		if err := gpu.CheckStatistic(s.Statistic); err != nil {
-			return gpu.Reject(i, s.ID, "set %d: %v", i, err)
-		}
-		for j, r := range s.Rows {
-			switch {
-			case s.Statistic == gpu.StatKL && len(r.Reference) == 0:
-				return gpu.Reject(i, s.ID, "set %d row %d: the kl statistic needs a \"reference\" context on every row", i, j)
-			case s.Statistic != gpu.StatKL && r.Reference != nil:
-				return gpu.Reject(i, s.ID, "set %d row %d: \"reference\" is only taken by the kl statistic (set %q)", i, j, s.Statistic)
-			}
-		}
-	}
-	return nil
 }

@@ -443,13 +443,13 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		if err := protocol.ValidateTemperatures(req); err != nil {
 			return nil, err
 		}
-		if err := protocol.ValidateStatistics(req); err != nil {
+		sets := protocol.SetsFromWire(req)
+		if err := gpu.CheckStatistics(sets); err != nil {
 			return nil, err
 		}
 		if err := s.checkStatistics(ctx, req); err != nil {
 			return nil, err
 		}
-		sets := protocol.SetsFromWire(req)
 		var (
 			res   []gpu.RowScores
 			usage gpu.Usage

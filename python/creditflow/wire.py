@@ -235,13 +235,12 @@ def decode_scored(value: bytes) -> dict:
             g[f] = m.reshape(k, k) if k else m
     for g in r["graphs"]:
         k = g["k"]
-        summed = len(g["sum"]) > 0
-        for f in ("aa", "ao", "sum"):
-            if summed == (f != "sum"):
-                if len(g[f]):
-                    raise WireError("undecodable", "layer %d holds both sum and %s" % (g["layer"], f))
-                g[f] = None
-                continue
+        present, absent = (("sum",), ("aa", "ao")) if len(g["sum"]) else (("aa", "ao"), ("sum",))
+        for f in absent:
+            if len(g[f]):
+                raise WireError("undecodable", "layer %d holds both sum and %s" % (g["layer"], f))
+            g[f] = None
+        for f in present:
             m = _view(g[f], _F64, f)
             if m.size != k * (k - 1) // 2:
                 raise WireError("undecodable", "layer %d %s has %d entries, want K(K-1)/2 = %d" % (g["layer"], f, m.size, k * (k - 1) // 2))
