@@ -36,7 +36,7 @@ the scorer load each new version. Everything runs on the embedded broker unless 
 given. The summary reports held-out success by version and what the loop proved on the way;
 --json ends with one JSON object. Needs the system Python with Debian's python3-torch,
 python3-confluent-kafka and python3-numpy.`)
-	var brokers, compare, out, logLevel, dir *string
+	var brokers, compare, out, logLevel, dir, from *string
 	var seeds *int
 	var startup *time.Duration
 	var asJSON *bool
@@ -58,6 +58,7 @@ python3-confluent-kafka and python3-numpy.`)
 		compare = fs.String("compare", "", "run each of these methods (comma-separated) on each seed and write a picture and a table")
 		seeds = fs.Int("seeds", 3, "with --compare: seeds 1..N")
 		out = fs.String("out", "docs/img/learn", "with --compare: write <out>.svg, <out>.md and <out>.json")
+		from = fs.String("from", "", "with --compare: take the runs of these files (a comparison's .json, or what learn --json printed; comma-separated) that were made with the same method, seed and settings, instead of running them again")
 	})
 	fs.inGroup(groupKafka, func() {
 		brokers = fs.String("brokers", "", "use these brokers instead of the embedded one (standard creditflow.* topics on a cluster that has none of them, else creditflow-learn-<time>.*)")
@@ -101,7 +102,15 @@ python3-confluent-kafka and python3-numpy.`)
 		}
 	}
 	if *compare != "" {
-		return runCompare(ctx, o, splitList(*compare), *seeds, *out, *dir, *asJSON)
+		var earlier []learn.Summary
+		for _, f := range splitList(*from) {
+			rs, err := learn.LoadRuns(f)
+			if err != nil {
+				return fmt.Errorf("--from: %w", err)
+			}
+			earlier = append(earlier, rs...)
+		}
+		return runCompare(ctx, o, splitList(*compare), *seeds, earlier, *out, *dir, *asJSON)
 	}
 	var monitorURL string
 	if mon.set {
@@ -132,12 +141,20 @@ func runOne(ctx context.Context, o learn.Options) (learn.Summary, error) {
 	return learn.Run(ctx, o)
 }
 
-func runCompare(ctx context.Context, o learn.Options, methods []string, seeds int, out, dir string, asJSON bool) error {
+func runCompare(ctx context.Context, o learn.Options, methods []string, seeds int, earlier []learn.Summary, out, dir string, asJSON bool) error {
 	var c learn.Comparison
 	for _, m := range methods {
+	seed:
 		for s := 1; s <= seeds; s++ {
 			oo := o
 			oo.Method, oo.Seed = m, s
+			for _, e := range earlier {
+				if ok, _ := e.Matches(oo); ok {
+					fmt.Fprintf(os.Stderr, "%s seed %d: taken from --from (held-out success %.3f → %.3f)\n", m, s, e.InitialSuccess, e.FinalSuccess)
+					c.Runs = append(c.Runs, e)
+					continue seed
+				}
+			}
 			if dir != "" {
 				oo.Dir = filepath.Join(dir, fmt.Sprintf("%s-seed%d", m, s))
 			}

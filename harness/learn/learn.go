@@ -83,6 +83,21 @@ func Defaults() Options {
 		GroupID: "creditflow-learn", Timeout: 20 * time.Minute, Logger: zerolog.Nop()}
 }
 
+// resolved is o with the defaults that depend on other options filled in:
+// the method's world, and the groups a worker plays under one version.
+func (o Options) resolved() Options {
+	if o.World == "" {
+		o.World = "searchqa"
+		if o.Method == MethodAttnSR {
+			o.World = "household"
+		}
+	}
+	if o.GroupsPerVersion <= 0 && o.Workers > 0 {
+		o.GroupsPerVersion = (o.GroupsPerStep+o.Workers-1)/o.Workers + 1
+	}
+	return o
+}
+
 // Eval is the held-out evaluation of one policy version.
 type Eval struct {
 	PolicyVersion int64   `json:"policy_version"`
@@ -120,6 +135,29 @@ type Summary struct {
 	Bound                        string             `json:"bound"`
 	ProcessorKills               int                `json:"processor_kills"`
 	WorkerKills                  int                `json:"worker_kills"`
+	// Settings are the options that decide what the run learns (absent in
+	// summaries written before they were recorded).
+	Settings *Settings `json:"settings,omitempty"`
+}
+
+// Settings are the options of a run that change its learning curve; two
+// runs of one method and seed with equal settings measure the same thing.
+type Settings struct {
+	Steps            int     `json:"steps"`
+	GroupsPerStep    int     `json:"groups_per_step"`
+	GroupSize        int     `json:"group_size"`
+	Workers          int     `json:"workers"`
+	GroupsPerVersion int     `json:"groups_per_version"`
+	MaxPolicyLag     int64   `json:"max_policy_lag"`
+	LR               float64 `json:"lr"`
+	EvalEpisodes     int     `json:"eval_episodes"`
+	Chaos            bool    `json:"chaos,omitempty"`
+}
+
+// settingsOf is what o records in a summary (o with its defaults resolved).
+func settingsOf(o Options) *Settings {
+	return &Settings{Steps: o.Steps, GroupsPerStep: o.GroupsPerStep, GroupSize: o.GroupSize, Workers: o.Workers,
+		GroupsPerVersion: o.GroupsPerVersion, MaxPolicyLag: o.MaxPolicyLag, LR: o.LR, EvalEpisodes: o.EvalEpisodes, Chaos: o.Chaos}
 }
 
 // run is the state of one run.
@@ -143,12 +181,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if o.Method != MethodLAPO && o.Method != MethodGRPO && o.Method != MethodAttnSR {
 		return Summary{}, fmt.Errorf("learn: --method %q: use lapo, grpo or attnsr", o.Method)
 	}
-	if o.World == "" {
-		o.World = "searchqa"
-		if o.Method == MethodAttnSR {
-			o.World = "household"
-		}
-	}
+	o = o.resolved()
 	switch o.World {
 	case "searchqa", "widesearch", "household":
 	default:
@@ -156,9 +189,6 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
 		return Summary{}, fmt.Errorf("learn: --workers, --steps and --groups-per-step must be positive and the group size at least 2")
-	}
-	if o.GroupsPerVersion <= 0 {
-		o.GroupsPerVersion = (o.GroupsPerStep+o.Workers-1)/o.Workers + 1
 	}
 	if o.Exe == "" {
 		return Summary{}, errors.New("learn: the creditflow binary to run the processor from is not set")
@@ -266,7 +296,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	defer stopWorkers()
 
-	sum := Summary{Method: o.Method, World: o.World, Seed: o.Seed}
+	sum := Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o)}
 	var runErr error
 wait:
 	for {

@@ -80,7 +80,8 @@ func auc(s Summary) float64 {
 }
 
 // Markdown is the comparison table: one row per run, then mean ± standard
-// deviation per method.
+// deviation per method, then the differences between methods with their
+// permutation p-values (stats.go).
 func (c Comparison) Markdown() string {
 	var b strings.Builder
 	b.WriteString("| method | world | seed | initial success | final success | gain | mean success over versions (AUC) | first step ≥ 0.8 | trajectories | seconds |\n")
@@ -108,6 +109,7 @@ func (c Comparison) Markdown() string {
 		p := strings.SplitN(k, "/", 2)
 		fmt.Fprintf(&b, "| %s | %s | %d | %.3f ± %.3f | %+.3f ± %.3f | %.3f ± %.3f |\n", p[0], p[1], len(rs), fm, fs, gm, gs, am, as)
 	}
+	b.WriteString(c.differencesMarkdown())
 	return b.String()
 }
 
