@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -70,8 +71,11 @@ type Options struct {
 	Exe              string // the creditflow binary the processor runs from
 	Python           string // "" : FindPython
 	Chaos            bool   // SIGKILL the processor and one worker mid-run
-	Timeout          time.Duration
-	Logger           zerolog.Logger
+	// JudgeNoise is the probability that the outcome reward the workers
+	// publish is wrong (a flaky judge; held-out success counts true answers).
+	JudgeNoise float64
+	Timeout    time.Duration
+	Logger     zerolog.Logger
 	// OnEval, when set, sees each version's evaluation as it arrives.
 	OnEval func(Eval)
 }
@@ -152,12 +156,14 @@ type Settings struct {
 	LR               float64 `json:"lr"`
 	EvalEpisodes     int     `json:"eval_episodes"`
 	Chaos            bool    `json:"chaos,omitempty"`
+	JudgeNoise       float64 `json:"judge_noise,omitempty"`
 }
 
 // settingsOf is what o records in a summary (o with its defaults resolved).
 func settingsOf(o Options) *Settings {
 	return &Settings{Steps: o.Steps, GroupsPerStep: o.GroupsPerStep, GroupSize: o.GroupSize, Workers: o.Workers,
-		GroupsPerVersion: o.GroupsPerVersion, MaxPolicyLag: o.MaxPolicyLag, LR: o.LR, EvalEpisodes: o.EvalEpisodes, Chaos: o.Chaos}
+		GroupsPerVersion: o.GroupsPerVersion, MaxPolicyLag: o.MaxPolicyLag, LR: o.LR, EvalEpisodes: o.EvalEpisodes, Chaos: o.Chaos,
+		JudgeNoise: o.JudgeNoise}
 }
 
 // run is the state of one run.
@@ -189,6 +195,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
 		return Summary{}, fmt.Errorf("learn: --workers, --steps and --groups-per-step must be positive and the group size at least 2")
+	}
+	if o.JudgeNoise < 0 || o.JudgeNoise >= 0.5 || math.IsNaN(o.JudgeNoise) {
+		return Summary{}, fmt.Errorf("learn: --judge-noise %v: want a probability in [0, 0.5) (at 0.5 the reward says nothing)", o.JudgeNoise)
 	}
 	if o.Exe == "" {
 		return Summary{}, errors.New("learn: the creditflow binary to run the processor from is not set")
@@ -279,7 +288,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			"--brokers", bs, "--topic", t.Trajectories, "--policy-topic", t.Policy, "--init", init, "--env", o.World,
 			"--run", fmt.Sprintf("s%d", o.Seed), "--worker", strconv.Itoa(k), "--workers", strconv.Itoa(o.Workers),
 			"--first-group", strconv.Itoa(restart*1_000_000), "--group-size", strconv.Itoa(o.GroupSize),
-			"--groups-per-version", strconv.Itoa(o.GroupsPerVersion), "--seed", strconv.Itoa(o.Seed))
+			"--groups-per-version", strconv.Itoa(o.GroupsPerVersion), "--seed", strconv.Itoa(o.Seed),
+			"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64))
 	}
 	workers := make([]*proc, o.Workers)
 	for k := range workers {

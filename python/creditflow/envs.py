@@ -32,7 +32,7 @@ Only the standard library is used here.
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["SearchQA", "WideSearch", "Household", "Episode", "NAMES", "make_env", "ENVS"]
+__all__ = ["SearchQA", "WideSearch", "Household", "Episode", "NAMES", "make_env", "judge", "ENVS"]
 
 #: Gold answers and codes: the 26 made-up names of creditflow's synthetic worlds (one per
 #: initial, in capital letters; every other word the worlds write is lowercase), which the
@@ -54,6 +54,7 @@ class Episode:
     key_turns: list = field(default_factory=list)  # indexes of turns whose observation held the evidence
     done: bool = False
     answer: str = None
+    correct: bool = False            # the answer is the gold answer (the truth, whatever a judge says)
     reward: float = 0.0
 
 
@@ -90,7 +91,8 @@ class _World:
             return obs
         if self.phase(ep) == "answer":
             ep.answer = self.parse_answer(action)
-            ep.reward = 1.0 if ep.answer == ep.gold else 0.0
+            ep.correct = ep.answer == ep.gold
+            ep.reward = 1.0 if ep.correct else 0.0
             ep.turns.append(("answer", action, ""))
             ep.done = True
             return ""
@@ -236,6 +238,20 @@ class Household(_World):
         if query is None:
             return "nothing happens.\n"
         return "you open the %s. you see %s.\n" % (query, r.choice(self.things))
+
+
+def judge(ep: Episode, noise: float, key: str) -> float:
+    """A flaky judge's outcome reward for a finished episode (docs/learn.md, "A noisy judge"):
+    with probability `noise` its verdict is wrong (1 for a wrong answer, 0 for the right one),
+    independently of how the episode was played and deterministic in `key` (the trajectory id:
+    episodes of one group share their seed). ``ep.correct`` keeps the truth; held-out
+    evaluation counts it, never the judge."""
+    if not 0 <= noise < 0.5:
+        raise ValueError("judge noise %r: want 0 <= noise < 0.5" % (noise,))
+    if not ep.done:
+        raise ValueError("the episode is not over")
+    wrong = noise > 0 and random.Random("judge/" + key).random() < noise
+    return 1.0 if ep.correct != wrong else 0.0
 
 
 ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "household": Household}

@@ -83,6 +83,34 @@ class WorldTruth(unittest.TestCase):
             self.assertIn("%s is also called %s." % (ep.subject, ep.gold), obs)
             self.assertIn(ep.subject, ep.prompt)
 
+    def test_the_judge_errs_at_its_rate_and_never_changes_the_truth(self):
+        env = E.make_env("widesearch")
+        rng = random.Random(9)
+        n, q = 4000, 0.3
+        wrong = right_judged = 0
+        for s in range(n):
+            ep = play(env, s // 5, lambda e: env.format_query(rng.choice(env.options)))
+            truth = (ep.correct, ep.reward)
+            r = E.judge(ep, q, "run-g%06d-%d" % (s // 5, s % 5))
+            self.assertEqual((ep.correct, ep.reward), truth)  # the judge returns its verdict, changes nothing
+            self.assertEqual(ep.reward, 1.0 if ep.correct else 0.0)
+            self.assertIn(r, (0.0, 1.0))
+            wrong += r != ep.reward
+            right_judged += ep.correct and r == 1.0
+            self.assertEqual(r, E.judge(ep, q, "run-g%06d-%d" % (s // 5, s % 5)))  # deterministic in its key
+            self.assertEqual(E.judge(ep, 0.0, "any"), ep.reward)
+        self.assertAlmostEqual(wrong / n, q, delta=0.025)
+        self.assertGreater(right_judged, 0)
+        # members of one group (one seed) get independent verdicts
+        ep = play(env, 1, lambda e: env.format_query(e.right), lambda e: env.format_answer(e, e.gold))
+        verdicts = {E.judge(ep, q, "g-%d" % i) for i in range(50)}
+        self.assertEqual(verdicts, {0.0, 1.0})
+        for bad in (-0.1, 0.5, 1.0):
+            with self.assertRaises(ValueError):
+                E.judge(ep, bad, "k")
+        with self.assertRaises(ValueError):
+            E.judge(env.reset(2), 0.1, "k")  # not over yet
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -60,7 +60,7 @@ def evaluate(model, env, seeds, generator=None, temperature=1.0, batch=128):
     total = 0.0
     for a in range(0, len(seeds), batch):
         for ep, _ in play(model, env, seeds[a:a + batch], temperature=temperature, generator=generator):
-            wins += ep.reward > 0
+            wins += ep.correct  # the truth: evaluation has no judge
             found += bool(ep.key_turns)
             total += ep.reward
     n = max(1, len(seeds))

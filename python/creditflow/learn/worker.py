@@ -2,7 +2,7 @@
 
 usage: python3 -m creditflow.learn.worker --brokers B --init DIR [--env searchqa|household]
            [--worker K --workers W] [--group-size G] [--groups-per-batch N]
-           [--groups-per-version N] [--seed S] [--temperature T]
+           [--groups-per-version N] [--seed S] [--temperature T] [--judge-noise Q]
 
 Follows the policy topic (PolicyWatcher): whenever a newer version is announced it loads that
 checkpoint; it plays whole groups (G episodes of one question, sampled at --temperature from
@@ -10,6 +10,8 @@ the current policy) in the interactive world and publishes them with RolloutPubl
 ids, the per-token rollout log-probabilities, the temperature and the policy version that
 generated them. After --groups-per-version groups under one version it waits (at most
 --wait seconds) for the next one, so that workers do not run far ahead of the trainer.
+With --judge-noise Q the published reward is a flaky judge's verdict, wrong with probability Q
+(creditflow.envs.judge); the held-out evaluation still counts true answers.
 Prompt ids are <run>-g<NNNNNN> with the worker's own residue class of group numbers, so workers
 (and a restarted worker with another --first-group) never collide. One JSON line per batch on
 stdout; SIGTERM ends it after the batch in flight is acknowledged.
@@ -46,6 +48,8 @@ def main(argv=None):
     ap.add_argument("--wait", type=float, default=120.0, help="seconds to wait for a new version before producing anyway")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--judge-noise", type=float, default=0.0,
+                    help="publish a flaky judge's reward: wrong with this probability (creditflow.envs.judge)")
     a = ap.parse_args(argv)
     rollout.setup_torch()
     stop = []
@@ -79,10 +83,11 @@ def main(argv=None):
             for idx, (ep, turns) in enumerate(played):
                 g, i = groups[idx // a.group_size], idx % a.group_size
                 pid = "%s-g%06d" % (a.run, g)
+                ep.reward = E.judge(ep, a.judge_noise, "%s-%d" % (pid, i))
                 pub.publish(rollout.to_trajectory(env, ep, turns, trajectory_id="%s-%d" % (pid, i), prompt_id=pid,
                                                   group_size=a.group_size, sample_index=i, policy_version=version,
                                                   temperature=a.temperature, source=env.name))
-                wins += ep.reward > 0
+                wins += ep.correct
                 ids.append("%s-%d" % (pid, i))
             pub.flush(60)
             local += a.groups_per_batch
