@@ -171,7 +171,7 @@ func runCompare(ctx context.Context, o learn.Options, methods []string, seeds in
 			c.Runs = append(c.Runs, sum)
 		}
 	}
-	title := fmt.Sprintf("creditflow learn: %s, %d seeds each", strings.Join(methods, " vs "), seeds)
+	title := c.Title()
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}

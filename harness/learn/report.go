@@ -3,6 +3,7 @@ package learn
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -77,6 +78,32 @@ func auc(s Summary) float64 {
 		t += e.SuccessRate
 	}
 	return t / float64(len(s.Eval))
+}
+
+// Title names the methods, the world when the runs share one, the judge's
+// noise when there is one, and the seeds.
+func (c Comparison) Title() string {
+	var ms []string
+	worlds := map[string]bool{}
+	seeds := 0
+	for _, k := range c.methods() {
+		m, w, _ := strings.Cut(k, "/")
+		if !slices.Contains(ms, m) {
+			ms = append(ms, m)
+		}
+		worlds[w] = true
+		seeds = max(seeds, len(c.of(k)))
+	}
+	t := "creditflow learn: " + strings.Join(ms, " vs ")
+	if len(worlds) == 1 {
+		for w := range worlds {
+			t += " on the " + w + " world"
+		}
+	}
+	if len(c.Runs) > 0 && c.Runs[0].Settings != nil && c.Runs[0].Settings.JudgeNoise > 0 {
+		t += fmt.Sprintf(", the judge wrong %.0f%% of the time", 100*c.Runs[0].Settings.JudgeNoise)
+	}
+	return t + fmt.Sprintf(", %d seeds each", seeds)
 }
 
 // Markdown is the comparison table: one row per run, then mean ± standard

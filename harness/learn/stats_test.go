@@ -112,3 +112,15 @@ func TestLoadRunsAndMatches(t *testing.T) {
 		t.Errorf("a file without a summary: %v", err)
 	}
 }
+
+func TestComparisonTitle(t *testing.T) {
+	c := Comparison{Runs: []Summary{run3("lapo", 1, 0.4, 0.9), run3("lapo", 2, 0.4, 0.9), run3("grpo", 1, 0.4, 0.6)}}
+	if got, want := c.Title(), "creditflow learn: lapo vs grpo on the searchqa world, 2 seeds each"; got != want {
+		t.Errorf("title %q, want %q", got, want)
+	}
+	c.Runs[2].World = "household"
+	c.Runs[0].Settings = &Settings{JudgeNoise: 0.3}
+	if got, want := c.Title(), "creditflow learn: lapo vs grpo, the judge wrong 30% of the time, 2 seeds each"; got != want {
+		t.Errorf("title %q, want %q", got, want)
+	}
+}
