@@ -6,8 +6,9 @@ polls the same records, in turns, and prints one JSON object.
   python3 trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
 
 A run's rate is its records over the time from the first record its consumer returned to
-the end of the run (the last record read; for the trainer, the last batch built), so
-joining the consumer group is left out of both, as the bench leaves it out of every phase.
+the end of the run (the last record read; for the trainer, the last full batch built: the
+last, partial one would leave only after the stream's max_wait), so joining the consumer
+group is left out of both, as the bench leaves it out of every phase.
 With CREDITFLOW_BENCH_PYPROFILE=FILE the first trainer run writes its cProfile there.
 """
 
@@ -77,19 +78,28 @@ def bare(brokers, topic, n, group):
 
 
 def trainer(brokers, topic, n, group, batch):
+    """Reads n samples in batches. The topic holds n, rarely a multiple of the batch, so the
+    last batch is smaller and leaves only after waiting the stream's max_wait for samples that
+    never come: a setting of the trainer, not its speed. When the last batch is such a one, the
+    run ends, uncounted, with the full batch before it."""
     s = creditflow.SampleStream(brokers, group, topic=topic, idle_timeout=10.0)
     s._consumer = _Clock(s._consumer)
     convert = to_torch or to_numpy
     got, tokens, deadline = 0, 0, time.monotonic() + TIMEOUT
+    full = (0, 0, None)  # got, tokens, end after the last full batch
     for b in s.batches(batch, whole_groups=True, max_wait=0.2):
         t = convert(b)
         got += len(b)
         tokens += int(t["lengths"].sum())
-        if got >= n or time.monotonic() > deadline:
+        end = time.monotonic()
+        if len(b) >= batch:
+            full = (got, tokens, end)
+        if got >= n or end > deadline:
             break
-    end = time.monotonic()
     if got < n:
         raise TimeoutError("trainer: %d of %d samples" % (got, n))
+    if full[2] is not None and full[0] < got:
+        got, tokens, end = full
     first = s._consumer.first
     s.close()
     return got, end - first, tokens
@@ -100,7 +110,7 @@ def main():
         int(sys.argv[5]), sys.argv[6]
     creditflow.wire.codec("Sample")  # compiled once per process (start-up, not steady state)
     runs = {"consumer": [0, 0.0], "trainer": [0, 0.0]}
-    nbytes = tokens = 0
+    nbytes = tokens = tokens_of = 0
     for r in range(repeat):
         got, dt, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
         runs["consumer"][0] += got
@@ -109,16 +119,18 @@ def main():
             import cProfile
             prof = cProfile.Profile()
             got, dt, tokens = prof.runcall(trainer, brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
+            tokens_of = got
             prof.dump_stats(os.environ.pop("CREDITFLOW_BENCH_PYPROFILE"))
         else:
             got, dt, tokens = trainer(brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
+        tokens_of = got
         runs["trainer"][0] += got
         runs["trainer"][1] += dt
     print(json.dumps({
         "trainer_per_s": runs["trainer"][0] / runs["trainer"][1],
         "trainer_consumer_per_s": runs["consumer"][0] / runs["consumer"][1],
         "tensors": "torch" if to_torch else "numpy",
-        "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, n),
+        "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, tokens_of),
     }))
 
 
