@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 )
 
@@ -173,9 +174,18 @@ func (c Comparison) differencesMarkdown() string {
 				f = m.fmt
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | "+f+" | "+f+" | %+"+f[1:]+" | %d + %d | %.3f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | "+f+" | "+f+" | %+"+f[1:]+" | %d + %d | %s |\n",
 			d.A[:strings.IndexByte(d.A, '/')], d.B[:strings.IndexByte(d.B, '/')], world(d.A), d.Measure,
-			d.MeanA, d.MeanB, d.MeanA-d.MeanB, d.NA, d.NB, d.P)
+			d.MeanA, d.MeanB, d.MeanA-d.MeanB, d.NA, d.NB, formatP(d.P))
 	}
 	return b.String()
+}
+
+// formatP writes p with three decimals, or two significant digits below
+// 0.01 (so that 2 splits in 12,870 do not read as 0).
+func formatP(p float64) string {
+	if p < 0.01 {
+		return strconv.FormatFloat(p, 'g', 2, 64)
+	}
+	return strconv.FormatFloat(p, 'f', 3, 64)
 }

@@ -15,6 +15,12 @@ func TestPermutationP(t *testing.T) {
 	if p := permutationP([]float64{1, 2, 3}, []float64{4, 5, 6}); math.Abs(p-0.1) > 1e-12 {
 		t.Errorf("p = %v, want 0.1", p)
 	}
+	if got := formatP(2.0 / 12870); got != "0.00016" {
+		t.Errorf("small p written %q", got)
+	}
+	if got := formatP(0.0294); got != "0.029" {
+		t.Errorf("p written %q", got)
+	}
 	if p := permutationP([]float64{1, 2}, []float64{2, 1}); p != 1 {
 		t.Errorf("same values: p = %v, want 1", p)
 	}
