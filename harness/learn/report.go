@@ -84,21 +84,22 @@ func auc(s Summary) float64 {
 // noise when there is one, and the seeds.
 func (c Comparison) Title() string {
 	var ms []string
-	worlds := map[string]bool{}
+	world, one := "", true
 	seeds := 0
-	for _, k := range c.methods() {
-		m, w, _ := strings.Cut(k, "/")
+	for i, k := range c.methods() {
+		m, w := splitKey(k)
 		if !slices.Contains(ms, m) {
 			ms = append(ms, m)
 		}
-		worlds[w] = true
+		if i == 0 {
+			world = w
+		}
+		one = one && w == world
 		seeds = max(seeds, len(c.of(k)))
 	}
 	t := "creditflow learn: " + strings.Join(ms, " vs ")
-	if len(worlds) == 1 {
-		for w := range worlds {
-			t += " on the " + w + " world"
-		}
+	if one && world != "" {
+		t += " on the " + world + " world"
 	}
 	if len(c.Runs) > 0 && c.Runs[0].Settings != nil && c.Runs[0].Settings.JudgeNoise > 0 {
 		t += fmt.Sprintf(", the judge wrong %.0f%% of the time", 100*c.Runs[0].Settings.JudgeNoise)
@@ -133,8 +134,8 @@ func (c Comparison) Markdown() string {
 		fm, fs := meanSD(fin)
 		gm, gs := meanSD(gain)
 		am, as := meanSD(a)
-		p := strings.SplitN(k, "/", 2)
-		fmt.Fprintf(&b, "| %s | %s | %d | %.3f ± %.3f | %+.3f ± %.3f | %.3f ± %.3f |\n", p[0], p[1], len(rs), fm, fs, gm, gs, am, as)
+		m, w := splitKey(k)
+		fmt.Fprintf(&b, "| %s | %s | %d | %.3f ± %.3f | %+.3f ± %.3f | %.3f ± %.3f |\n", m, w, len(rs), fm, fs, gm, gs, am, as)
 	}
 	b.WriteString(c.differencesMarkdown())
 	return b.String()

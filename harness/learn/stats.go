@@ -40,6 +40,7 @@ type Difference struct {
 	MeanA, MeanB float64
 	NA, NB       int     // runs (seeds) of each
 	P            float64 // two-sided permutation p-value
+	format       string  // the measure's number format
 }
 
 // Differences compares every pair of methods run on the same world.
@@ -60,14 +61,20 @@ func (c Comparison) Differences() []Difference {
 				ma, _ := meanSD(xa)
 				mb, _ := meanSD(xb)
 				out = append(out, Difference{A: a, B: b, Measure: m.name, MeanA: ma, MeanB: mb,
-					P: permutationP(xa, xb), NA: len(xa), NB: len(xb)})
+					P: permutationP(xa, xb), NA: len(xa), NB: len(xb), format: m.fmt})
 			}
 		}
 	}
 	return out
 }
 
-func world(key string) string { return key[strings.IndexByte(key, '/')+1:] }
+// splitKey is a method/world key's two parts.
+func splitKey(key string) (method, world string) {
+	method, world, _ = strings.Cut(key, "/")
+	return method, world
+}
+
+func world(key string) string { _, w := splitKey(key); return w }
 
 func values(rs []Summary, f func(Summary) float64) []float64 {
 	out := make([]float64, len(rs))
@@ -168,15 +175,11 @@ func (c Comparison) differencesMarkdown() string {
 	var b strings.Builder
 	b.WriteString("\n| A | B | world | measure | A (mean) | B (mean) | A − B | seeds | permutation p |\n|---|---|---|---|---:|---:|---:|---:|---:|\n")
 	for _, d := range ds {
-		f := "%.3f"
-		for _, m := range measures {
-			if m.name == d.Measure {
-				f = m.fmt
-			}
-		}
+		f := d.format
+		ma, w := splitKey(d.A)
+		mb, _ := splitKey(d.B)
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | "+f+" | "+f+" | %+"+f[1:]+" | %d + %d | %s |\n",
-			d.A[:strings.IndexByte(d.A, '/')], d.B[:strings.IndexByte(d.B, '/')], world(d.A), d.Measure,
-			d.MeanA, d.MeanB, d.MeanA-d.MeanB, d.NA, d.NB, formatP(d.P))
+			ma, mb, w, d.Measure, d.MeanA, d.MeanB, d.MeanA-d.MeanB, d.NA, d.NB, formatP(d.P))
 	}
 	return b.String()
 }

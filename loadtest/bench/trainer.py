@@ -119,7 +119,6 @@ def main():
             import cProfile
             prof = cProfile.Profile()
             got, dt, tokens = prof.runcall(trainer, brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
-            tokens_of = got
             prof.dump_stats(os.environ.pop("CREDITFLOW_BENCH_PYPROFILE"))
         else:
             got, dt, tokens = trainer(brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)

@@ -241,7 +241,8 @@ class Household(_World):
 
 
 def judge(ep: Episode, noise: float, key: str) -> float:
-    """A flaky judge's outcome reward for a finished episode (docs/learn.md, "A noisy judge"):
+    """A flaky judge's outcome reward for a finished episode (docs/learn.md, "LAPO against GRPO when
+    the judge errs"):
     with probability `noise` its verdict is wrong (1 for a wrong answer, 0 for the right one),
     independently of how the episode was played and deterministic in `key` (the trajectory id:
     episodes of one group share their seed). ``ep.correct`` keeps the truth; held-out

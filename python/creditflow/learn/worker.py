@@ -83,12 +83,13 @@ def main(argv=None):
             for idx, (ep, turns) in enumerate(played):
                 g, i = groups[idx // a.group_size], idx % a.group_size
                 pid = "%s-g%06d" % (a.run, g)
-                ep.reward = E.judge(ep, a.judge_noise, "%s-%d" % (pid, i))
-                pub.publish(rollout.to_trajectory(env, ep, turns, trajectory_id="%s-%d" % (pid, i), prompt_id=pid,
+                tid = "%s-%d" % (pid, i)
+                ep.reward = E.judge(ep, a.judge_noise, tid)
+                pub.publish(rollout.to_trajectory(env, ep, turns, trajectory_id=tid, prompt_id=pid,
                                                   group_size=a.group_size, sample_index=i, policy_version=version,
                                                   temperature=a.temperature, source=env.name))
                 wins += ep.correct
-                ids.append("%s-%d" % (pid, i))
+                ids.append(tid)
             pub.flush(60)
             local += a.groups_per_batch
             under_version += a.groups_per_batch
