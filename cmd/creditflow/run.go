@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -219,7 +220,11 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	errc := make(chan error, 2)
 	n := 0
 	if runScore {
-		scorer, sc, closeScorer, err := sf.newScorer(log, reg)
+		var scorerOpts []local.Option
+		if *scorerFollow { // the model of --scorer-model is version 0, announced or not yet
+			scorerOpts = append(scorerOpts, local.WithPolicyVersion(0))
+		}
+		scorer, sc, closeScorer, err := sf.newScorer(log, reg, scorerOpts...)
 		if err != nil {
 			return err
 		}
