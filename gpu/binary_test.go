@@ -3,10 +3,14 @@ package gpu_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/client"
@@ -14,27 +18,34 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/protocol"
 	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
 // forms records the Content-Type of score requests and the Accept of
 // attention requests a server receives, and can hide FeatureBinary.
 type forms struct {
-	h          http.Handler
-	hideBinary bool
-	binary     atomic.Int64 // binary score requests or binary-accepting attention requests
-	json       atomic.Int64
-	binAnswers atomic.Int64 // attention answers sent as binary graphs
+	h            http.Handler
+	hideBinary   bool
+	hideLower    bool         // hide only FeatureLowerGraphs
+	binary       atomic.Int64 // binary score requests or binary-accepting attention requests
+	json         atomic.Int64
+	binAnswers   atomic.Int64 // attention answers sent as binary graphs
+	lowerAnswers atomic.Int64 // attention answers sent as lower graphs
 }
 
 func (f *forms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case protocol.PathInfo:
-		if f.hideBinary {
+		if f.hideBinary || f.hideLower {
 			rec := httptest.NewRecorder()
 			f.h.ServeHTTP(rec, r)
 			var info gpu.ModelInfo
 			_ = json.Unmarshal(rec.Body.Bytes(), &info)
-			info.Features = []string{protocol.FeatureRowPieces}
+			if f.hideBinary {
+				info.Features = []string{protocol.FeatureRowPieces}
+			} else {
+				info.Features = slices.DeleteFunc(info.Features, func(s string) bool { return s == protocol.FeatureLowerGraphs })
+			}
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(info)
 			return
@@ -55,6 +66,9 @@ func (f *forms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.h.ServeHTTP(w, r)
 	if r.URL.Path == protocol.PathAttention && protocol.IsMediaType(w.Header().Get("Content-Type"), protocol.MediaTypeGraphs) {
 		f.binAnswers.Add(1)
+	}
+	if r.URL.Path == protocol.PathAttention && protocol.IsMediaType(w.Header().Get("Content-Type"), protocol.MediaTypeLowerGraphs) {
+		f.lowerAnswers.Add(1)
 	}
 }
 
@@ -98,4 +112,114 @@ func TestClientUsesBinaryBodiesPerEndpoint(t *testing.T) {
 	if js.binary.Load() != 0 || js.json.Load() < 2 {
 		t.Errorf("server without %q: %d binary, %d JSON requests; want only JSON", protocol.FeatureBinary, js.binary.Load(), js.json.Load())
 	}
+}
+
+// AttentionLower gives the scored record's compact graphs bit for bit as
+// stepgraph.Cut makes them of the model's K×K graphs, whether the pod
+// answers in lower graphs (then it does, and only then), in binary K×K
+// graphs or in JSON; and callers asking for K×K graphs and for lower ones
+// at once each get theirs.
+func TestClientAttentionLowerPerEndpoint(t *testing.T) {
+	jobs := scorertest.MakeJobs(33, 7)
+	full := scorertest.ExpectedGraphs(t, jobs)
+	want := make([][]gpu.LowerGraph, len(full))
+	sums := 0
+	for i, gs := range full {
+		for _, g := range gs {
+			lg := stepgraph.Cut(g.Layer, g.AA, g.AO)
+			if lg.Summed() {
+				sums++
+			}
+			want[i] = append(want[i], lg)
+		}
+	}
+	if sums == 0 {
+		t.Fatal("no graph of the tiny model is in the sum form: the test needs some")
+	}
+	check := func(what string, got [][]gpu.LowerGraph) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d results, want %d", what, len(got), len(want))
+		}
+		for i := range want {
+			if len(got[i]) != len(want[i]) {
+				t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
+			}
+			for l := range want[i] {
+				if !sameLowerBits(got[i][l], want[i][l]) {
+					t.Fatalf("%s: job %d graph %d\n got %+v\nwant %+v", what, i, l, got[i][l], want[i][l])
+				}
+			}
+		}
+	}
+	lower := &forms{h: server.New(local.New(scorertest.Tiny())).Handler()}
+	noLower := &forms{h: server.New(local.New(scorertest.Tiny())).Handler(), hideLower: true}
+	js := &forms{h: server.New(local.New(scorertest.Tiny())).Handler(), hideBinary: true}
+	for _, f := range []*forms{lower, noLower, js} {
+		url, _ := scorertest.ServeHandler(t, f)
+		c := newClient(t, []string{url}, client.WithMaxWait(0))
+		if _, err := c.Info(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got, version, err := c.AttentionLower(context.Background(), jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, v, err := c.AttentionVersion(context.Background(), jobs); err != nil || v != version {
+			t.Errorf("%s: policy version %d, AttentionVersion says %d (%v)", url, version, v, err)
+		}
+		check(url, got)
+	}
+	if lower.lowerAnswers.Load() < 1 || noLower.lowerAnswers.Load() != 0 || js.lowerAnswers.Load() != 0 {
+		t.Errorf("lower-graphs answers: %d from the server with %q, %d and %d from those without; want some, none and none",
+			lower.lowerAnswers.Load(), protocol.FeatureLowerGraphs, noLower.lowerAnswers.Load(), js.lowerAnswers.Load())
+	}
+	if noLower.binAnswers.Load() < 1 {
+		t.Errorf("the server without %q sent no binary K×K answer", protocol.FeatureLowerGraphs)
+	}
+
+	// Both kinds of caller on one client, batched together or not.
+	url, _ := scorertest.ServeHandler(t, lower)
+	c := newClient(t, []string{url}, client.WithMaxWait(20*time.Millisecond))
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			got, _, err := c.AttentionLower(context.Background(), jobs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			check("lower caller", got)
+		}()
+		go func() {
+			defer wg.Done()
+			got, err := c.Attention(context.Background(), jobs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			scorertest.EqualGraphs(t, "K×K caller", got, full)
+		}()
+	}
+	wg.Wait()
+}
+
+func sameLowerBits(a, b gpu.LowerGraph) bool {
+	eq := func(x, y []float64) bool {
+		if len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if math.Float64bits(x[i]) != math.Float64bits(y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return a.Layer == b.Layer && a.K == b.K && a.Summed() == b.Summed() && eq(a.AA, b.AA) && eq(a.AO, b.AO) && eq(a.Sum, b.Sum)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
 // Row, Step and StepGraph are the scorer's units of work (see package model).
@@ -83,6 +84,20 @@ type AttentionJob struct {
 // score stage records it).
 type AttentionVersioner interface {
 	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
+}
+
+// LowerGraph is a step graph below its diagonal, in the scored record's
+// compact form (the entries k < j only, and their sums G_AA + G_AO where
+// that is exact; stepgraph.Cut is the rule).
+type LowerGraph = stepgraph.Lower
+
+// LowerAttentioner is a Scorer that hands step graphs already in their
+// compact form, with the policy version as AttentionVersioner does. The
+// client does, reading the scorer's lower-graphs answer
+// (protocol.MediaTypeLowerGraphs) where the pod gives one and cutting a
+// K×K answer itself where not; the bits are the same either way.
+type LowerAttentioner interface {
+	AttentionLower(ctx context.Context, jobs []AttentionJob) ([][]LowerGraph, int64, error)
 }
 
 // Scorer is implemented by the in-process reference scorer (package local),

@@ -1,37 +1,24 @@
 package schemas
 
-import "math"
+import "github.com/creditflow/creditflow/internal/stepgraph"
 
 // Compact AttnSR step graphs (docs/wire-format.md, "Scored"): the entries
-// below the diagonal only, which are all that AttnSR reads (docs/method.md
-// §3.1–§3.2: the backtrack reads G[j,k] for k < j, the focus mass the
-// terminal row left of the diagonal), and where that is exact, only their
-// sum G_AA + G_AO (the sum form): AttnSR reads G_AA and G_AO only as
-// G = 0.5·G_AA + 0.5·G_AO and as G_AA + G_AO.
+// below the diagonal only, and where that is exact only their sums; the form
+// and its rule are package stepgraph's, which the scorer protocol's
+// lower-graphs answer shares.
 
-// LowerGraph is one layer's AttnSR step graph with only its entries below
-// the diagonal, row by row, row j (the querying step) holding columns
-// 0..j−1, so that entry [j,k] (k < j) is at LowerIndex(j, k). It holds
-// either AA and AO, K(K−1)/2 values each, or (the sum form) only Sum, their
-// entry-by-entry sums, with AA and AO empty. Its values are those of the K×K
-// LayerGraph it stands for, bit for bit.
-type LowerGraph struct {
-	Layer int32
-	K     int32
-	AA    []float64
-	AO    []float64
-	Sum   []float64
-}
-
-// Summed reports whether g is in the sum form.
-func (g *LowerGraph) Summed() bool { return len(g.Sum) > 0 }
+// LowerGraph is one layer's AttnSR step graph below its diagonal
+// (stepgraph.Lower): AA and AO, K(K−1)/2 values each, or (the sum form)
+// only Sum, entry [j,k] (k < j) at LowerIndex(j, k), bit for bit the values
+// of the K×K LayerGraph it stands for.
+type LowerGraph = stepgraph.Lower
 
 // LowerIndex is the position of entry [j,k], k < j, of a graph below its
 // diagonal: j(j−1)/2 + k.
-func LowerIndex(j, k int) int { return j*(j-1)/2 + k }
+func LowerIndex(j, k int) int { return stepgraph.Index(j, k) }
 
 // LowerLen is the number of entries below the diagonal of a K×K graph.
-func LowerLen(k int) int { return k * (k - 1) / 2 }
+func LowerLen(k int) int { return stepgraph.Len(k) }
 
 // Lower is g without the entries on and above its diagonal (which AttnSR
 // never reads and which the protocol sets to 0).
@@ -57,7 +44,7 @@ func (g *LayerGraph) Lower() LowerGraph {
 // record is accepted or refused exactly as the pair would be.
 func SumForm(g LowerGraph) LowerGraph {
 	n := LowerLen(int(g.K))
-	if g.Summed() || n == 0 || len(g.AA) != n || len(g.AO) != n || !SumExact(g.AA, g.AO) {
+	if g.Summed() || n == 0 || len(g.AA) != n || len(g.AO) != n || !stepgraph.SumExact(g.AA, g.AO) {
 		return g
 	}
 	sum := make([]float64, n)
@@ -65,25 +52,6 @@ func SumForm(g LowerGraph) LowerGraph {
 		sum[i] = a + g.AO[i]
 	}
 	return LowerGraph{Layer: g.Layer, K: g.K, Sum: sum}
-}
-
-// SumExact reports whether the entry pairs aa[i], ao[i] may be carried as
-// their sums (SumForm): each is a mass in [0, 1] and 0.5·(aa+ao) has the
-// bits of 0.5·aa + 0.5·ao.
-func SumExact(aa, ao []float64) bool {
-	if len(aa) != len(ao) {
-		return false
-	}
-	for i, a := range aa {
-		b := ao[i]
-		if !(a >= 0 && a <= 1 && b >= 0 && b <= 1) { // NaN fails too
-			return false
-		}
-		if math.Float64bits(0.5*(a+b)) != math.Float64bits(float64(0.5*a+0.5*b)) {
-			return false
-		}
-	}
-	return true
 }
 
 // StepGraphs are s's step graphs below the diagonal: Graphs as written, or

@@ -16,13 +16,15 @@ type item struct {
 	tokens int
 	sets   []gpu.RowSet
 	jobs   []gpu.AttentionJob
+	lower  bool            // attention: the caller wants gpu.LowerGraphs
 	done   chan itemResult // buffered 1
 }
 
 type itemResult struct {
 	scores  []gpu.RowScores
 	graphs  [][]gpu.StepGraph
-	version *int64 // attention: the policy version the pod reported
+	lower   [][]gpu.LowerGraph // when the item asked for them
+	version *int64             // attention: the policy version the pod reported
 	err     error
 }
 

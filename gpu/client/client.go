@@ -213,17 +213,48 @@ func (c *Client) Attention(ctx context.Context, jobs []gpu.AttentionJob) ([][]gp
 // pods said computed the graphs (the oldest, when the jobs went out in
 // several requests), or -1 when a pod did not say.
 func (c *Client) AttentionVersion(ctx context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, int64, error) {
+	res, version, err := c.attention(ctx, jobs, false)
+	if err != nil {
+		return nil, -1, err
+	}
+	out := make([][]gpu.StepGraph, 0, len(jobs))
+	for _, r := range res {
+		out = append(out, r.graphs...)
+	}
+	return out, version, nil
+}
+
+// AttentionLower is AttentionVersion with each graph below its diagonal, in
+// the scored record's form (gpu.LowerAttentioner): the pods' lower-graphs
+// answer where they give one (a quarter of the bytes of the K×K answer),
+// else their K×K answer cut here by the same rule.
+func (c *Client) AttentionLower(ctx context.Context, jobs []gpu.AttentionJob) ([][]gpu.LowerGraph, int64, error) {
+	res, version, err := c.attention(ctx, jobs, true)
+	if err != nil {
+		return nil, -1, err
+	}
+	out := make([][]gpu.LowerGraph, 0, len(jobs))
+	for _, r := range res {
+		out = append(out, r.lower...)
+	}
+	return out, version, nil
+}
+
+// attention sends jobs in items of at most the token budget and returns
+// the items' results in order and the oldest policy version they report
+// (-1 when one does not); lower asks for lower graphs.
+func (c *Client) attention(ctx context.Context, jobs []gpu.AttentionJob, lower bool) ([]itemResult, int64, error) {
 	if len(jobs) == 0 {
-		return [][]gpu.StepGraph{}, -1, nil
+		return nil, -1, nil
 	}
 	var items []*item
 	var offsets []int
-	cur := &item{ctx: ctx, done: make(chan itemResult, 1)}
+	cur := &item{ctx: ctx, lower: lower, done: make(chan itemResult, 1)}
 	for i, j := range jobs {
 		t := len(j.Tokens)
 		if len(cur.jobs) > 0 && cur.tokens+t > c.cfg.budget {
 			items = append(items, cur)
-			cur = &item{ctx: ctx, done: make(chan itemResult, 1)}
+			cur = &item{ctx: ctx, lower: lower, done: make(chan itemResult, 1)}
 		}
 		if len(cur.jobs) == 0 {
 			offsets = append(offsets, i)
@@ -236,10 +267,8 @@ func (c *Client) AttentionVersion(ctx context.Context, jobs []gpu.AttentionJob) 
 	if err != nil {
 		return nil, -1, shiftItem(err, items, offsets)
 	}
-	out := make([][]gpu.StepGraph, 0, len(jobs))
 	version, known := int64(-1), true
 	for i, r := range res {
-		out = append(out, r.graphs...)
 		if r.version == nil {
 			known = false
 		} else if i == 0 || *r.version < version {
@@ -249,7 +278,7 @@ func (c *Client) AttentionVersion(ctx context.Context, jobs []gpu.AttentionJob) 
 	if !known {
 		version = -1
 	}
-	return out, version, nil
+	return res, version, nil
 }
 
 // shiftItem turns a rejection's item index within one chunk into the index

@@ -22,6 +22,7 @@ type endpoint struct {
 	rowPieces   atomic.Bool // its /v1/info advertises protocol.FeatureRowPieces
 	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
 	statistics  atomic.Bool // its /v1/info advertises protocol.FeatureStatistics
+	lowerGraphs atomic.Bool // its /v1/info advertises protocol.FeatureLowerGraphs
 	answered    atomic.Bool // it has answered /v1/info (the flags above are its)
 	mu          sync.Mutex
 	fails       int

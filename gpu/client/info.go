@@ -50,6 +50,7 @@ func (c *Client) fetchInfo(ctx context.Context, ep *endpoint) (gpu.ModelInfo, er
 	ep.rowPieces.Store(slices.Contains(info.Features, protocol.FeatureRowPieces))
 	ep.binary.Store(slices.Contains(info.Features, protocol.FeatureBinary))
 	ep.statistics.Store(slices.Contains(info.Features, protocol.FeatureStatistics))
+	ep.lowerGraphs.Store(slices.Contains(info.Features, protocol.FeatureLowerGraphs))
 	ep.answered.Store(true)
 	return info, nil
 }

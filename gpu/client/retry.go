@@ -56,6 +56,12 @@ func (c *Client) send(op string, items []*item) {
 	if len(items) == 0 {
 		return
 	}
+	// An attention batch may take the lower-graphs answer when every item
+	// wants its graphs in that form.
+	lower := op == "attention"
+	for _, it := range items {
+		lower = lower && it.lower
+	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	var remaining atomic.Int64
@@ -71,7 +77,7 @@ func (c *Client) send(op string, items []*item) {
 
 	// The request body in each form an endpoint may take (wireForm), each
 	// encoded when first needed.
-	var bodies [4][]byte
+	var bodies [8][]byte
 	tokens := 0
 	tried := map[*endpoint]bool{}
 	var last *attemptError
@@ -85,7 +91,7 @@ func (c *Client) send(op string, items []*item) {
 		}
 		ep := c.pick(tried)
 		tried[ep] = true
-		form := formOf(op, ep)
+		form := formOf(op, ep, lower)
 		if bodies[form] == nil {
 			b, n, err := c.encode(op, items, form)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,26 +16,33 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
-// wireForm is the form of a request body an endpoint takes: bit 1 compact
-// score rows (protocol.FeatureRowPieces), bit 2 binary bodies
-// (protocol.FeatureBinary).
+// wireForm is the form of a request body an endpoint takes and of the
+// answer asked for: bit 1 compact score rows (protocol.FeatureRowPieces),
+// bit 2 binary bodies (protocol.FeatureBinary), bit 3 the lower-graphs
+// attention answer (protocol.FeatureLowerGraphs).
 type wireForm int
 
 const (
 	formCompact wireForm = 1 << iota
 	formBinary
+	formLower
 )
 
-// formOf is the form of op's requests to ep, from its advertised features.
-func formOf(op string, ep *endpoint) wireForm {
+// formOf is the form of op's requests to ep, from its advertised features;
+// lower says whether every item of the request wants lower graphs.
+func formOf(op string, ep *endpoint, lower bool) wireForm {
 	var f wireForm
 	if op == "score" && ep.rowPieces.Load() {
 		f |= formCompact
 	}
 	if ep.binary.Load() {
 		f |= formBinary
+	}
+	if op == "attention" && lower && ep.lowerGraphs.Load() {
+		f |= formLower
 	}
 	return f
 }
@@ -94,11 +102,13 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 	return req, nil
 }
 
-// answer is a 200 body; binary when it is a binary graphs body. buf is the
-// pooled buffer that holds data (release gives it back).
+// answer is a 200 body; binary when it is a binary graphs body, lower when
+// a lower-graphs body. buf is the pooled buffer that holds data (release
+// gives it back).
 type answer struct {
 	data   []byte
 	binary bool
+	lower  bool
 	buf    *[]byte
 }
 
@@ -145,12 +155,14 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wire
 	if err != nil {
 		return answer{}, &attemptError{kind: "protocol", err: fmt.Errorf("scorer %s: building request: %w", ep.url, err)}
 	}
-	if form&formBinary != 0 {
-		if op == "score" {
-			req.Header.Set("Content-Type", protocol.MediaTypeRows)
-		} else {
-			req.Header.Set("Accept", protocol.MediaTypeGraphs+", application/json")
-		}
+	switch {
+	case form&formLower != 0:
+		req.Header.Set("Accept", protocol.MediaTypeLowerGraphs+", "+protocol.MediaTypeGraphs+", application/json")
+	case form&formBinary != 0 && op != "score":
+		req.Header.Set("Accept", protocol.MediaTypeGraphs+", application/json")
+	}
+	if form&formBinary != 0 && op == "score" {
+		req.Header.Set("Content-Type", protocol.MediaTypeRows)
 	}
 	ep.outstanding.Add(int64(tokens))
 	c.metrics.InFlight.WithLabelValues(ep.url).Inc()
@@ -178,7 +190,8 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wire
 			return answer{}, &attemptError{kind: "status", status: resp.StatusCode, err: &gpu.StatusError{Endpoint: ep.url, Status: resp.StatusCode, Code: gpu.CodeVersionMismatch,
 				Message: fmt.Sprintf("scorer answers with protocol %q, client speaks %q", v, protocol.Version)}}
 		}
-		return answer{data: data, binary: protocol.IsMediaType(resp.Header.Get("Content-Type"), protocol.MediaTypeGraphs), buf: buf}, nil
+		ct := resp.Header.Get("Content-Type")
+		return answer{data: data, binary: protocol.IsMediaType(ct, protocol.MediaTypeGraphs), lower: protocol.IsMediaType(ct, protocol.MediaTypeLowerGraphs), buf: buf}, nil
 	}
 	defer c.answers.Put(buf) // classifyStatus copies what it keeps
 	return answer{}, classifyStatus(ep, resp.StatusCode, data)
@@ -248,44 +261,101 @@ func (c *Client) deliver(op string, items []*item, a answer) error {
 			it.finish(itemResult{scores: outs[i]})
 		}
 	default:
-		var resp protocol.AttentionResponse
-		var err error
-		if a.binary {
-			resp, err = protocol.DecodeGraphs(a.data)
-		} else {
-			err = json.Unmarshal(a.data, &resp)
-		}
+		return deliverAttention(items, a)
+	}
+	return nil
+}
+
+// deliverAttention decodes an attention answer, K×K or lower graphs, and
+// hands each item its graphs in the form it asked for.
+func deliverAttention(items []*item, a answer) error {
+	n := 0
+	for _, it := range items {
+		n += len(it.jobs)
+	}
+	if a.lower {
+		resp, err := protocol.DecodeLowerGraphs(a.data)
 		if err != nil {
 			return fmt.Errorf("undecodable attention response: %w", err)
-		}
-		n := 0
-		for _, it := range items {
-			n += len(it.jobs)
 		}
 		if len(resp.Results) != n {
 			return fmt.Errorf("attention response holds %d results for %d jobs", len(resp.Results), n)
 		}
 		k := 0
-		outs := make([][][]gpu.StepGraph, len(items))
-		for i, it := range items {
-			outs[i] = make([][]gpu.StepGraph, len(it.jobs))
-			for j, jb := range it.jobs {
-				g := protocol.GraphsFromWire(resp.Results[k])
-				if len(g) != len(jb.Layers) {
-					return fmt.Errorf("attention response job %d holds %d graphs for %d layers", k, len(g), len(jb.Layers))
+		for _, it := range items {
+			if !it.lower {
+				return errors.New("scorer answered lower graphs to a request that did not accept them")
+			}
+			for _, jb := range it.jobs {
+				if err := checkLower(k, resp.Results[k], jb); err != nil {
+					return err
 				}
-				K := len(jb.Steps)
-				for _, sg := range g {
-					if len(sg.AA) != K || len(sg.AO) != K {
-						return fmt.Errorf("attention response job %d layer %d is not %d×%d", k, sg.Layer, K, K)
-					}
-				}
-				outs[i][j] = g
 				k++
 			}
 		}
-		for i, it := range items {
-			it.finish(itemResult{graphs: outs[i], version: resp.PolicyVersion})
+		k = 0
+		for _, it := range items {
+			it.finish(itemResult{lower: resp.Results[k : k+len(it.jobs)], version: resp.PolicyVersion})
+			k += len(it.jobs)
+		}
+		return nil
+	}
+	var resp protocol.AttentionResponse
+	var err error
+	if a.binary {
+		resp, err = protocol.DecodeGraphs(a.data)
+	} else {
+		err = json.Unmarshal(a.data, &resp)
+	}
+	if err != nil {
+		return fmt.Errorf("undecodable attention response: %w", err)
+	}
+	if len(resp.Results) != n {
+		return fmt.Errorf("attention response holds %d results for %d jobs", len(resp.Results), n)
+	}
+	k := 0
+	outs := make([]itemResult, len(items))
+	for i, it := range items {
+		outs[i].version = resp.PolicyVersion
+		for _, jb := range it.jobs {
+			g := protocol.GraphsFromWire(resp.Results[k])
+			if len(g) != len(jb.Layers) {
+				return fmt.Errorf("attention response job %d holds %d graphs for %d layers", k, len(g), len(jb.Layers))
+			}
+			K := len(jb.Steps)
+			for _, sg := range g {
+				if len(sg.AA) != K || len(sg.AO) != K {
+					return fmt.Errorf("attention response job %d layer %d is not %d×%d", k, sg.Layer, K, K)
+				}
+			}
+			if it.lower { // the same cut a scorer answering lower graphs makes
+				lg := make([]gpu.LowerGraph, len(g))
+				for l, sg := range g {
+					lg[l] = stepgraph.Cut(sg.Layer, sg.AA, sg.AO)
+				}
+				outs[i].lower = append(outs[i].lower, lg)
+			} else {
+				outs[i].graphs = append(outs[i].graphs, g)
+			}
+			k++
+		}
+	}
+	for i, it := range items {
+		it.finish(outs[i])
+	}
+	return nil
+}
+
+// checkLower checks job k's lower graphs against the job: one per layer,
+// each K×K for the job's K steps.
+func checkLower(k int, gs []gpu.LowerGraph, jb gpu.AttentionJob) error {
+	if len(gs) != len(jb.Layers) {
+		return fmt.Errorf("attention response job %d holds %d graphs for %d layers", k, len(gs), len(jb.Layers))
+	}
+	K := len(jb.Steps)
+	for _, g := range gs {
+		if int(g.K) != K {
+			return fmt.Errorf("attention response job %d layer %d is not %d×%d", k, g.Layer, K, K)
 		}
 	}
 	return nil

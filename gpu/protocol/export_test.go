@@ -5,3 +5,6 @@ const (
 	MagicRows   = magicRows
 	MagicGraphs = magicGraphs
 )
+
+// MagicLowerGraphs is the lower-graphs answer's magic number.
+const MagicLowerGraphs = magicLowerGraphs

@@ -242,7 +242,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	// The server's own features, after the scorer's (FeatureStatistics
 	// when the scorer computes them), each once.
 	features := append([]string(nil), info.Features...)
-	for _, f := range []string{protocol.FeatureRowPieces, protocol.FeatureBinary} {
+	for _, f := range []string{protocol.FeatureRowPieces, protocol.FeatureBinary, protocol.FeatureLowerGraphs} {
 		if !slices.Contains(features, f) {
 			features = append(features, f)
 		}
@@ -512,8 +512,25 @@ func (s *Server) decodeAttentionRequest(r *http.Request, req *protocol.Attention
 	}
 }
 
+// rawAnswer is a binary answer of mediaType written by appendBody into a
+// recycled buffer.
+func (s *Server) rawAnswer(mediaType string, appendBody func([]byte) ([]byte, error)) (any, error) {
+	buf, _ := s.bodies.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	data, err := appendBody((*buf)[:0])
+	*buf = data
+	if err != nil {
+		s.bodies.Put(buf)
+		return nil, err
+	}
+	return rawBody{mediaType: mediaType, data: data, buf: buf}, nil
+}
+
 func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 	var req protocol.AttentionRequest
+	lowerAnswer := protocol.Accepts(r.Header.Get("Accept"), protocol.MediaTypeLowerGraphs)
 	binaryAnswer := protocol.Accepts(r.Header.Get("Accept"), protocol.MediaTypeGraphs)
 	s.serveWork(w, r, "attention", s.decodeAttentionRequest(r, &req), func() (int, int, int) {
 		tokens := 0
@@ -542,22 +559,19 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		if len(res) != len(jobs) {
 			return nil, fmt.Errorf("scorer answered %d jobs for %d", len(res), len(jobs))
 		}
+		if lowerAnswer {
+			return s.rawAnswer(protocol.MediaTypeLowerGraphs, func(dst []byte) ([]byte, error) {
+				return protocol.AppendLowerGraphs(dst, version, res)
+			})
+		}
 		out := protocol.AttentionResponse{Results: make([]protocol.WireJobResult, len(res)), PolicyVersion: version}
 		for i, g := range res {
 			out.Results[i] = protocol.GraphsToWire(g)
 		}
 		if binaryAnswer {
-			buf, _ := s.bodies.Get().(*[]byte)
-			if buf == nil {
-				buf = new([]byte)
-			}
-			data, err := protocol.AppendGraphs((*buf)[:0], out)
-			*buf = data
-			if err != nil {
-				s.bodies.Put(buf)
-				return nil, err
-			}
-			return rawBody{mediaType: protocol.MediaTypeGraphs, data: data, buf: buf}, nil
+			return s.rawAnswer(protocol.MediaTypeGraphs, func(dst []byte) ([]byte, error) {
+				return protocol.AppendGraphs(dst, out)
+			})
 		}
 		return out, nil
 	})

@@ -407,7 +407,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 	switch s.cfg.Credit.Method {
 	case "attnsr":
 		job := scoring.AttentionJob(t, s.layers)
-		var graphs [][]gpu.StepGraph
+		var graphs []schemas.LowerGraph
 		version := int64(-1)
 		err := retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
 			graphs, version, err = attention(ctx, s.scorer, job)
@@ -419,7 +419,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if version >= 0 { // the weights that computed these graphs
 			sc.ScorerPolicyVersion = version
 		}
-		sc.Graphs = scoring.LowerGraphs(graphs[0])
+		sc.Graphs = graphs
 	default:
 		sc.Direction = schemas.DirectionLabel(s.cfg.Direction, s.cfg.LAPOStatistic)
 		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)

@@ -4,15 +4,36 @@ import (
 	"context"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/processors/stage/scoring"
+	"github.com/creditflow/creditflow/schemas"
 )
 
-// attention asks the scorer for one job's step graphs and, when the scorer
-// reports it, the policy version of the weights that computed them (-1 when
-// it does not).
-func attention(ctx context.Context, scorer gpu.Scorer, job gpu.AttentionJob) ([][]gpu.StepGraph, int64, error) {
-	if av, ok := scorer.(gpu.AttentionVersioner); ok {
-		return av.AttentionVersion(ctx, []gpu.AttentionJob{job})
+// attention asks the scorer for one job's step graphs in the scored
+// record's compact form and, when the scorer reports it, the policy version
+// of the weights that computed them (-1 when it does not). A scorer that
+// hands compact graphs (the client) is asked for them; the graphs of any
+// other are cut here, by the same rule.
+func attention(ctx context.Context, scorer gpu.Scorer, job gpu.AttentionJob) ([]schemas.LowerGraph, int64, error) {
+	jobs := []gpu.AttentionJob{job}
+	if la, ok := scorer.(gpu.LowerAttentioner); ok {
+		g, v, err := la.AttentionLower(ctx, jobs)
+		if err != nil {
+			return nil, -1, err
+		}
+		return g[0], v, nil
 	}
-	g, err := scorer.Attention(ctx, []gpu.AttentionJob{job})
-	return g, -1, err
+	var (
+		g   [][]gpu.StepGraph
+		v   = int64(-1)
+		err error
+	)
+	if av, ok := scorer.(gpu.AttentionVersioner); ok {
+		g, v, err = av.AttentionVersion(ctx, jobs)
+	} else {
+		g, err = scorer.Attention(ctx, jobs)
+	}
+	if err != nil {
+		return nil, -1, err
+	}
+	return scoring.LowerGraphs(g[0]), v, nil
 }

@@ -14,6 +14,7 @@ package scoring
 
 import (
 	"fmt"
+	"github.com/creditflow/creditflow/internal/stepgraph"
 	"math"
 	"strconv"
 
@@ -299,35 +300,18 @@ func AttentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 }
 
 // LowerGraphs are the scorer's K×K step graphs in the scored record's
-// compact form: the entries below each diagonal (docs/wire-format.md,
-// "Scored"), each graph's two matrices in one allocation, or their sums
-// where the sum form is exact. The client
-// checked that every graph is K×K; a scorer that answers otherwise gets no
-// panic here, only a record that the advantage stage refuses.
+// compact form (docs/wire-format.md, "Scored"): the entries below each
+// diagonal, or their sums where the sum form is exact (stepgraph.Cut, the
+// rule a scorer answering lower graphs applies itself). The client checked
+// that every graph is K×K; a scorer that answers otherwise gets no panic
+// here, only a record that the advantage stage refuses.
 func LowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
 	if len(gs) == 0 {
 		return nil
 	}
 	out := make([]schemas.LowerGraph, len(gs))
 	for i, g := range gs {
-		k := len(g.AA)
-		n := schemas.LowerLen(k)
-		flat := make([]float64, 2*n)
-		aa, ao := flat[:n:n], flat[n:]
-		for j := 1; j < k; j++ {
-			o := schemas.LowerIndex(j, 0)
-			copy(aa[o:o+j], g.AA[j])
-			if j < len(g.AO) {
-				copy(ao[o:o+j], g.AO[j])
-			}
-		}
-		out[i] = schemas.LowerGraph{Layer: int32(g.Layer), K: int32(k), AA: aa, AO: ao}
-		if n > 0 && schemas.SumExact(aa, ao) { // the sum form (schemas.SumForm), in aa's memory
-			for j := range aa {
-				aa[j] += ao[j]
-			}
-			out[i] = schemas.LowerGraph{Layer: int32(g.Layer), K: int32(k), Sum: aa}
-		}
+		out[i] = stepgraph.Cut(g.Layer, g.AA, g.AO)
 	}
 	return out
 }
