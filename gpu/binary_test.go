@@ -31,6 +31,7 @@ type forms struct {
 	json         atomic.Int64
 	binAnswers   atomic.Int64 // attention answers sent as binary graphs
 	lowerAnswers atomic.Int64 // attention answers sent as lower graphs
+	binaryJobs   atomic.Int64 // binary attention requests
 }
 
 func (f *forms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +58,9 @@ func (f *forms) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.json.Add(1)
 		}
 	case protocol.PathAttention:
+		if protocol.IsMediaType(r.Header.Get("Content-Type"), protocol.MediaTypeJobs) {
+			f.binaryJobs.Add(1)
+		}
 		if protocol.Accepts(r.Header.Get("Accept"), protocol.MediaTypeGraphs) {
 			f.binary.Add(1)
 		} else {
@@ -117,8 +121,9 @@ func TestClientUsesBinaryBodiesPerEndpoint(t *testing.T) {
 // AttentionLower gives the scored record's compact graphs bit for bit as
 // stepgraph.Cut makes them of the model's K×K graphs, whether the pod
 // answers in lower graphs (then it does, and only then), in binary K×K
-// graphs or in JSON; and callers asking for K×K graphs and for lower ones
-// at once each get theirs.
+// graphs or in JSON; binary attention requests go to the servers that
+// advertise them; and callers asking for K×K graphs and for lower ones at
+// once each get theirs.
 func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 	jobs := scorertest.MakeJobs(33, 7)
 	full := scorertest.ExpectedGraphs(t, jobs)
@@ -173,6 +178,10 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 	if lower.lowerAnswers.Load() < 1 || noLower.lowerAnswers.Load() != 0 || js.lowerAnswers.Load() != 0 {
 		t.Errorf("lower-graphs answers: %d from the server with %q, %d and %d from those without; want some, none and none",
 			lower.lowerAnswers.Load(), protocol.FeatureLowerGraphs, noLower.lowerAnswers.Load(), js.lowerAnswers.Load())
+	}
+	if lower.binaryJobs.Load() < 1 || noLower.binaryJobs.Load() < 1 || js.binaryJobs.Load() != 0 {
+		t.Errorf("binary attention requests: %d and %d to the servers with %q, %d to the one without; want some, some and none",
+			lower.binaryJobs.Load(), noLower.binaryJobs.Load(), protocol.FeatureBinaryJobs, js.binaryJobs.Load())
 	}
 	if noLower.binAnswers.Load() < 1 {
 		t.Errorf("the server without %q sent no binary K×K answer", protocol.FeatureLowerGraphs)

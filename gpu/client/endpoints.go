@@ -23,6 +23,7 @@ type endpoint struct {
 	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
 	statistics  atomic.Bool // its /v1/info advertises protocol.FeatureStatistics
 	lowerGraphs atomic.Bool // its /v1/info advertises protocol.FeatureLowerGraphs
+	binaryJobs  atomic.Bool // its /v1/info advertises protocol.FeatureBinaryJobs
 	answered    atomic.Bool // it has answered /v1/info (the flags above are its)
 	mu          sync.Mutex
 	fails       int

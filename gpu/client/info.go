@@ -51,6 +51,7 @@ func (c *Client) fetchInfo(ctx context.Context, ep *endpoint) (gpu.ModelInfo, er
 	ep.binary.Store(slices.Contains(info.Features, protocol.FeatureBinary))
 	ep.statistics.Store(slices.Contains(info.Features, protocol.FeatureStatistics))
 	ep.lowerGraphs.Store(slices.Contains(info.Features, protocol.FeatureLowerGraphs))
+	ep.binaryJobs.Store(slices.Contains(info.Features, protocol.FeatureBinaryJobs))
 	ep.answered.Store(true)
 	return info, nil
 }

@@ -59,9 +59,12 @@ func (c *Client) send(op string, items []*item) {
 	// An attention batch may take the lower-graphs answer when every item
 	// wants its graphs in that form.
 	lower := op == "attention"
+	var jobs []gpu.AttentionJob
 	for _, it := range items {
 		lower = lower && it.lower
+		jobs = append(jobs, it.jobs...)
 	}
+	binJobs := op == "attention" && protocol.JobsFitBinary(jobs)
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	var remaining atomic.Int64
@@ -77,7 +80,7 @@ func (c *Client) send(op string, items []*item) {
 
 	// The request body in each form an endpoint may take (wireForm), each
 	// encoded when first needed.
-	var bodies [8][]byte
+	var bodies [16][]byte
 	tokens := 0
 	tried := map[*endpoint]bool{}
 	var last *attemptError
@@ -91,7 +94,7 @@ func (c *Client) send(op string, items []*item) {
 		}
 		ep := c.pick(tried)
 		tried[ep] = true
-		form := formOf(op, ep, lower)
+		form := formOf(op, ep, lower, binJobs)
 		if bodies[form] == nil {
 			b, n, err := c.encode(op, items, form)
 			if err != nil {

@@ -22,18 +22,21 @@ import (
 // wireForm is the form of a request body an endpoint takes and of the
 // answer asked for: bit 1 compact score rows (protocol.FeatureRowPieces),
 // bit 2 binary bodies (protocol.FeatureBinary), bit 3 the lower-graphs
-// attention answer (protocol.FeatureLowerGraphs).
+// attention answer (protocol.FeatureLowerGraphs), bit 4 the binary
+// attention request (protocol.FeatureBinaryJobs).
 type wireForm int
 
 const (
 	formCompact wireForm = 1 << iota
 	formBinary
 	formLower
+	formJobs
 )
 
 // formOf is the form of op's requests to ep, from its advertised features;
-// lower says whether every item of the request wants lower graphs.
-func formOf(op string, ep *endpoint, lower bool) wireForm {
+// lower says whether every item of the request wants lower graphs, binJobs
+// whether the jobs have a binary form.
+func formOf(op string, ep *endpoint, lower, binJobs bool) wireForm {
 	var f wireForm
 	if op == "score" && ep.rowPieces.Load() {
 		f |= formCompact
@@ -43,6 +46,9 @@ func formOf(op string, ep *endpoint, lower bool) wireForm {
 	}
 	if op == "attention" && lower && ep.lowerGraphs.Load() {
 		f |= formLower
+	}
+	if op == "attention" && binJobs && ep.binaryJobs.Load() {
+		f |= formJobs
 	}
 	return f
 }
@@ -70,12 +76,18 @@ func (c *Client) encode(op string, items []*item, form wireForm) ([]byte, int, e
 			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
 		}
 		return b, tokens, nil
-	default: // attention requests are JSON in every form (binary is the answer's)
+	default:
 		var jobs []gpu.AttentionJob
 		for _, it := range items {
 			jobs = append(jobs, it.jobs...)
 		}
-		b, err := protocol.AppendAttentionRequest(make([]byte, 0, 256+6*tokens), jobs)
+		var b []byte
+		var err error
+		if form&formJobs != 0 {
+			b, err = protocol.AppendJobsRequest(make([]byte, 0, 256+4*tokens), jobs)
+		} else {
+			b, err = protocol.AppendAttentionRequest(make([]byte, 0, 256+6*tokens), jobs)
+		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("encoding scorer %s request: %w", op, err)
 		}
@@ -163,6 +175,9 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, op string, form wire
 	}
 	if form&formBinary != 0 && op == "score" {
 		req.Header.Set("Content-Type", protocol.MediaTypeRows)
+	}
+	if form&formJobs != 0 {
+		req.Header.Set("Content-Type", protocol.MediaTypeJobs)
 	}
 	ep.outstanding.Add(int64(tokens))
 	c.metrics.InFlight.WithLabelValues(ep.url).Inc()

@@ -19,7 +19,7 @@ import (
 
 // FeatureLowerGraphs is the /v1/info feature of a server that answers an
 // attention request in the lower-graphs form when asked.
-const FeatureLowerGraphs = "lower-graphs"
+const FeatureLowerGraphs = "lower_graphs"
 
 // MediaTypeLowerGraphs is the lower-graphs answer's media type (Accept).
 const MediaTypeLowerGraphs = "application/vnd.creditflow.lower-graphs"

@@ -242,7 +242,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	// The server's own features, after the scorer's (FeatureStatistics
 	// when the scorer computes them), each once.
 	features := append([]string(nil), info.Features...)
-	for _, f := range []string{protocol.FeatureRowPieces, protocol.FeatureBinary, protocol.FeatureLowerGraphs} {
+	for _, f := range []string{protocol.FeatureRowPieces, protocol.FeatureBinary, protocol.FeatureBinaryJobs, protocol.FeatureLowerGraphs} {
 		if !slices.Contains(features, f) {
 			features = append(features, f)
 		}
@@ -496,14 +496,21 @@ func (s *Server) checkStatistics(ctx context.Context, req protocol.ScoreRequest)
 	return nil
 }
 
-// decodeAttentionRequest reads an attention request (JSON) whole into a
-// recycled buffer and decodes it with protocol.DecodeAttentionRequest.
+// decodeAttentionRequest reads an attention request whole into a recycled
+// buffer and decodes it: protocol.DecodeJobsRequest when its Content-Type is
+// protocol.MediaTypeJobs, protocol.DecodeAttentionRequest (JSON) otherwise.
 func (s *Server) decodeAttentionRequest(r *http.Request, req *protocol.AttentionRequest) func(io.Reader) error {
 	return func(body io.Reader) error {
 		data, err := s.readBody(body, r.ContentLength)
 		defer s.bodies.Put(data)
 		if err != nil {
 			return err
+		}
+		if protocol.IsMediaType(r.Header.Get("Content-Type"), protocol.MediaTypeJobs) {
+			if *req, err = protocol.DecodeJobsRequest(*data); err != nil {
+				return fmt.Errorf("request body is not a valid binary attention request: %w", err)
+			}
+			return nil
 		}
 		if err := protocol.DecodeAttentionRequest(*data, req); err != nil {
 			return fmt.Errorf("request body is not valid JSON for attention: %w", err)
