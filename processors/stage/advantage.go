@@ -515,23 +515,29 @@ func (p *partition) incomplete(g *state.Group[entry], off int64) {
 		fmt.Sprintf("group %s timed out with %d of %d members (minimum %d)", g.PromptID, len(g.Members), g.GroupSize, p.a.cfg.Window.MinGroupSize), ev)
 }
 
-// observe feeds the process-signal metrics.
+// observe feeds the process-signal metrics. The labelled counters are
+// tallied over the record's turns first and looked up once per label (a
+// lookup per turn was 4% of the AttnSR advantage stage's CPU at K = 30).
 func (p *partition) observe(r credit.Result) {
 	m := p.a.cfg.Metrics
+	var delta, step [3]int // positive, negative, zero
+	var gate [2]int        // pass, fail
+	sign := func(x float64) int {
+		switch {
+		case x > 0:
+			return 0
+		case x < 0:
+			return 1
+		}
+		return 2
+	}
 	for _, t := range r.Turns {
 		if t.Eligible && t.Delta != nil {
-			switch d := *t.Delta; {
-			case d > 0:
-				m.lapoDelta.WithLabelValues("positive").Inc()
-			case d < 0:
-				m.lapoDelta.WithLabelValues("negative").Inc()
-			default:
-				m.lapoDelta.WithLabelValues("zero").Inc()
-			}
+			delta[sign(*t.Delta)]++
 			if t.Gate == 1 {
-				m.lapoGate.WithLabelValues("pass").Inc()
+				gate[0]++
 			} else {
-				m.lapoGate.WithLabelValues("fail").Inc()
+				gate[1]++
 			}
 			pa := t.ProcessAdvantage
 			if pa < 0 {
@@ -540,14 +546,21 @@ func (p *partition) observe(r credit.Result) {
 			m.lapoProcAbs.Observe(pa)
 		}
 		if t.StepReward != nil {
-			switch {
-			case *t.StepReward > 0:
-				m.stepRewards.WithLabelValues("positive").Inc()
-			case *t.StepReward < 0:
-				m.stepRewards.WithLabelValues("negative").Inc()
-			default:
-				m.stepRewards.WithLabelValues("zero").Inc()
-			}
+			step[sign(*t.StepReward)]++
+		}
+	}
+	signs := [3]string{"positive", "negative", "zero"}
+	for i, n := range delta {
+		if n > 0 {
+			m.lapoDelta.WithLabelValues(signs[i]).Add(float64(n))
+		}
+		if n := step[i]; n > 0 {
+			m.stepRewards.WithLabelValues(signs[i]).Add(float64(n))
+		}
+	}
+	for i, n := range gate {
+		if n > 0 {
+			m.lapoGate.WithLabelValues([2]string{"pass", "fail"}[i]).Add(float64(n))
 		}
 	}
 	if s := r.AttnSR; s != nil {
