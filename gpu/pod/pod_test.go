@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
 const podToken = "pod-test-token"
@@ -249,6 +251,40 @@ func checkGraphs(t *testing.T, ctx context.Context, pod, ref gpu.Scorer, jobs []
 		t.Fatal(err)
 	}
 	compareGraphs(t, what, got, exp, 1e-5)
+	// The pod's lower-graphs answer (with binary attention requests) is its K×K answer cut
+	// by the rule the client and the scored record use, bit for bit.
+	la, ok := pod.(gpu.LowerAttentioner)
+	if !ok {
+		return
+	}
+	lower, _, err := la.AttentionLower(ctx, jobs)
+	if err != nil {
+		t.Fatalf("%s: pod AttentionLower: %v", what, err)
+	}
+	for i, gs := range got {
+		for l, g := range gs {
+			want := stepgraph.Cut(g.Layer, g.AA, g.AO)
+			if !reflect.DeepEqual(bitsOfLower(lower[i][l]), bitsOfLower(want)) {
+				t.Fatalf("%s: job %d layer %d: lower answer %+v, the cut of the K×K answer %+v", what, i, g.Layer, lower[i][l], want)
+			}
+		}
+	}
+}
+
+// bitsOfLower is a lower graph with its values as bits (so -0 and NaN compare exactly).
+func bitsOfLower(g gpu.LowerGraph) [5][]uint64 {
+	bits := func(v []float64) []uint64 {
+		out := make([]uint64, len(v))
+		for i, x := range v {
+			out[i] = math.Float64bits(x)
+		}
+		return out
+	}
+	summed := uint64(0)
+	if g.Summed() {
+		summed = 1
+	}
+	return [5][]uint64{{uint64(g.Layer), uint64(g.K), summed}, bits(g.AA), bits(g.AO), bits(g.Sum)}
 }
 
 func compareScores(t *testing.T, what string, got, want []gpu.RowScores, tol float64) {
@@ -355,8 +391,10 @@ func testTiny(t *testing.T, p *pod) {
 		t.Fatal(err)
 	}
 	want, _ := ref.Info(ctx)
-	if !slices.Contains(info.Features, protocol.FeatureRowPieces) {
-		t.Errorf("pod info features %v lack %s", info.Features, protocol.FeatureRowPieces)
+	for _, f := range []string{protocol.FeatureRowPieces, protocol.FeatureBinaryJobs, protocol.FeatureLowerGraphs} {
+		if !slices.Contains(info.Features, f) {
+			t.Errorf("pod info features %v lack %s", info.Features, f)
+		}
 	}
 	info.Features, want.Features = nil, nil
 	if fmt.Sprint(info) != fmt.Sprint(want) {

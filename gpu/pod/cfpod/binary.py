@@ -1,6 +1,8 @@
-"""Binary bodies of the scorer protocol (feature "binary", docs/scorer-protocol.md "Binary
-bodies"): the score request as application/vnd.creditflow.rows and the attention answer as
-application/vnd.creditflow.graphs.
+"""Binary bodies of the scorer protocol (features "binary", "binary_jobs" and "lower_graphs",
+docs/scorer-protocol.md "Binary bodies", "Binary attention requests", "Lower graphs"): the
+score request as application/vnd.creditflow.rows, the attention request as
+application/vnd.creditflow.jobs, and the attention answer as application/vnd.creditflow.graphs
+(K×K) or application/vnd.creditflow.lower-graphs (below the diagonal, summed where exact).
 
 Guarantees:
 - decode_rows turns a rows body into exactly the structure json.loads gives for the JSON
@@ -11,8 +13,13 @@ Guarantees:
   bytes that follow, an unknown flag bit or piece kind, an id that is not UTF-8) raises a
   400 bad_request Reject naming the offset; nothing is allocated from a count before it is
   checked against the bytes left;
+- decode_jobs turns a jobs body into exactly the structure json.loads gives for the JSON
+  form (an empty id absent, an empty observation and absent layers null), token arrays as
+  Tokens, with the same 400s for malformed bodies;
 - encode_graphs writes the float64 values of the JSON answer bit for bit, and
-  policy_version exactly when the JSON answer carries it.
+  policy_version exactly when the JSON answer carries it; encode_lower_graphs writes the
+  entries below each diagonal, as their sums where the sum is exact by the rule of the Go
+  code (internal/stepgraph), so that a record scored over either answer is the same bytes.
 """
 
 import array
@@ -24,9 +31,15 @@ from .protocol import Tokens, bad
 
 MEDIA_ROWS = "application/vnd.creditflow.rows"
 MEDIA_GRAPHS = "application/vnd.creditflow.graphs"
+MEDIA_JOBS = "application/vnd.creditflow.jobs"
+MEDIA_LOWER_GRAPHS = "application/vnd.creditflow.lower-graphs"
 
 ROWS_MAGIC = b"CFR1"
 GRAPHS_MAGIC = b"CFG1"
+JOBS_MAGIC = b"CFJ1"
+LOWER_MAGIC = b"CFL1"
+JOB_LAYERS, STEP_OBSERVATION = 1, 1
+LOWER_PAIR, LOWER_SUM = 0, 1
 
 # Flag bits, in the order their fields follow.
 SET_TOKENS, SET_TARGET, SET_SPAN, SET_STATISTIC = 1, 2, 4, 8
@@ -70,7 +83,8 @@ def accepts(header, media):
 class _Reader:
     """A cursor over a body; every read checks that the bytes are there."""
 
-    def __init__(self, body):
+    def __init__(self, body, kind="score"):
+        self.kind = kind  # "score" or "attention", for the messages
         self.buf = memoryview(body)
         self.end = len(self.buf)
         self.off = 0
@@ -79,7 +93,7 @@ class _Reader:
         return self.end - self.off
 
     def _early(self, n, what):
-        return bad(f"binary score request ends early: {what} needs {n} bytes at offset {self.off}, "
+        return bad(f"binary {self.kind} request ends early: {what} needs {n} bytes at offset {self.off}, "
                    f"{self.left()} left")
 
     def _unpack(self, st, what):
@@ -106,7 +120,7 @@ class _Reader:
         at = self.off
         n = self.u32(f"{what} count")
         if n * min_size > self.left():
-            raise bad(f"binary score request: {what} count {n} at offset {at} is larger than the "
+            raise bad(f"binary {self.kind} request: {what} count {n} at offset {at} is larger than the "
                       f"{self.left()} bytes that follow allow")
         return n
 
@@ -133,7 +147,7 @@ class _Reader:
         at = self.off
         f = self.u8(f"{what} flags")
         if f & ~known:
-            raise bad(f"binary score request: {what} flags {f:#04x} at offset {at} hold unknown bits "
+            raise bad(f"binary {self.kind} request: {what} flags {f:#04x} at offset {at} hold unknown bits "
                       f"{f & ~known:#04x}")
         return f
 
@@ -248,4 +262,95 @@ def encode_graphs(resp):
             out.append(_I32.pack(g["layer"]) + _U32.pack(k))
             out.append(_matrix(g["aa"], k, f"job {i} layer {g['layer']} aa"))
             out.append(_matrix(g["ao"], k, f"job {i} layer {g['layer']} ao"))
+    return b"".join(out)
+
+
+# ----- jobs request ----------------------------------------------------------------------
+
+_MIN_JOB = 4 + 4 + 4 + 1  # id length, token count, step count, flags
+_MIN_STEP = 8 + 1         # action span, flags
+
+
+def _job(rd, i):
+    what = f"job {i}"
+    at = rd.off
+    raw = rd.raw(rd.count(f"{what} id byte", 1), f"{what} id")
+    try:
+        jid = str(raw, "utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(f"binary attention request: {what} id at offset {at} is not UTF-8: {e}", i) from None
+    j = {"id": jid} if jid else {}
+    j["tokens"] = rd.ids(f"{what} tokens")
+    steps = []
+    for k in range(rd.count(f"{what} step", _MIN_STEP)):
+        st = {"action": rd.span(f"{what} step {k} action"), "observation": None}
+        if rd.flags(STEP_OBSERVATION, f"{what} step {k}") & STEP_OBSERVATION:
+            st["observation"] = rd.span(f"{what} step {k} observation")
+        steps.append(st)
+    j["steps"] = steps
+    j["layers"] = None
+    if rd.flags(JOB_LAYERS, what) & JOB_LAYERS:
+        n = rd.count(f"{what} layer", 4)
+        j["layers"] = [rd.i32(f"{what} layer") for _ in range(n)]
+    return j
+
+
+def decode_jobs(body):
+    """A jobs body → {"jobs": [...]} in the shape of the JSON request (token arrays as
+    Tokens). Raises a 400 Reject for any malformed body."""
+    rd = _Reader(body, "attention")
+    magic = bytes(rd.buf[:len(JOBS_MAGIC)])
+    if magic != JOBS_MAGIC:
+        raise bad(f"binary attention request must start with {JOBS_MAGIC.decode()!r}, got {magic!r}")
+    rd.off = len(JOBS_MAGIC)
+    n = rd.count("job", _MIN_JOB)
+    jobs = [_job(rd, i) for i in range(n)]
+    if rd.left():
+        raise bad(f"binary attention request holds {rd.left()} bytes after its last job (offset {rd.off})")
+    return {"jobs": jobs}
+
+
+# ----- lower graphs answer ---------------------------------------------------------------
+
+
+def _sum_exact(a, b):
+    """Whether the entry pair (a, b) may be carried as its sum: both masses in [0, 1] and
+    0.5·(a+b) equal to 0.5·a + 0.5·b in float64 (Go's stepgraph.SumExact)."""
+    return 0 <= a <= 1 and 0 <= b <= 1 and 0.5 * (a + b) == 0.5 * a + 0.5 * b
+
+
+def _lower(g, k, what):
+    """The entries below the diagonal of a K×K graph: the sums, or the aa then ao values."""
+    aa, ao = g["aa"], g["ao"]
+    if len(aa) != k or len(ao) != k or any(len(r) != k for r in aa) or any(len(r) != k for r in ao):
+        raise ValueError(f"{what} is not two {k}x{k} matrices")
+    la = [v for j in range(1, k) for v in aa[j][:j]]
+    lo = [v for j in range(1, k) for v in ao[j][:j]]
+    if not all(map(math.isfinite, la)) or not all(map(math.isfinite, lo)):
+        raise ValueError(f"{what} holds a value that is not finite")
+    if k > 1 and all(map(_sum_exact, la, lo)):
+        return LOWER_SUM, array.array("d", map(float.__add__, map(float, la), map(float, lo)))
+    return LOWER_PAIR, array.array("d", la + lo)
+
+
+def encode_lower_graphs(resp):
+    """The attention answer resp (as for encode_graphs) as a lower-graphs body."""
+    out = [LOWER_MAGIC]
+    pv = resp.get("policy_version")
+    if pv is None:
+        out.append(_U8.pack(0))
+    else:
+        out.append(_U8.pack(GRAPHS_POLICY_VERSION) + _I64.pack(pv))
+    results = resp["results"]
+    out.append(_U32.pack(len(results)))
+    for i, res in enumerate(results):
+        graphs = res["graphs"]
+        out.append(_U32.pack(len(graphs)))
+        for g in graphs:
+            k = len(g["aa"])
+            form, vals = _lower(g, k, f"job {i} layer {g['layer']}")
+            if _BIG_ENDIAN:
+                vals.byteswap()
+            out.append(_I32.pack(g["layer"]) + _U32.pack(k) + _U8.pack(form))
+            out.append(vals.tobytes())
     return b"".join(out)

@@ -14,8 +14,10 @@ PROTOCOL_HEADER = "Creditflow-Scorer-Protocol"
 # Features within v1 that /v1/info advertises: "row_pieces" = compact score rows (set-level
 # "tokens", "target", "span"; rows with "pieces" instead of "context"); "binary" = binary
 # score requests and attention answers (binary.py); "statistics" = a set's "statistic"
-# ("entropy" or "kl"; absent: logprob) and the kl rows' "reference" contexts.
-FEATURES = ("row_pieces", "binary", "statistics")
+# ("entropy" or "kl"; absent: logprob) and the kl rows' "reference" contexts;
+# "binary_jobs" = binary attention requests and "lower_graphs" = the lower-graphs attention
+# answer (binary.py).
+FEATURES = ("row_pieces", "binary", "statistics", "binary_jobs", "lower_graphs")
 
 # The statistics a set may ask for; absent means logprob.
 STATISTICS = ("logprob", "entropy", "kl")
@@ -262,8 +264,7 @@ def parse_attention_request(req, info, limits=None):
     if not isinstance(req, dict) or not isinstance(req.get("jobs"), list):
         raise bad('attention request must be an object with a "jobs" list')
     if limits:
-        limits(len(req["jobs"]), sum(len(j["tokens"]) * 3 // 16 for j in req["jobs"]
-                                     if isinstance(j, dict) and isinstance(j.get("tokens"), str)))
+        limits(len(req["jobs"]), sum(_estimated_tokens(j.get("tokens")) for j in req["jobs"] if isinstance(j, dict)))
     V, MC, NL = info["vocab_size"], info["max_context"], info["layers"]
     out = []
     for i, jb in enumerate(req["jobs"]):

@@ -15,6 +15,10 @@ Guarantees (the same as the Go server's):
   application/vnd.creditflow.rows is decoded into the JSON request's structure and served by
   the same code from there on; an attention request whose Accept lists
   application/vnd.creditflow.graphs gets its 200 answer as that body (errors stay JSON);
+- features "binary_jobs" and "lower_graphs" (binary.py): an attention request with
+  Content-Type application/vnd.creditflow.jobs is decoded into the JSON request's structure;
+  one whose Accept lists application/vnd.creditflow.lower-graphs gets its graphs below their
+  diagonals, summed where exact (preferred over the K×K body when both are listed);
 - requests over the concurrency limit are refused at once, never queued; a request's slot
   is freed before its answer is written, so a client that has its answer never meets its own
   previous request's slot (shutdown still waits for the answer); model work runs one request
@@ -31,7 +35,8 @@ import json
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .binary import MEDIA_GRAPHS, MEDIA_ROWS, accepts, decode_rows, encode_graphs, media_type
+from .binary import (MEDIA_GRAPHS, MEDIA_JOBS, MEDIA_LOWER_GRAPHS, MEDIA_ROWS, accepts, decode_jobs, decode_rows,
+                     encode_graphs, encode_lower_graphs, media_type)
 from .log import Logger  # noqa: F401
 from .model import ModelError
 from .pod import POLICY_VERSION_FILE, Loaded, Pod, read_policy_version  # noqa: F401
@@ -55,7 +60,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        if content_type in ("application/json", MEDIA_GRAPHS):
+        if content_type in ("application/json", MEDIA_GRAPHS, MEDIA_LOWER_GRAPHS):
             self.send_header(PROTOCOL_HEADER, PROTOCOL_VERSION)
         if status == 503:
             self.send_header("Retry-After", "1")
@@ -206,7 +211,9 @@ class Handler(BaseHTTPRequestHandler):
                 lst = req.get("sets", req.get("jobs"))
                 items = len(lst) if isinstance(lst, list) else 0
             resp = fn(req)
-            if op == "attention" and accepts(self.headers.get("Accept"), MEDIA_GRAPHS):
+            if op == "attention" and accepts(self.headers.get("Accept"), MEDIA_LOWER_GRAPHS):
+                body, ctype = encode_lower_graphs(resp), MEDIA_LOWER_GRAPHS
+            elif op == "attention" and accepts(self.headers.get("Accept"), MEDIA_GRAPHS):
                 body, ctype = encode_graphs(resp), MEDIA_GRAPHS
             else:
                 body, ctype = resp, "application/json"
@@ -238,9 +245,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _decode_request(self, op, body):
         """The request body as json.loads gives it; a binary score body (Content-Type
-        application/vnd.creditflow.rows) decodes to the same structure (binary.decode_rows)."""
+        application/vnd.creditflow.rows) or attention body (application/vnd.creditflow.jobs)
+        decodes to the same structure (binary.decode_rows, binary.decode_jobs)."""
         if op == "score" and media_type(self.headers.get("Content-Type")) == MEDIA_ROWS:
             return decode_rows(body)
+        if op == "attention" and media_type(self.headers.get("Content-Type")) == MEDIA_JOBS:
+            return decode_jobs(body)
         try:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:

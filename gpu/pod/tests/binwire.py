@@ -118,3 +118,60 @@ def decode_graphs(body):
     assert off == len(body), (off, len(body))
     out["results"] = results
     return out
+
+
+def encode_jobs(jobs):
+    """The jobs request body of jobs described as {"id"?, "tokens": [ids], "steps":
+    [((a, b), (s, e) or None)], "layers": [ints] or None}."""
+    out = b"CFJ1" + struct.pack("<I", len(jobs))
+    for j in jobs:
+        jid = j.get("id", "").encode("utf-8")
+        out += struct.pack("<I", len(jid)) + jid + _ids(j["tokens"]) + struct.pack("<I", len(j["steps"]))
+        for act, obs in j["steps"]:
+            out += struct.pack("<ii", *act)
+            out += struct.pack("<Bii", 1, *obs) if obs is not None else struct.pack("<B", 0)
+        layers = j.get("layers")
+        out += struct.pack("<B", 0) if layers is None else struct.pack(f"<BI{len(layers)}i", 1, len(layers), *layers)
+    return out
+
+
+def json_jobs(jobs):
+    """The JSON attention request of the described jobs."""
+    out = []
+    for j in jobs:
+        js = {"id": j["id"]} if j.get("id") else {}
+        js["tokens"] = b64(j["tokens"])
+        js["steps"] = [{"action": list(a), "observation": list(o) if o is not None else None} for a, o in j["steps"]]
+        js["layers"] = j.get("layers")
+        out.append(js)
+    return {"jobs": out}
+
+
+def decode_lower_graphs(body):
+    """A lower-graphs answer → {"results": [[(layer, k, "sum" or "pair", [floats])]]
+    [, "policy_version"]}; asserts that every byte is used."""
+    assert body[:4] == b"CFL1", body[:4]
+    off = 4
+    flags, = struct.unpack_from("<B", body, off)
+    off += 1
+    out = {}
+    if flags & 1:
+        out["policy_version"], = struct.unpack_from("<q", body, off)
+        off += 8
+    jobs, = struct.unpack_from("<I", body, off)
+    off += 4
+    results = []
+    for _ in range(jobs):
+        n, = struct.unpack_from("<I", body, off)
+        off += 4
+        graphs = []
+        for _ in range(n):
+            layer, k, form = struct.unpack_from("<iIB", body, off)
+            off += 9
+            m = k * (k - 1) // 2 * (1 if form == 1 else 2)
+            graphs.append((layer, k, {0: "pair", 1: "sum"}[form], list(struct.unpack_from(f"<{m}d", body, off))))
+            off += 8 * m
+        results.append(graphs)
+    assert off == len(body), (off, len(body))
+    out["results"] = results
+    return out
