@@ -5,7 +5,10 @@
 // Guarantees:
 //   - Results are in the order of the inputs and equal what the pod computed
 //     (floats travel in their shortest exact JSON form, or bit for bit in
-//     binary bodies).
+//     binary bodies). Each body goes in the most compact form the endpoint
+//     advertises in /v1/info (compact rows, binary requests and answers,
+//     lower graphs); AttentionLower gives the same bits whether the pod cut
+//     its graphs below the diagonal or the client did.
 //   - Work from concurrent callers (one per trajectory) is coalesced into
 //     requests of at most a token budget, waiting at most a maximum wait for
 //     company; a single set or job larger than the budget goes alone.

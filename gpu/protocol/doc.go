@@ -9,7 +9,10 @@
 //     request (MediaTypeRows) decodes to exactly the ScoreRequest its JSON
 //     form decodes to, the compact form of a set (FeatureRowPieces) scores
 //     as the same rows sent in full, and a binary graphs answer
-//     (MediaTypeGraphs) carries the JSON answer's float64 values bit for bit.
+//     (MediaTypeGraphs) carries the JSON answer's float64 values bit for bit;
+//     a binary attention request (MediaTypeJobs) decodes to exactly the
+//     AttentionRequest of its JSON form, and a lower-graphs answer
+//     (MediaTypeLowerGraphs) is exactly stepgraph.Cut of the K×K graphs.
 //   - The hand-written encoders (AppendScoreRequest, AppendAttentionRequest)
 //     write byte for byte what encoding/json writes for the same request.
 //   - Floats round-trip exactly: a Score is the shortest decimal that reads
@@ -26,6 +29,9 @@
 //   - encode.go: the JSON request bodies written straight from gpu types.
 //   - binary.go: the binary bodies (FeatureBinary): the rows request and the
 //     graphs answer, and content negotiation (IsMediaType, Accepts).
+//   - jobs.go: the binary attention request (FeatureBinaryJobs).
+//   - lower.go: the lower-graphs answer (FeatureLowerGraphs): each graph
+//     below its diagonal, summed where exact, the scored record's form.
 //   - pieces.go: compact rows (FeatureRowPieces): ResolveSets, RowTokens.
 //   - statistics.go: the entropy and kl statistics (FeatureStatistics):
 //     a set's statistic and kl rows' reference on the wire (their rules
