@@ -10,10 +10,13 @@ import (
 
 // binReader reads the Avro binary bodies of trajectories and scored records
 // (trajectory.avsc, scored.avsc) straight into the Go types, without goavro's
-// generic maps, which were the largest part of decoding them. It runs only
-// after the shape check accepted the bytes; whatever it does not expect
-// (bad packed lengths included) makes ok false and Decode takes the generic
-// path, which gives the error. decodeAgrees checks it against goavro.
+// generic maps, which were the largest part of decoding them. Decode tries
+// it first, so it makes every structural check the shape check makes (an
+// int in at most five bytes and 32 bits, lengths and block sizes within the
+// body, union indexes, no trailing bytes); whatever it does not expect (bad
+// packed lengths included) makes ok false and Decode takes the shape check
+// and the generic path, which give the error. decodeAgrees checks it
+// against goavro; TestBinaryDecodersMatchGoavro on valid and mutated bodies.
 type binReader struct {
 	b  []byte
 	ok bool
@@ -30,7 +33,12 @@ func (r *binReader) long() int64 {
 }
 
 func (r *binReader) int() int32 {
-	v := r.long()
+	v, n := binary.Varint(r.b)
+	if n <= 0 || n > 5 { // an Avro int takes at most five bytes
+		r.ok, r.b = false, nil
+		return 0
+	}
+	r.b = r.b[n:]
 	if v < math.MinInt32 || v > math.MaxInt32 {
 		r.ok = false
 	}
@@ -98,8 +106,15 @@ func (r *binReader) array(item func()) {
 			return
 		}
 		if n < 0 {
+			if n == math.MinInt64 {
+				r.ok = false
+				return
+			}
 			n = -n
-			r.long() // the block's byte size
+			if size := r.long(); size < 0 || size > int64(len(r.b)) { // the block's byte size
+				r.ok = false
+				return
+			}
 		}
 		if n > int64(len(r.b)) { // every item takes at least one byte here
 			r.ok = false

@@ -256,3 +256,53 @@ func BenchmarkScoredEncodeDirect(b *testing.B) {
 		}
 	}
 }
+
+// The direct decoder runs before the shape check, so it must refuse what
+// the shape check refuses even where the bytes could be read: an int in
+// more than five bytes, an array block whose byte size is negative or runs
+// past the body, the most negative block count. Each such body decodes (to
+// an error) exactly as on the generic path.
+func TestDirectDecoderRefusesWhatTheShapeCheckRefuses(t *testing.T) {
+	fast, gen := trajectories(nil), trajectories(nil)
+	gen.decodeBody = nil
+	tr := Trajectory{TrajectoryID: "t", PromptID: "p", GroupSize: 1, Turns: []Turn{{Kind: "answer", Action: []int32{5}}}}
+	b, err := fast.Encode(&tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !differential(t, fast, gen, b) {
+		t.Fatal("the valid record was refused")
+	}
+	body := b[headerSize:]
+	// trajectory_id "t" (2 bytes), prompt_id "p" (2 bytes), then group_size 1 = 0x02.
+	if !bytes.Equal(body[:5], []byte{2, 't', 2, 'p', 2}) {
+		t.Fatalf("unexpected layout % x", body[:5])
+	}
+	splice := func(at int, repl ...byte) []byte {
+		out := append(append([]byte(nil), b[:headerSize+at]...), repl...)
+		return append(out, body[at+1:]...)
+	}
+	// group_size 1 in six bytes: 0x82 0x80 0x80 0x80 0x80 0x00.
+	long := splice(4, 0x82, 0x80, 0x80, 0x80, 0x80, 0x00)
+	if differential(t, fast, gen, long) {
+		t.Fatal("an int in six bytes decoded")
+	}
+	// group_size 1 in five bytes is valid Avro.
+	if !differential(t, fast, gen, splice(4, 0x82, 0x80, 0x80, 0x80, 0x00)) {
+		t.Fatal("an int in five bytes was refused")
+	}
+	// The turns array (after group_size, sample_index, policy_version,
+	// created_at_ms and the empty prompt) as one block of count −1 with a
+	// bad byte size.
+	i := 5 + 1 + 1 + 1 + 1 // group_size, sample_index 0, policy_version 0, created_at_ms 0, prompt ""
+	if body[i] != 2 { // block count 1
+		t.Fatalf("turns block count % x", body[i:i+2])
+	}
+	for _, size := range [][]byte{{0x03}, {0x7e}} { // −2, then 63 (past the end)
+		bad := append(append(append([]byte(nil), b[:headerSize+i]...), 0x01), size...) // count −1
+		bad = append(bad, body[i+1:]...)
+		if differential(t, fast, gen, bad) {
+			t.Fatalf("a block of byte size % x decoded", size)
+		}
+	}
+}
