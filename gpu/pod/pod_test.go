@@ -3,18 +3,15 @@ package pod_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +24,6 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/protocol"
-	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
 const podToken = "pod-test-token"
@@ -153,190 +149,6 @@ func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// searchSets builds LAPO backward row sets shaped like search QA (prompt,
-// turns of action + observation, one row with every turn and one per turn
-// replaced by the placeholder), scaled down for a CPU.
-func searchSets(r *rand.Rand, n, vocab int, placeholder int32) []gpu.RowSet {
-	tok := func(k int) []int32 {
-		out := make([]int32, k)
-		for i := range out {
-			out[i] = int32(r.Intn(vocab))
-		}
-		return out
-	}
-	var sets []gpu.RowSet
-	for s := 0; s < n; s++ {
-		prompt := tok(40 + r.Intn(20))
-		turns := make([][]int32, 1+r.Intn(3))
-		for i := range turns {
-			turns[i] = append(tok(8+r.Intn(8)), tok(30+r.Intn(30))...)
-		}
-		target := tok(20 + r.Intn(10))
-		a := 3 + r.Intn(5)
-		span := [2]int{a, a + 3 + r.Intn(6)}
-		full := append([]int32(nil), prompt...)
-		for _, tt := range turns {
-			full = append(full, tt...)
-		}
-		rows := []gpu.Row{{Context: full, Target: target, Span: span}}
-		for k := range turns {
-			ctx := append([]int32(nil), prompt...)
-			for i, tt := range turns {
-				if i == k {
-					ctx = append(ctx, placeholder)
-				} else {
-					ctx = append(ctx, tt...)
-				}
-			}
-			rows = append(rows, gpu.Row{Context: ctx, Target: target, Span: span})
-		}
-		sets = append(sets, gpu.RowSet{ID: fmt.Sprintf("traj-%d", s), Rows: rows})
-	}
-	return sets
-}
-
-// graphJobs builds AttnSR jobs with more than one 128-token query block.
-func graphJobs(r *rand.Rand, n, vocab, layers int) []gpu.AttentionJob {
-	var jobs []gpu.AttentionJob
-	for j := 0; j < n; j++ {
-		pos := 30 + r.Intn(20)
-		K := 3 + r.Intn(4)
-		var steps []gpu.Step
-		for k := 0; k < K; k++ {
-			a := 20 + r.Intn(40)
-			st := gpu.Step{Action: [2]int{pos, pos + a}}
-			pos += a
-			if k%3 != 1 {
-				o := 10 + r.Intn(40)
-				st.Observation = [2]int{pos, pos + o}
-				pos += o
-			}
-			steps = append(steps, st)
-		}
-		toks := make([]int32, pos)
-		for i := range toks {
-			toks[i] = int32(r.Intn(vocab))
-		}
-		ls := []int{0, layers - 1, layers - 1}
-		jobs = append(jobs, gpu.AttentionJob{ID: fmt.Sprintf("job-%d", j), Tokens: toks, Steps: steps, Layers: ls})
-	}
-	return jobs
-}
-
-// checkScores scores sets on the pod and on the reference and compares (1e-4).
-func checkScores(t *testing.T, ctx context.Context, pod, ref gpu.Scorer, sets []gpu.RowSet, what string) {
-	t.Helper()
-	got, err := pod.ScoreRows(ctx, sets)
-	if err != nil {
-		t.Fatalf("%s: pod ScoreRows: %v", what, err)
-	}
-	exp, err := ref.ScoreRows(ctx, sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compareScores(t, what, got, exp, 1e-4)
-}
-
-// checkGraphs captures step graphs on the pod and on the reference and compares (1e-5).
-func checkGraphs(t *testing.T, ctx context.Context, pod, ref gpu.Scorer, jobs []gpu.AttentionJob, what string) {
-	t.Helper()
-	got, err := pod.Attention(ctx, jobs)
-	if err != nil {
-		t.Fatalf("%s: pod Attention: %v", what, err)
-	}
-	exp, err := ref.Attention(ctx, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compareGraphs(t, what, got, exp, 1e-5)
-	// The pod's lower-graphs answer (with binary attention requests) is its K×K answer cut
-	// by the rule the client and the scored record use, bit for bit.
-	la, ok := pod.(gpu.LowerAttentioner)
-	if !ok {
-		return
-	}
-	lower, _, err := la.AttentionLower(ctx, jobs)
-	if err != nil {
-		t.Fatalf("%s: pod AttentionLower: %v", what, err)
-	}
-	for i, gs := range got {
-		for l, g := range gs {
-			want := stepgraph.Cut(g.Layer, g.AA, g.AO)
-			if !reflect.DeepEqual(bitsOfLower(lower[i][l]), bitsOfLower(want)) {
-				t.Fatalf("%s: job %d layer %d: lower answer %+v, the cut of the K×K answer %+v", what, i, g.Layer, lower[i][l], want)
-			}
-		}
-	}
-}
-
-// bitsOfLower is a lower graph with its values as bits (so -0 and NaN compare exactly).
-func bitsOfLower(g gpu.LowerGraph) [5][]uint64 {
-	bits := func(v []float64) []uint64 {
-		out := make([]uint64, len(v))
-		for i, x := range v {
-			out[i] = math.Float64bits(x)
-		}
-		return out
-	}
-	summed := uint64(0)
-	if g.Summed() {
-		summed = 1
-	}
-	return [5][]uint64{{uint64(g.Layer), uint64(g.K), summed}, bits(g.AA), bits(g.AO), bits(g.Sum)}
-}
-
-func compareScores(t *testing.T, what string, got, want []gpu.RowScores, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d sets, want %d", what, len(got), len(want))
-	}
-	worst := 0.0
-	for i := range want {
-		if len(got[i].Scores) != len(want[i].Scores) {
-			t.Fatalf("%s: set %d has %d scores, want %d", what, i, len(got[i].Scores), len(want[i].Scores))
-		}
-		if got[i].Truncations != want[i].Truncations {
-			t.Errorf("%s: set %d truncations %d, want %d", what, i, got[i].Truncations, want[i].Truncations)
-		}
-		for j, w := range want[i].Scores {
-			d := math.Abs(got[i].Scores[j] - w)
-			if !(d <= tol) {
-				t.Errorf("%s: set %d row %d: pod S = %.9f, reference %.9f (|diff| %.2e > %.0e)", what, i, j, got[i].Scores[j], w, d, tol)
-			}
-			worst = math.Max(worst, d)
-		}
-	}
-	t.Logf("%s: max |S_pod − S_ref| = %.3e over %d sets", what, worst, len(want))
-}
-
-func compareGraphs(t *testing.T, what string, got, want [][]gpu.StepGraph, tol float64) {
-	t.Helper()
-	worst := 0.0
-	for i := range want {
-		if len(got[i]) != len(want[i]) {
-			t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
-		}
-		for l := range want[i] {
-			g, w := got[i][l], want[i][l]
-			if g.Layer != w.Layer {
-				t.Fatalf("%s: job %d graph %d is layer %d, want %d", what, i, l, g.Layer, w.Layer)
-			}
-			for _, m := range []struct{ g, w [][]float64 }{{g.AA, w.AA}, {g.AO, w.AO}} {
-				for j := range m.w {
-					for k := range m.w[j] {
-						d := math.Abs(m.g[j][k] - m.w[j][k])
-						if !(d <= tol) {
-							t.Errorf("%s: job %d layer %d [%d][%d]: pod %.9f, reference %.9f", what, i, w.Layer, j, k, m.g[j][k], m.w[j][k])
-						}
-						worst = math.Max(worst, d)
-					}
-				}
-			}
-		}
-	}
-	t.Logf("%s: max |G_pod − G_ref| = %.3e over %d jobs", what, worst, len(want))
 }
 
 func postJSON(t *testing.T, url, token string, body any, out any) int {
@@ -474,123 +286,6 @@ func testTiny(t *testing.T, p *pod) {
 	}
 }
 
-// ---- Qwen2 / Qwen3 checkpoints written here (the model package exports only WriteTiny) ----
-
-type tensor struct {
-	name  string
-	shape []int
-	data  []float32
-}
-
-func writeSafetensors(path, dtype string, ts []tensor) error {
-	esz := map[string]int{"F32": 4, "BF16": 2}[dtype]
-	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
-	off := 0
-	for _, t := range ts {
-		n := len(t.data) * esz
-		hdr[t.name] = map[string]any{"dtype": dtype, "shape": t.shape, "data_offsets": []int{off, off + n}}
-		off += n
-	}
-	hj, err := json.Marshal(hdr)
-	if err != nil {
-		return err
-	}
-	for len(hj)%8 != 0 {
-		hj = append(hj, ' ')
-	}
-	buf := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-	buf = append(buf, hj...)
-	for _, t := range ts {
-		for _, v := range t.data {
-			if dtype == "F32" {
-				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-			} else {
-				b := math.Float32bits(v)
-				b += 0x7fff + (b>>16)&1 // round to nearest even
-				buf = binary.LittleEndian.AppendUint16(buf, uint16(b>>16))
-			}
-		}
-	}
-	return os.WriteFile(path, buf, 0o644)
-}
-
-// writeQwen writes a small random Qwen2 (q/k/v biases, tied, F32) or Qwen3
-// (q/k norms, untied, BF16) checkpoint.
-func writeQwen(t *testing.T, dir, arch string, seed int64) {
-	t.Helper()
-	const (
-		hidden, layers, heads, kv, hd, inter, vocab = 64, 2, 4, 2, 16, 96, 300
-	)
-	tied := arch == "Qwen2ForCausalLM"
-	cfg := map[string]any{
-		"architectures": []string{arch}, "hidden_size": hidden, "num_hidden_layers": layers,
-		"num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": inter,
-		"vocab_size": vocab, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-		"tie_word_embeddings": tied, "hidden_act": "silu", "torch_dtype": "float32",
-	}
-	r := rand.New(rand.NewSource(seed))
-	var ts []tensor
-	mat := func(name string, out, in int, a float64) {
-		d := make([]float32, out*in)
-		for i := range d {
-			d[i] = float32((2*r.Float64() - 1) * a)
-		}
-		ts = append(ts, tensor{name, []int{out, in}, d})
-	}
-	vec := func(name string, n int, center, a float64) {
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = float32(center + (2*r.Float64()-1)*a)
-		}
-		ts = append(ts, tensor{name, []int{n}, d})
-	}
-	unit := func(in int) float64 { return math.Sqrt(3 / float64(in)) }
-	mat("model.embed_tokens.weight", vocab, hidden, 1)
-	for l := 0; l < layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		vec(p+"input_layernorm.weight", hidden, 1, 0.2)
-		mat(p+"self_attn.q_proj.weight", heads*hd, hidden, 2*unit(hidden))
-		mat(p+"self_attn.k_proj.weight", kv*hd, hidden, 2*unit(hidden))
-		mat(p+"self_attn.v_proj.weight", kv*hd, hidden, unit(hidden))
-		mat(p+"self_attn.o_proj.weight", hidden, heads*hd, unit(heads*hd))
-		if arch == "Qwen2ForCausalLM" {
-			vec(p+"self_attn.q_proj.bias", heads*hd, 0, 0.3)
-			vec(p+"self_attn.k_proj.bias", kv*hd, 0, 0.3)
-			vec(p+"self_attn.v_proj.bias", kv*hd, 0, 0.3)
-		} else {
-			vec(p+"self_attn.q_norm.weight", hd, 1, 0.3)
-			vec(p+"self_attn.k_norm.weight", hd, 1, 0.3)
-		}
-		vec(p+"post_attention_layernorm.weight", hidden, 1, 0.2)
-		mat(p+"mlp.gate_proj.weight", inter, hidden, unit(hidden))
-		mat(p+"mlp.up_proj.weight", inter, hidden, unit(hidden))
-		mat(p+"mlp.down_proj.weight", hidden, inter, unit(inter))
-	}
-	vec("model.norm.weight", hidden, 1, 0.2)
-	if !tied {
-		mat("lm_head.weight", vocab, hidden, 1.5*unit(hidden))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cj, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dtype := "F32"
-	if !tied {
-		dtype = "BF16"
-	}
-	// Two shards, as large checkpoints come.
-	half := len(ts) / 2
-	if err := writeSafetensors(filepath.Join(dir, "model-00001-of-00002.safetensors"), dtype, ts[:half]); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeSafetensors(filepath.Join(dir, "model-00002-of-00002.safetensors"), dtype, ts[half:]); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // testHotLoad hot-loads a Qwen2 and then a Qwen3 checkpoint through POST
 // /v1/admin/load and checks the policy version the pod reports and its
 // numbers against the Go reference on the same checkpoints.
@@ -652,34 +347,4 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-}
-
-// compactOf rewrites a set in the compact form: the first row's context is
-// the set's tokens, every row the prefix and suffix it shares with them as
-// spans around literal ids.
-func compactOf(s gpu.RowSet) gpu.RowSet {
-	base := s.Rows[0].Context
-	out := gpu.RowSet{ID: s.ID, Tokens: base, Pieces: make([][]gpu.Piece, len(s.Rows))}
-	for j, r := range s.Rows {
-		c := r.Context
-		p := 0
-		for p < len(c) && p < len(base) && c[p] == base[p] {
-			p++
-		}
-		q := 0
-		for q < len(c)-p && q < len(base)-p && c[len(c)-1-q] == base[len(base)-1-q] {
-			q++
-		}
-		ps := []gpu.Piece{{Start: 0, End: p}}
-		if mid := c[p : len(c)-q]; len(mid) > 0 {
-			ps = append(ps, gpu.Piece{Literal: append(gpu.Tokens{}, mid...)})
-		}
-		if q > 0 {
-			ps = append(ps, gpu.Piece{Start: len(base) - q, End: len(base)})
-		}
-		out.Pieces[j] = ps
-		r.Context = nil
-		out.Rows = append(out.Rows, r)
-	}
-	return out
 }
