@@ -4,9 +4,10 @@
 //
 // Guarantees:
 //   - Pure and deterministic: the same members, configuration and EMA state
-//     give the same results, bit for bit. The streaming advantage stage and
-//     the offline `creditflow compute` command both call ComputeGroup, so
-//     they agree exactly.
+//     give the same results, bit for bit. The offline `creditflow compute`
+//     command calls ComputeGroup and the streaming advantage stage
+//     ComputeValidatedGroup (the same computation on members it validated
+//     when they arrived), so they agree exactly.
 //   - Every number is finite for valid input: ValidateMember and
 //     Config.Validate reject what could produce NaN or ±Inf (non-finite
 //     rewards or graph entries, zero ε, zero temperature) with an error that

@@ -98,3 +98,41 @@ func TestComputeGroupOrderIndependent(t *testing.T) {
 		}
 	}
 }
+
+// ComputeValidatedGroup gives ComputeGroup's numbers and EMA to the bit on
+// valid members (it only skips their validation), for both methods.
+func TestComputeValidatedGroupMatches(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	for _, method := range []string{MethodLAPO, MethodAttnSR} {
+		cfg := DefaultConfig()
+		cfg.Method = method
+		for trial := 0; trial < 20; trial++ {
+			ms := orderMembers(rng, 5)
+			for _, m := range ms {
+				if err := ValidateMember(m, cfg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var e0, e1 EMA
+			want, err := ComputeGroup(ms, trial%2 == 0, cfg, &e0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ComputeValidatedGroup(ms, trial%2 == 0, cfg, &e1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e0 != e1 {
+				t.Fatalf("%s trial %d: EMA %+v vs %+v", method, trial, e1, e0)
+			}
+			for i := range want {
+				a, b := flat(want[i]), flat(got[i])
+				for j := range a {
+					if math.Float64bits(a[j]) != math.Float64bits(b[j]) {
+						t.Fatalf("%s trial %d member %d value %d: %v vs %v", method, trial, i, j, b[j], a[j])
+					}
+				}
+			}
+		}
+	}
+}

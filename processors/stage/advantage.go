@@ -455,7 +455,8 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	before := p.ema
 	var results []credit.Result
 	if err == nil {
-		results, err = credit.ComputeGroup(cms, partial, cfg.Credit, &p.ema)
+		// Every member passed credit.ValidateMember when it arrived (handle).
+		results, err = credit.ComputeValidatedGroup(cms, partial, cfg.Credit, &p.ema)
 	}
 	if err != nil {
 		p.ema = before
