@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition, libversion
 
 from .chunks import Reassembler
 from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, decode_sample, encode_policy, encode_trajectory
@@ -325,6 +325,19 @@ _FETCH_PARTITION_BYTES = 16 << 20  # per partition and fetch request
 _FETCH_BYTES = 64 << 20  # per fetch request
 
 
+def _prefetch_config():
+    """How librdkafka refills the prefetch queue once it was over its bound
+    (queued.max.messages.kbytes, 64 MiB by default). Until v2.2.0 it waits a fixed second
+    before fetching again; a trainer that drains 64 MiB of samples in less (≈ 4,000 search-QA
+    samples, a quarter of a second) then waits for data most of that second, which measured
+    up to 0.8 s of a 1.3 s run (docs/performance.md, "The trainer's end stalls"). From
+    v2.2.0 the wait is fetch.queue.backoff.ms, set short here; before, the bound is raised
+    to 512 MiB so that a trainer needs more than a second to drain it."""
+    if libversion()[1] >= 0x020200FF:
+        return {"fetch.queue.backoff.ms": 10}
+    return {"queued.max.messages.kbytes": 512 << 10}
+
+
 class SampleStream:
     """Reads training samples with a consumer group; iterate for single samples.
 
@@ -350,7 +363,8 @@ class SampleStream:
                 # samples are tens of KB: librdkafka's 1 MiB per partition and fetch would bring
                 # ~60 of them per round trip and leave the trainer waiting in poll between
                 # fetches (docs/performance.md, the trainer's end)
-                "max.partition.fetch.bytes": _FETCH_PARTITION_BYTES, "fetch.max.bytes": _FETCH_BYTES}
+                "max.partition.fetch.bytes": _FETCH_PARTITION_BYTES, "fetch.max.bytes": _FETCH_BYTES,
+                **_prefetch_config()}
         conf.update(_config(brokers, client_config))
         self.topic, self.max_policy_lag = topic, max_policy_lag
         self.idle_timeout, self.group_timeout = idle_timeout, group_timeout
