@@ -295,7 +295,7 @@ func TestDirectDecoderRefusesWhatTheShapeCheckRefuses(t *testing.T) {
 	// created_at_ms and the empty prompt) as one block of count −1 with a
 	// bad byte size.
 	i := 5 + 1 + 1 + 1 + 1 // group_size, sample_index 0, policy_version 0, created_at_ms 0, prompt ""
-	if body[i] != 2 { // block count 1
+	if body[i] != 2 {      // block count 1
 		t.Fatalf("turns block count % x", body[i:i+2])
 	}
 	for _, size := range [][]byte{{0x03}, {0x7e}} { // −2, then 63 (past the end)
