@@ -3,7 +3,6 @@ package gpu_test
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -141,25 +140,9 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 	if sums == 0 {
 		t.Fatal("no graph of the tiny model is in the sum form: the test needs some")
 	}
-	check := func(what string, got [][]gpu.LowerGraph) {
-		t.Helper()
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d results, want %d", what, len(got), len(want))
-		}
-		for i := range want {
-			if len(got[i]) != len(want[i]) {
-				t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
-			}
-			for l := range want[i] {
-				if !sameLowerBits(got[i][l], want[i][l]) {
-					t.Fatalf("%s: job %d graph %d\n got %+v\nwant %+v", what, i, l, got[i][l], want[i][l])
-				}
-			}
-		}
-	}
-	lower := &forms{h: server.New(local.New(scorertest.Tiny())).Handler()}
-	noLower := &forms{h: server.New(local.New(scorertest.Tiny())).Handler(), hideLower: true}
-	js := &forms{h: server.New(local.New(scorertest.Tiny())).Handler(), hideBinary: true}
+	lower := &forms{h: server.New(local.New(scorertest.Tiny(), local.WithPolicyVersion(7))).Handler()}
+	noLower := &forms{h: server.New(local.New(scorertest.Tiny(), local.WithPolicyVersion(7))).Handler(), hideLower: true}
+	js := &forms{h: server.New(local.New(scorertest.Tiny(), local.WithPolicyVersion(7))).Handler(), hideBinary: true}
 	for _, f := range []*forms{lower, noLower, js} {
 		url, _ := scorertest.ServeHandler(t, f)
 		c := newClient(t, []string{url}, client.WithMaxWait(0))
@@ -170,10 +153,10 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, v, err := c.AttentionVersion(context.Background(), jobs); err != nil || v != version {
-			t.Errorf("%s: policy version %d, AttentionVersion says %d (%v)", url, version, v, err)
+		if _, v, err := c.AttentionVersion(context.Background(), jobs); err != nil || v != version || version != 7 {
+			t.Errorf("%s: policy version %d, AttentionVersion says %d (%v), the server's is 7", url, version, v, err)
 		}
-		check(url, got)
+		scorertest.EqualLowerGraphs(t, url, got, want)
 	}
 	if lower.lowerAnswers.Load() < 1 || noLower.lowerAnswers.Load() != 0 || js.lowerAnswers.Load() != 0 {
 		t.Errorf("lower-graphs answers: %d from the server with %q, %d and %d from those without; want some, none and none",
@@ -203,7 +186,7 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			check("lower caller", got)
+			scorertest.EqualLowerGraphs(t, "lower caller", got, want)
 		}()
 		go func() {
 			defer wg.Done()
@@ -216,19 +199,4 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-}
-
-func sameLowerBits(a, b gpu.LowerGraph) bool {
-	eq := func(x, y []float64) bool {
-		if len(x) != len(y) {
-			return false
-		}
-		for i := range x {
-			if math.Float64bits(x[i]) != math.Float64bits(y[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return a.Layer == b.Layer && a.K == b.K && a.Summed() == b.Summed() && eq(a.AA, b.AA) && eq(a.AO, b.AO) && eq(a.Sum, b.Sum)
 }

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"reflect"
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
 	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
@@ -124,27 +124,11 @@ func checkGraphs(t *testing.T, ctx context.Context, pod, ref gpu.Scorer, jobs []
 	for i, gs := range got {
 		for l, g := range gs {
 			want := stepgraph.Cut(g.Layer, g.AA, g.AO)
-			if !reflect.DeepEqual(bitsOfLower(lower[i][l]), bitsOfLower(want)) {
+			if !scorertest.SameLower(lower[i][l], want) {
 				t.Fatalf("%s: job %d layer %d: lower answer %+v, the cut of the K×K answer %+v", what, i, g.Layer, lower[i][l], want)
 			}
 		}
 	}
-}
-
-// bitsOfLower is a lower graph with its values as bits (so -0 and NaN compare exactly).
-func bitsOfLower(g gpu.LowerGraph) [5][]uint64 {
-	bits := func(v []float64) []uint64 {
-		out := make([]uint64, len(v))
-		for i, x := range v {
-			out[i] = math.Float64bits(x)
-		}
-		return out
-	}
-	summed := uint64(0)
-	if g.Summed() {
-		summed = 1
-	}
-	return [5][]uint64{{uint64(g.Layer), uint64(g.K), summed}, bits(g.AA), bits(g.AO), bits(g.Sum)}
 }
 
 func compareScores(t *testing.T, what string, got, want []gpu.RowScores, tol float64) {
@@ -197,34 +181,4 @@ func compareGraphs(t *testing.T, what string, got, want [][]gpu.StepGraph, tol f
 		}
 	}
 	t.Logf("%s: max |G_pod − G_ref| = %.3e over %d jobs", what, worst, len(want))
-}
-
-// compactOf rewrites a set in the compact form: the first row's context is
-// the set's tokens, every row the prefix and suffix it shares with them as
-// spans around literal ids.
-func compactOf(s gpu.RowSet) gpu.RowSet {
-	base := s.Rows[0].Context
-	out := gpu.RowSet{ID: s.ID, Tokens: base, Pieces: make([][]gpu.Piece, len(s.Rows))}
-	for j, r := range s.Rows {
-		c := r.Context
-		p := 0
-		for p < len(c) && p < len(base) && c[p] == base[p] {
-			p++
-		}
-		q := 0
-		for q < len(c)-p && q < len(base)-p && c[len(c)-1-q] == base[len(base)-1-q] {
-			q++
-		}
-		ps := []gpu.Piece{{Start: 0, End: p}}
-		if mid := c[p : len(c)-q]; len(mid) > 0 {
-			ps = append(ps, gpu.Piece{Literal: append(gpu.Tokens{}, mid...)})
-		}
-		if q > 0 {
-			ps = append(ps, gpu.Piece{Start: len(base) - q, End: len(base)})
-		}
-		out.Pieces[j] = ps
-		r.Context = nil
-		out.Rows = append(out.Rows, r)
-	}
-	return out
 }

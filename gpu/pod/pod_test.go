@@ -21,6 +21,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/protocol"
@@ -235,7 +236,7 @@ func testTiny(t *testing.T, p *pod) {
 	}
 	compact := make([]gpu.RowSet, len(hot))
 	for i, s := range hot {
-		compact[i] = compactOf(s)
+		compact[i] = scorertest.CompactOf(s)
 	}
 	compactGot, err := c.ScoreRows(ctx, compact)
 	if err != nil {

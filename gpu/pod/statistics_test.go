@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/protocol"
@@ -43,9 +44,9 @@ func testStatistics(t *testing.T, p *pod) {
 			kl.Rows = append(kl.Rows, full)
 		}
 		if i%2 == 1 {
-			h = compactOf(h)
+			h = scorertest.CompactOf(h)
 			h.Statistic = gpu.StatEntropy
-			kc := compactOf(kl)
+			kc := scorertest.CompactOf(kl)
 			kc.Statistic = gpu.StatKL
 			for j := range kc.Rows {
 				kc.Rows[j].ReferenceContext = kl.Rows[j].ReferenceContext

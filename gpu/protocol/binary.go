@@ -440,14 +440,7 @@ func AppendGraphs(dst []byte, resp AttentionResponse) ([]byte, error) {
 		}
 	}
 	dst = slices.Grow(dst, n)
-	dst = append(dst, magicGraphs...)
-	if resp.PolicyVersion != nil {
-		dst = append(dst, graphsPolicyVersion)
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(*resp.PolicyVersion))
-	} else {
-		dst = append(dst, 0)
-	}
-	dst = appendU32(dst, len(resp.Results))
+	dst = appendAnswerHead(dst, magicGraphs, resp.PolicyVersion, len(resp.Results))
 	for _, res := range resp.Results {
 		dst = appendU32(dst, len(res.Graphs))
 		for _, g := range res.Graphs {
@@ -463,6 +456,32 @@ func AppendGraphs(dst []byte, resp AttentionResponse) ([]byte, error) {
 		}
 	}
 	return dst, nil
+}
+
+// appendAnswerHead appends the head both attention answer forms share:
+// magic, the flags (graphsPolicyVersion), the version when known, the job
+// count.
+func appendAnswerHead(dst []byte, magic string, version *int64, jobs int) []byte {
+	dst = append(dst, magic...)
+	if version != nil {
+		dst = append(dst, graphsPolicyVersion)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(*version))
+	} else {
+		dst = append(dst, 0)
+	}
+	return appendU32(dst, jobs)
+}
+
+// answerHead reads the head appendAnswerHead writes: the policy version
+// (nil when absent) and the job count.
+func (r *binReader) answerHead(magic string) (*int64, int) {
+	r.magic(magic)
+	var version *int64
+	if r.flags("answer", graphsPolicyVersion)&graphsPolicyVersion != 0 {
+		v := int64(r.u64())
+		version = &v
+	}
+	return version, r.count("job", 4)
 }
 
 // square reports whether m is k×k.
@@ -482,13 +501,9 @@ func square(m [][]float64, k int) bool {
 // slices of one allocation.
 func DecodeGraphs(b []byte) (AttentionResponse, error) {
 	r := &binReader{b: b, i: -1, j: -1, k: -1}
-	r.magic(magicGraphs)
 	var resp AttentionResponse
-	if r.flags("answer", graphsPolicyVersion)&graphsPolicyVersion != 0 {
-		v := int64(r.u64())
-		resp.PolicyVersion = &v
-	}
-	n := r.count("job", 4)
+	var n int
+	resp.PolicyVersion, n = r.answerHead(magicGraphs)
 	resp.Results = make([]WireJobResult, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
 		r.unit, r.i = "job", i

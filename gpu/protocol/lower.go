@@ -55,14 +55,7 @@ func AppendLowerGraphs(dst []byte, version *int64, results [][]gpu.StepGraph) ([
 		}
 	}
 	dst = slices.Grow(dst, n)
-	dst = append(dst, magicLowerGraphs...)
-	if version != nil {
-		dst = append(dst, graphsPolicyVersion)
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(*version))
-	} else {
-		dst = append(dst, 0)
-	}
-	dst = appendU32(dst, len(results))
+	dst = appendAnswerHead(dst, magicLowerGraphs, version, len(results))
 	for _, gs := range results {
 		dst = appendU32(dst, len(gs))
 		for _, g := range gs {
@@ -108,13 +101,9 @@ func lowerSumExact(aa, ao [][]float64) bool {
 // empty (not nil) where K < 2, as stepgraph.Cut gives them.
 func DecodeLowerGraphs(b []byte) (LowerResponse, error) {
 	r := &binReader{b: b, i: -1, j: -1, k: -1}
-	r.magic(magicLowerGraphs)
 	var resp LowerResponse
-	if r.flags("answer", graphsPolicyVersion)&graphsPolicyVersion != 0 {
-		v := int64(r.u64())
-		resp.PolicyVersion = &v
-	}
-	n := r.count("job", 4)
+	var n int
+	resp.PolicyVersion, n = r.answerHead(magicLowerGraphs)
 	resp.Results = make([][]gpu.LowerGraph, 0, n)
 	// Every value of the answer, in one allocation no larger than the body.
 	flat := make([]float64, 0, len(r.b)/8)

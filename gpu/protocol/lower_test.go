@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
 	"github.com/creditflow/creditflow/gpu/protocol"
 	"github.com/creditflow/creditflow/internal/stepgraph"
 )
@@ -32,23 +33,6 @@ func randomStepGraphs(r *rand.Rand, k, layers int) []gpu.StepGraph {
 		out[l] = g
 	}
 	return out
-}
-
-func sameBits(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameLower(a, b gpu.LowerGraph) bool {
-	return a.Layer == b.Layer && a.K == b.K && a.Summed() == b.Summed() &&
-		sameBits(a.AA, b.AA) && sameBits(a.AO, b.AO) && sameBits(a.Sum, b.Sum)
 }
 
 // The lower-graphs answer decodes to exactly what stepgraph.Cut makes of
@@ -85,7 +69,7 @@ func TestLowerGraphsAreTheCut(t *testing.T) {
 			}
 			for l, g := range gs {
 				want := stepgraph.Cut(g.Layer, g.AA, g.AO)
-				if !sameLower(got.Results[i][l], want) {
+				if !scorertest.SameLower(got.Results[i][l], want) {
 					t.Fatalf("job %d graph %d:\n got %+v\nwant %+v", i, l, got.Results[i][l], want)
 				}
 				if want.Summed() {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -182,6 +183,42 @@ func EqualGraphs(t testing.TB, what string, got, want [][]gpu.StepGraph) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// SameLower reports whether a and b are the same lower graph, form and
+// every value bit for bit (so -0 and NaN compare exactly).
+func SameLower(a, b gpu.LowerGraph) bool {
+	same := func(x, y []float64) bool {
+		if len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if math.Float64bits(x[i]) != math.Float64bits(y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return a.Layer == b.Layer && a.K == b.K && a.Summed() == b.Summed() &&
+		same(a.AA, b.AA) && same(a.AO, b.AO) && same(a.Sum, b.Sum)
+}
+
+// EqualLowerGraphs fails t unless got equals want bit for bit (SameLower).
+func EqualLowerGraphs(t testing.TB, what string, got, want [][]gpu.LowerGraph) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d results, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
+		}
+		for l := range want[i] {
+			if !SameLower(got[i][l], want[i][l]) {
+				t.Fatalf("%s: job %d graph %d\n got %+v\nwant %+v", what, i, l, got[i][l], want[i][l])
 			}
 		}
 	}

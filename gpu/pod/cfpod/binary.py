@@ -243,10 +243,10 @@ def _matrix(m, k, what):
     return a.tobytes()
 
 
-def encode_graphs(resp):
-    """The attention answer resp ({"results": [{"graphs": [{"layer", "aa", "ao"}]}],
-    "policy_version"?}) as a graphs body."""
-    out = [GRAPHS_MAGIC]
+def _encode_answer(magic, resp, graph):
+    """An attention answer body: magic, the policy version flag, then per job its graphs, each
+    its layer and K and then graph(what, g, k), the bytes of its values."""
+    out = [magic]
     pv = resp.get("policy_version")
     if pv is None:
         out.append(_U8.pack(0))
@@ -260,9 +260,15 @@ def encode_graphs(resp):
         for g in graphs:
             k = len(g["aa"])
             out.append(_I32.pack(g["layer"]) + _U32.pack(k))
-            out.append(_matrix(g["aa"], k, f"job {i} layer {g['layer']} aa"))
-            out.append(_matrix(g["ao"], k, f"job {i} layer {g['layer']} ao"))
+            out.append(graph(f"job {i} layer {g['layer']}", g, k))
     return b"".join(out)
+
+
+def encode_graphs(resp):
+    """The attention answer resp ({"results": [{"graphs": [{"layer", "aa", "ao"}]}],
+    "policy_version"?}) as a graphs body."""
+    return _encode_answer(GRAPHS_MAGIC, resp, lambda what, g, k: _matrix(g["aa"], k, f"{what} aa")
+                          + _matrix(g["ao"], k, f"{what} ao"))
 
 
 # ----- jobs request ----------------------------------------------------------------------
@@ -335,22 +341,9 @@ def _lower(g, k, what):
 
 def encode_lower_graphs(resp):
     """The attention answer resp (as for encode_graphs) as a lower-graphs body."""
-    out = [LOWER_MAGIC]
-    pv = resp.get("policy_version")
-    if pv is None:
-        out.append(_U8.pack(0))
-    else:
-        out.append(_U8.pack(GRAPHS_POLICY_VERSION) + _I64.pack(pv))
-    results = resp["results"]
-    out.append(_U32.pack(len(results)))
-    for i, res in enumerate(results):
-        graphs = res["graphs"]
-        out.append(_U32.pack(len(graphs)))
-        for g in graphs:
-            k = len(g["aa"])
-            form, vals = _lower(g, k, f"job {i} layer {g['layer']}")
-            if _BIG_ENDIAN:
-                vals.byteswap()
-            out.append(_I32.pack(g["layer"]) + _U32.pack(k) + _U8.pack(form))
-            out.append(vals.tobytes())
-    return b"".join(out)
+    def graph(what, g, k):
+        form, vals = _lower(g, k, what)
+        if _BIG_ENDIAN:
+            vals.byteswap()
+        return _U8.pack(form) + vals.tobytes()
+    return _encode_answer(LOWER_MAGIC, resp, graph)

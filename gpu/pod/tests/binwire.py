@@ -86,10 +86,9 @@ def json_rows(sets):
     return {"sets": out}
 
 
-def decode_graphs(body):
-    """A graphs answer → {"results": [{"graphs": [{"layer", "aa", "ao"}]}]
-    [, "policy_version"]}, the JSON answer's shape; asserts that every byte is used."""
-    assert body[:4] == b"CFG1", body[:4]
+def _answer_head(body):
+    """An attention answer's flags, policy version and job count, after its 4-byte magic:
+    ({"policy_version"?}, the offset after them, the job count)."""
     off = 4
     flags, = struct.unpack_from("<B", body, off)
     off += 1
@@ -99,7 +98,14 @@ def decode_graphs(body):
         out["policy_version"], = struct.unpack_from("<q", body, off)
         off += 8
     jobs, = struct.unpack_from("<I", body, off)
-    off += 4
+    return out, off + 4, jobs
+
+
+def decode_graphs(body):
+    """A graphs answer → {"results": [{"graphs": [{"layer", "aa", "ao"}]}]
+    [, "policy_version"]}, the JSON answer's shape; asserts that every byte is used."""
+    assert body[:4] == b"CFG1", body[:4]
+    out, off, jobs = _answer_head(body)
     results = []
     for _ in range(jobs):
         n, = struct.unpack_from("<I", body, off)
@@ -151,15 +157,7 @@ def decode_lower_graphs(body):
     """A lower-graphs answer → {"results": [[(layer, k, "sum" or "pair", [floats])]]
     [, "policy_version"]}; asserts that every byte is used."""
     assert body[:4] == b"CFL1", body[:4]
-    off = 4
-    flags, = struct.unpack_from("<B", body, off)
-    off += 1
-    out = {}
-    if flags & 1:
-        out["policy_version"], = struct.unpack_from("<q", body, off)
-        off += 8
-    jobs, = struct.unpack_from("<I", body, off)
-    off += 4
+    out, off, jobs = _answer_head(body)
     results = []
     for _ in range(jobs):
         n, = struct.unpack_from("<I", body, off)
