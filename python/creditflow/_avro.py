@@ -404,9 +404,10 @@ def _dec_node(wnode, rnode, named, path):
 
 class Schema:
     """One parsed schema: its canonical form, fingerprint, encoder, and decoder into `reader`
-    (default: itself)."""
+    (default: itself). With `packed` (top-level bytes field -> numpy dtype),
+    decode_body(..., packed=True) returns those fields as numpy views."""
 
-    def __init__(self, text, reader=None):
+    def __init__(self, text, reader=None, packed=None):
         self.text = text
         self.json = json.loads(text)
         self.name = self.json["name"]
@@ -419,18 +420,21 @@ class Schema:
             raise ValueError("cannot read %s as %s" % (self.fullname, rjson["name"]))
         self._dec = _dec_record(self.json, rjson, {}, "")
         self._fast = compile_decoder(self.json, rjson)
+        self._fast_packed = compile_decoder(self.json, rjson, packed) if packed else None
 
     def encode_body(self, datum: dict) -> bytes:
         out = []
         self._enc(datum, out)
         return b"".join(out)
 
-    def decode_body(self, data, pos=0):
-        """Decodes one record from data[pos:]; returns (dict, end position)."""
+    def decode_body(self, data, pos=0, packed=False):
+        """Decodes one record from data[pos:]; returns (dict, end position). With packed, the
+        packed fields are numpy views where the fast decoder could read the record and
+        memoryviews where the checking decoder had to."""
         if not isinstance(data, bytes):
             data = bytes(data)
         mv = memoryview(data)
         try:
-            return self._fast(data, mv, pos)
+            return (self._fast_packed if packed and self._fast_packed else self._fast)(data, mv, pos)
         except FALLBACK:  # not what the fast decoder expects: the checking one decides
             return self._dec(data, mv, pos)

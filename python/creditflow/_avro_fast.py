@@ -12,6 +12,8 @@ gives the value or the precise DecodeError.
 
 import struct
 
+import numpy as np
+
 __all__ = ["compile_decoder"]
 
 
@@ -32,8 +34,11 @@ def _read_varint(b, pos, maxbytes):
 
 
 class _Gen:
-    def __init__(self, named):
+    def __init__(self, named, packed=None):
         self.lines, self.n, self.named = [], 0, named
+        self.packed = packed or {}  # top-level bytes field -> numpy dtype (compile_decoder)
+        self.depth = 0
+        self.consts = {}
 
     def var(self, base):
         self.n += 1
@@ -43,15 +48,20 @@ class _Gen:
         self.lines.append("    " * ind + line)
 
     def varint(self, ind, dst, maxbytes=10):
-        c = self.var("c")
+        # one- and two-byte varints inline (counts, branches, lengths up to 8 KiB), longer
+        # ones through rv
+        c, d, u = self.var("c"), self.var("d"), self.var("u")
         self.emit(ind, "%s = b[pos]" % c)
         self.emit(ind, "if %s < 128:" % c)
         self.emit(ind + 1, "%s = (%s >> 1) ^ -(%s & 1); pos += 1" % (dst, c, c))
+        self.emit(ind, "elif (%s := b[pos + 1]) < 128:" % d)
+        self.emit(ind + 1, "%s = (%s & 127) | (%s << 7); %s = (%s >> 1) ^ -(%s & 1); pos += 2" % (u, c, d, dst, u, u))
         self.emit(ind, "else:")
         self.emit(ind + 1, "%s, pos = rv(b, pos, %d)" % (dst, maxbytes))
 
-    def node(self, ind, w, r, dst):
-        """Code that decodes writer node w (read as r) into variable dst."""
+    def node(self, ind, w, r, dst, packed=None):
+        """Code that decodes writer node w (read as r) into variable dst; a bytes node with
+        `packed` (a numpy dtype) becomes a read-only numpy view of b."""
         if isinstance(w, str) and w in self.named:
             w, r = self.named[w]
         if isinstance(w, list):
@@ -63,7 +73,7 @@ class _Gen:
             self.emit(ind, "if %s == 0:" % br)
             self.emit(ind + 1, "%s = None" % dst)
             self.emit(ind, "elif %s == 1:" % br)
-            self.node(ind + 1, w[1], rr, dst)
+            self.node(ind + 1, w[1], rr, dst, packed)
             self.emit(ind, "else:")
             self.emit(ind + 1, "raise Fallback")
             return
@@ -113,38 +123,56 @@ class _Gen:
             self.emit(ind + 1, "raise Fallback")
             if t == "string":
                 self.emit(ind, "%s = str(mv[pos:pos + %s], 'utf-8'); pos += %s" % (dst, n, n))
+            elif packed is not None:
+                self.emit(ind, "if %s %% %d:" % (n, packed.itemsize))  # the checking path names the fault
+                self.emit(ind + 1, "raise Fallback")
+                self.emit(ind, "%s = fb(b, %s, %s // %d, pos); pos += %s" % (dst, self.dtype(packed), n, packed.itemsize, n))
             else:
                 self.emit(ind, "%s = mv[pos:pos + %s]; pos += %s" % (dst, n, n))
         else:
             raise ValueError("schema type %r" % (t,))
 
+    def dtype(self, dt):
+        name = "DT_" + dt.str.replace("<", "le").replace("|", "")
+        self.consts[name] = dt
+        return name
+
     def record(self, ind, w, r, dst):
         self.named[w["name"]] = (w, r)
         rnames = {f["name"]: f for f in r["fields"]}
-        self.emit(ind, "%s = {}" % dst)
+        items = []  # the dict is built at the end, in one expression
+        top = self.depth == 0
+        self.depth += 1
         for f in w["fields"]:
             rf = rnames.get(f["name"])
             v = self.var("v")
-            self.node(ind, f["type"], rf["type"] if rf is not None else f["type"], v)
+            self.node(ind, f["type"], rf["type"] if rf is not None else f["type"], v,
+                      self.packed.get(f["name"]) if top else None)
             if rf is not None:
-                self.emit(ind, "%s[%r] = %s" % (dst, f["name"], v))
+                items.append("%r: %s" % (f["name"], v))
+        self.depth -= 1
         wnames = {f["name"] for f in w["fields"]}
         for f in r["fields"]:
             if f["name"] not in wnames:
                 d = f["default"]
-                self.emit(ind, "%s[%r] = %s" % (dst, f["name"], "[]" if d == [] else repr(d)))
+                items.append("%r: %s" % (f["name"], "[]" if d == [] else repr(d)))
+        self.emit(ind, "%s = {%s}" % (dst, ", ".join(items)))
 
 
-def compile_decoder(writer, reader):
+def compile_decoder(writer, reader, packed=None):
     """fn(b, mv, pos) -> (dict, pos) for records written with `writer` read as `reader`
-    (parsed JSON schemas); raises _Fallback where the checking decoder must decide."""
-    g = _Gen({})
+    (parsed JSON schemas); raises _Fallback where the checking decoder must decide.
+
+    packed maps top-level bytes fields to numpy dtypes: those fields come back as read-only
+    numpy views of b (np.frombuffer) instead of memoryviews; a length that is not a multiple
+    of the dtype's size falls back."""
+    g = _Gen({}, {k: np.dtype(v) for k, v in (packed or {}).items()})
     g.emit(1, "blen = len(b)")
     g.record(1, writer, reader, "out")
     g.emit(1, "return out, pos")
     src = "def decode(b, mv, pos):\n" + "\n".join(g.lines) + "\n"
     env = {"rv": _read_varint, "Fallback": _Fallback, "uf": struct.Struct("<f").unpack_from,
-           "ud": struct.Struct("<d").unpack_from}
+           "ud": struct.Struct("<d").unpack_from, "fb": np.frombuffer, **g.consts}
     exec(compile(src, "<avro decoder %s>" % writer["name"], "exec"), env)  # noqa: S102 (our own schema, our own code)
     return env["decode"]
 

@@ -11,17 +11,31 @@ Padded form (right padding), shape [B, L]:
 Packed form (packed=True): every per-token array is [1, T] with T = sum of lengths, plus
 position_ids [1, T] (restarting at 0 in each sample) and cu_seqlens [B + 1] (int32, the
 cumulative lengths flash-attention's varlen kernels take), and max_seqlen.
+
+The per-token arrays of a batch reuse the memory of an earlier batch's arrays once nothing
+references those any more (reuse=False: fresh memory every time; creditflow._recycle says why).
 """
 
 import numpy as np
+
+from ._recycle import ArrayPool
 
 __all__ = ["to_numpy", "to_torch"]
 
 _TOKEN_FIELDS = ("input_ids", "attention_mask", "loss_mask", "advantages", "token_rewards", "rollout_logprobs")
 
+_POOL = ArrayPool()
 
-def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1) -> dict:
-    """Numpy arrays for a list of samples (dicts as decode_sample returns them)."""
+
+def _zeros(shape, dtype, reuse):
+    return _POOL.full(shape, dtype, 0) if reuse else np.zeros(shape, dtype)
+
+
+def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> dict:
+    """Numpy arrays for a list of samples (dicts as decode_sample returns them).
+
+    With reuse (the default) the per-token arrays may live in memory that an earlier batch's
+    arrays used, but only once no array, view or tensor of that batch is alive."""
     if not batch:
         raise ValueError("empty batch")
     lengths = np.array([s["tokens"].size for s in batch], dtype=np.int64)
@@ -39,9 +53,9 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1) -> dict:
         T = int(lengths.sum())
         cu = np.zeros(len(batch) + 1, dtype=np.int32)
         np.cumsum(lengths, out=cu[1:])
-        arrs = {f: np.zeros((1, T), dtype=np.int64 if f in ("input_ids", "attention_mask") else np.float32)
+        arrs = {f: _zeros((1, T), np.int64 if f in ("input_ids", "attention_mask") else np.float32, reuse)
                 for f in _TOKEN_FIELDS}
-        pos = np.zeros((1, T), dtype=np.int64)
+        pos = _zeros((1, T), np.int64, reuse)
         for i, s in enumerate(batch):
             a, b = cu[i], cu[i + 1]
             _fill(arrs, 0, slice(a, b), s)
@@ -55,7 +69,7 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1) -> dict:
     if pad_to_multiple > 1:
         L = -(-L // pad_to_multiple) * pad_to_multiple
     B = len(batch)
-    arrs = {f: np.zeros((B, L), dtype=np.int64 if f in ("input_ids", "attention_mask") else np.float32)
+    arrs = {f: _zeros((B, L), np.int64 if f in ("input_ids", "attention_mask") else np.float32, reuse)
             for f in _TOKEN_FIELDS}
     if pad_id:
         arrs["input_ids"].fill(pad_id)
@@ -74,11 +88,12 @@ def _fill(arrs, row, sl, s):
             arrs[f][row, sl] = s[f]
 
 
-def to_torch(batch, packed=False, pad_id=0, pad_to_multiple=1, device=None) -> dict:
-    """As to_numpy, with torch tensors (needs torch; `device` moves them)."""
+def to_torch(batch, packed=False, pad_id=0, pad_to_multiple=1, device=None, reuse=True) -> dict:
+    """As to_numpy, with torch tensors (needs torch; `device` moves them). Each tensor keeps
+    its numpy array alive, so reuse never touches the memory of a tensor still held."""
     import torch
 
-    out = to_numpy(batch, packed=packed, pad_id=pad_id, pad_to_multiple=pad_to_multiple)
+    out = to_numpy(batch, packed=packed, pad_id=pad_id, pad_to_multiple=pad_to_multiple, reuse=reuse)
     res = {}
     for k, v in out.items():
         if isinstance(v, np.ndarray):

@@ -55,21 +55,27 @@ def schema_text(name, generation=None):
         return f.read()
 
 
+# Bytes fields that decode to numpy arrays (decode(..., packed=True)), per record.
+_PACKED = {"Sample": {"tokens": "<i4", "loss_mask": "u1", "advantages": "<f4", "token_rewards": "<f4",
+                      "rollout_logprobs": "<f4"}}
+
+
 class _Codec:
     def __init__(self, name):
         self.name = name
-        self.current = Schema(schema_text(name))
+        packed = _PACKED.get(name)
+        self.current = Schema(schema_text(name), packed=packed)
         self.fullname = self.current.fullname
         self.header = MAGIC + self.current.fingerprint
         self.readers = {self.current.fingerprint: self.current}
         self.writers = {None: self.current}
         old_dir = os.path.join(SCHEMA_DIR, LEGACY)
         if os.path.exists(os.path.join(old_dir, _FILES[name])):
-            old = Schema(schema_text(name, LEGACY), reader=self.current)
+            old = Schema(schema_text(name, LEGACY), reader=self.current, packed=packed)
             self.readers.setdefault(old.fingerprint, old)
             self.writers[LEGACY] = old
         for gen in LATER.get(name, ()):
-            later = Schema(schema_text(name, gen), reader=self.current)
+            later = Schema(schema_text(name, gen), reader=self.current, packed=packed)
             self.readers.setdefault(later.fingerprint, later)
             self.writers[gen] = later
 
@@ -82,7 +88,7 @@ class _Codec:
             raise ValueError("unknown writer generation %r for %s (want None or %r)" % (writer, self.name, LEGACY)) from None
         return MAGIC + s.fingerprint + s.encode_body(datum)
 
-    def decode(self, data):
+    def decode(self, data, packed=False):
         if not isinstance(data, bytes):
             data = bytes(data)
         if len(data) < 10 or data[:2] != MAGIC:
@@ -92,7 +98,7 @@ class _Codec:
             raise WireError("unknown_schema", "fingerprint %s is not a known %s schema (current %s)"
                             % (data[2:10].hex(), self.fullname, self.current.fingerprint.hex()))
         try:
-            rec, end = s.decode_body(data, 10)
+            rec, end = s.decode_body(data, 10, packed)
         except DecodeError as e:
             raise WireError("undecodable", str(e)) from None
         if end != len(data):
@@ -129,8 +135,8 @@ _I32, _F32, _F64, _U8 = np.dtype("<i4"), np.dtype("<f4"), np.dtype("<f8"), np.dt
 
 
 def _view(mv, dtype, field):
-    if mv is None:
-        return None
+    if mv is None or isinstance(mv, np.ndarray):  # None, or already a view (decode(packed=True))
+        return mv
     if len(mv) % dtype.itemsize:
         raise WireError("undecodable", "packed %s field %s of %d bytes is not a multiple of %d"
                         % (dtype.name, field, len(mv), dtype.itemsize))
@@ -258,7 +264,7 @@ def decode_sample(value: bytes) -> dict:
     (zero-copy). ``scorer_policy_version`` and ``source`` are None for records written
     before they existed. Raises WireError (reason undecodable or unknown_schema).
     """
-    r = codec("Sample").decode(value)
+    r = codec("Sample").decode(value, packed=True)
     n = None
     for f, dt in (("tokens", _I32), ("loss_mask", _U8), ("advantages", _F32),
                   ("token_rewards", _F32), ("rollout_logprobs", _F32)):

@@ -59,6 +59,74 @@ class Packed(unittest.TestCase):
                 np.testing.assert_array_equal(p[f][0, a:e], d[f][i, :n], f)
 
 
+def batch_of(seed, n=6, packed=False):
+    rng = np.random.default_rng(seed)
+    ss = [creditflow.decode_sample(wire.codec("Sample").encode(sample_datum(int(k), seed=seed * 100 + i)))
+          for i, k in enumerate(rng.integers(200, 400, n))]
+    return ss, packed
+
+
+class Reuse(unittest.TestCase):
+    """Batches reuse the memory of earlier ones only once nothing references it."""
+
+    FIELDS = ("input_ids", "attention_mask", "loss_mask", "advantages", "token_rewards", "rollout_logprobs")
+
+    def assert_same(self, got, want):
+        for f in self.FIELDS:
+            np.testing.assert_array_equal(got[f], want[f], f)
+
+    def test_a_released_batch_is_reused_with_the_same_values(self):
+        from creditflow.batch import _POOL
+        for packed in (False, True):
+            before = _POOL.reused
+            for seed in range(8):
+                ss, _ = batch_of(seed)
+                got = creditflow.to_numpy(ss, packed=packed, pad_id=3)
+                self.assert_same(got, creditflow.to_numpy(ss, packed=packed, pad_id=3, reuse=False))
+                del got
+            self.assertGreater(_POOL.reused, before)
+
+    def test_held_batches_and_their_parts_are_never_written(self):
+        kept, want = [], []
+        for seed in range(12):
+            ss, _ = batch_of(seed)
+            b = creditflow.to_numpy(ss, packed=seed % 2 == 1)
+            # what a trainer might keep: the whole batch, one array, a view of one
+            kept.append((b, b["advantages"], b["input_ids"][:, 1:], b["loss_mask"].reshape(-1)[5:])[seed % 4])
+            want.append(creditflow.to_numpy(ss, packed=seed % 2 == 1, reuse=False))
+            for seed2 in range(3):  # batches built and dropped in between
+                creditflow.to_numpy(batch_of(50 + seed2)[0], packed=seed2 == 1)
+        for seed, (k, w) in enumerate(zip(kept, want)):
+            if seed % 4 == 0:
+                self.assert_same(k, w)
+            elif seed % 4 == 1:
+                np.testing.assert_array_equal(k, w["advantages"])
+            elif seed % 4 == 2:
+                np.testing.assert_array_equal(k, w["input_ids"][:, 1:])
+            else:
+                np.testing.assert_array_equal(k, w["loss_mask"].reshape(-1)[5:])
+
+    def test_pool_is_bounded(self):
+        from creditflow._recycle import ArrayPool
+        pool = ArrayPool(max_buffers=4)
+        held = [pool.full((64, 1000 * (i + 1)), np.int64, 0) for i in range(10)]
+        self.assertLessEqual(len(pool._bufs), 4)
+        for i, a in enumerate(held):  # dropped from the pool, still the caller's
+            self.assertTrue((a == 0).all())
+            a.fill(i)
+        for i, a in enumerate(held):
+            self.assertTrue((a == i).all())
+
+    @unittest.skipIf(torch is None, "torch not installed")
+    def test_a_held_tensor_keeps_its_memory(self):
+        ss, _ = batch_of(1)
+        t = creditflow.to_torch(ss)["advantages"]  # the dict and its arrays are dropped; the tensor is not
+        want = t.clone()
+        for seed in range(10):
+            creditflow.to_torch(batch_of(20 + seed)[0])
+        self.assertTrue(torch.equal(t, want))
+
+
 @unittest.skipIf(torch is None, "torch not installed")
 class Torch(unittest.TestCase):
     def test_tensors(self):

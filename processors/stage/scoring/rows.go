@@ -14,11 +14,11 @@ package scoring
 
 import (
 	"fmt"
-	"github.com/creditflow/creditflow/internal/stepgraph"
 	"math"
 	"strconv"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/internal/stepgraph"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
 )

@@ -1,0 +1,81 @@
+"""Memory for trainer batches, reused once nothing references it.
+
+A padded batch is megabytes (64 search-QA samples: 2.7 MB in six arrays; 64 samples of 32k
+tokens: 64 MB). Taken fresh for every batch, glibc serves each array with mmap and the kernel
+hands out zeroed pages one fault at a time (about 570 faults per search-QA batch), which cost
+as much as everything else that SampleStream -> to_torch does per sample
+(docs/performance.md, "The trainer's end").
+
+ArrayPool keeps the flat buffers of earlier batches and hands one out again only when its
+CPython reference count says that nothing else holds it: no array, view, torch tensor
+(torch.from_numpy keeps its array alive), memoryview or pickle-in-progress of it. A batch a
+trainer still holds, or any part of one, is never written to.
+"""
+
+import sys
+import threading
+
+import numpy as np
+
+__all__ = ["ArrayPool"]
+
+
+def _size_class(n):
+    """n rounded up to one of 8 steps per power of two, so that a buffer also fits batches
+    up to 12% longer than the one it was made for."""
+    if n <= 1 << 16:
+        return 1 << 16
+    step = 1 << (n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+class ArrayPool:
+    """Arrays backed by reused flat buffers (at most `max_buffers` kept, oldest dropped first)."""
+
+    def __init__(self, max_buffers=24):
+        self.max_buffers = max_buffers
+        self._bufs = []  # flat uint8 arrays, oldest first
+        self._lock = threading.Lock()
+        self.reused = self.allocated = 0
+
+    def _free(self, i):
+        # references while free: the list's, getrefcount's argument (_FREE counts them the
+        # same way, once, below)
+        return sys.getrefcount(self._bufs[i]) <= _FREE
+
+    def full(self, shape, dtype, value):
+        """A new array of `shape` and `dtype`, every element `value`."""
+        dtype = np.dtype(dtype)
+        n = dtype.itemsize
+        for d in shape:
+            n *= int(d)
+        if n == 0:
+            return np.full(shape, value, dtype)
+        with self._lock:
+            best = None
+            for i in range(len(self._bufs)):
+                size = self._bufs[i].nbytes
+                if size >= n and (best is None or size < self._bufs[best].nbytes) and self._free(i):
+                    best = i
+            if best is not None:
+                buf = self._bufs[best]
+                self.reused += 1
+            else:
+                buf = np.empty(_size_class(n), np.uint8)
+                self._bufs.append(buf)
+                self.allocated += 1
+                while len(self._bufs) > self.max_buffers:
+                    free = [i for i in range(len(self._bufs) - 1) if self._free(i)]
+                    del self._bufs[free[0] if free else 0]
+        a = buf[:n].view(dtype).reshape(shape)
+        a.fill(value)
+        return a
+
+
+def _free_refs():
+    p = ArrayPool()
+    p._bufs.append(np.empty(1, np.uint8))
+    return sys.getrefcount(p._bufs[0])
+
+
+_FREE = _free_refs()
