@@ -43,14 +43,15 @@ class ArrayPool:
         # same way, once, below)
         return sys.getrefcount(self._bufs[i]) <= _FREE
 
-    def full(self, shape, dtype, value):
-        """A new array of `shape` and `dtype`, every element `value`."""
+    def empty(self, shape, dtype):
+        """A new array of `shape` and `dtype`, uninitialized (as np.empty): what an earlier
+        batch left there, or nothing yet written."""
         dtype = np.dtype(dtype)
         n = dtype.itemsize
         for d in shape:
             n *= int(d)
         if n == 0:
-            return np.full(shape, value, dtype)
+            return np.empty(shape, dtype)
         with self._lock:
             best = None
             for i in range(len(self._bufs)):
@@ -67,9 +68,7 @@ class ArrayPool:
                 while len(self._bufs) > self.max_buffers:
                     free = [i for i in range(len(self._bufs) - 1) if self._free(i)]
                     del self._bufs[free[0] if free else 0]
-        a = buf[:n].view(dtype).reshape(shape)
-        a.fill(value)
-        return a
+        return buf[:n].view(dtype).reshape(shape)
 
 
 def _free_refs():

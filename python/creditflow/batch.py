@@ -23,12 +23,16 @@ from ._recycle import ArrayPool
 __all__ = ["to_numpy", "to_torch"]
 
 _TOKEN_FIELDS = ("input_ids", "attention_mask", "loss_mask", "advantages", "token_rewards", "rollout_logprobs")
+_INT64 = ("input_ids", "attention_mask")
+_OPTIONAL = ("advantages", "token_rewards", "rollout_logprobs")
 
 _POOL = ArrayPool()
 
 
-def _zeros(shape, dtype, reuse):
-    return _POOL.full(shape, dtype, 0) if reuse else np.zeros(shape, dtype)
+def _empty(shape, reuse):
+    """The per-token arrays, uninitialized: to_numpy writes every element."""
+    new = _POOL.empty if reuse else np.empty
+    return {f: new(shape, np.int64 if f in _INT64 else np.float32) for f in _TOKEN_FIELDS}
 
 
 def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> dict:
@@ -53,12 +57,11 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> di
         T = int(lengths.sum())
         cu = np.zeros(len(batch) + 1, dtype=np.int32)
         np.cumsum(lengths, out=cu[1:])
-        arrs = {f: _zeros((1, T), np.int64 if f in ("input_ids", "attention_mask") else np.float32, reuse)
-                for f in _TOKEN_FIELDS}
-        pos = _zeros((1, T), np.int64, reuse)
+        arrs = _empty((1, T), reuse)
+        pos = (_POOL.empty if reuse else np.empty)((1, T), np.int64)
         for i, s in enumerate(batch):
-            a, b = cu[i], cu[i + 1]
-            _fill(arrs, 0, slice(a, b), s)
+            a, b = int(cu[i]), int(cu[i + 1])
+            _fill(arrs, 0, a, b, s)
             pos[0, a:b] = np.arange(b - a)
         out.update(arrs)
         out["position_ids"] = pos
@@ -68,24 +71,25 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> di
     L = int(lengths.max())
     if pad_to_multiple > 1:
         L = -(-L // pad_to_multiple) * pad_to_multiple
-    B = len(batch)
-    arrs = {f: _zeros((B, L), np.int64 if f in ("input_ids", "attention_mask") else np.float32, reuse)
-            for f in _TOKEN_FIELDS}
-    if pad_id:
-        arrs["input_ids"].fill(pad_id)
+    arrs = _empty((len(batch), L), reuse)
     for i, s in enumerate(batch):
-        _fill(arrs, i, slice(0, s["tokens"].size), s)
+        n = s["tokens"].size
+        _fill(arrs, i, 0, n, s)
+        if n < L:  # right padding
+            for f, a in arrs.items():
+                a[i, n:] = pad_id if f == "input_ids" else 0
     out.update(arrs)
     return out
 
 
-def _fill(arrs, row, sl, s):
-    arrs["input_ids"][row, sl] = s["tokens"]
-    arrs["attention_mask"][row, sl] = 1
-    arrs["loss_mask"][row, sl] = s["loss_mask"]
-    for f in ("advantages", "token_rewards", "rollout_logprobs"):
-        if s.get(f) is not None:
-            arrs[f][row, sl] = s[f]
+def _fill(arrs, row, a, b, s):
+    """Writes sample s into arrs[*][row, a:b], every element (0 where a field is absent)."""
+    arrs["input_ids"][row, a:b] = s["tokens"]
+    arrs["attention_mask"][row, a:b] = 1
+    arrs["loss_mask"][row, a:b] = s["loss_mask"]
+    for f in _OPTIONAL:
+        v = s.get(f)
+        arrs[f][row, a:b] = 0 if v is None else v
 
 
 def to_torch(batch, packed=False, pad_id=0, pad_to_multiple=1, device=None, reuse=True) -> dict:

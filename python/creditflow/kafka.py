@@ -20,7 +20,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition, libversion
 
-from .chunks import Reassembler
+from .chunks import CHUNK, Reassembler
 from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, decode_sample, encode_policy, encode_trajectory
 from .trajectory import InvalidTrajectory, Limits, validate_trajectory
 
@@ -433,13 +433,13 @@ class SampleStream:
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         self._next[(topic, partition)] = offset + 1
         headers = msg.headers()
-        if headers:  # chunk headers, or a producer's own: the reassembler tells them apart
+        if headers and any(k == CHUNK for k, _ in headers):  # a chunk: the reassembler puts it together
             rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
             self.broken_chunks += len(broken)
             if rec is None:
                 return None
             value, first = rec["value"], rec["first"]
-        else:  # a whole record (what the reassembler would return for it, without building it)
+        else:  # a whole record, with no headers or a producer's own (creditflow-schema)
             value, first = msg.value(), offset
         try:
             s = decode_sample(value)
