@@ -94,10 +94,18 @@ func (nopGauge) Set(float64) {}
 
 // ack reports that the outputs of a close event, or of one record, were written.
 type ack struct {
+	e   *emission
+	err error
+}
+
+// emission is what one group's samples (or one call's dead letters) settle
+// once every write of them is acknowledged: its close event, its input
+// offsets, and when its first member was read (the latency metric).
+type emission struct {
 	ev      *state.CloseEvent
 	offsets []int64
 	started time.Time
-	err     error
+	writes  int // handed to send, not yet acknowledged
 }
 
 // partition is the advantage stage's state for one claimed partition.
@@ -469,11 +477,27 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 		p.deadLetters(recs, schemas.ReasonInvalid, "group "+g.PromptID+": "+err.Error(), ev)
 		return
 	}
-	var msgs []producers.Message
-	route := p.a.router()
 	mean := 0.0
-	for i, r := range results {
+	for _, r := range results {
 		mean += r.Reward
+	}
+	mean /= float64(len(results))
+	outcome := "complete"
+	if partial {
+		outcome = "partial"
+	}
+	m.groups.WithLabelValues(outcome).Inc()
+	m.groupWait.Observe(time.Since(g.Members[0].Value.read).Seconds())
+	ev := p.ledger.Close(state.CloseEvent{Offset: off, Phase: phase, FirstOffset: g.FirstOffset, PromptID: g.PromptID,
+		Members: memberIDs(g), Finalized: true, BatchMean: mean,
+		EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
+	e := &emission{ev: ev, offsets: memberOffsets(g), started: g.Members[0].Value.read}
+	// Samples are written as they are built once they are large (emitEachBytes):
+	// the producer compresses and writes one while the next is built.
+	var msgs []producers.Message
+	pending := 0
+	route := p.a.router()
+	for i, r := range results {
 		smp := sample(scs[i], cms[i], r, cfg.Credit, &p.scratch)
 		b, err := schemas.Samples().AppendEncode(p.a.buffers.get(), &smp)
 		if err != nil {
@@ -485,23 +509,24 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 			Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.Samples().Name())}},
 		})
 		p.observe(r)
+		if pending += len(b); pending >= emitEachBytes && i < len(results)-1 {
+			p.send(msgs, e, true)
+			msgs, pending = nil, 0
+		}
 	}
-	mean /= float64(len(results))
 	p.a.signals(scs, results, route.announced)
 	if cfg.Credit.Method == "attnsr" && p.ema.Count > 0 {
 		p.baseline.Set(p.ema.Value)
 	}
-	outcome := "complete"
-	if partial {
-		outcome = "partial"
-	}
-	m.groups.WithLabelValues(outcome).Inc()
-	m.groupWait.Observe(time.Since(g.Members[0].Value.read).Seconds())
-	ev := p.ledger.Close(state.CloseEvent{Offset: off, Phase: phase, FirstOffset: g.FirstOffset, PromptID: g.PromptID,
-		Members: memberIDs(g), Finalized: true, BatchMean: mean,
-		EMAAfter: state.EMAState{Value: p.ema.Value, Count: p.ema.Count}}, false)
-	p.send(msgs, ev, memberOffsets(g), g.Members[0].Value.read, true)
+	p.send(msgs, e, true)
 }
+
+// emitEachBytes: once a group's samples built and not yet handed to the
+// producer reach this many bytes, they are written before the next sample is
+// built, rather than all of the group's samples in one call at its end. Small
+// samples (search-QA: 17 KB, five to a group) still go in one produce call
+// per group; long trajectories' samples (32k tokens: 425 KB) go one by one.
+const emitEachBytes = 256 << 10
 
 // incomplete dead-letters the members of a group that timed out too small.
 func (p *partition) incomplete(g *state.Group[entry], off int64) {

@@ -30,21 +30,24 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 		msgs = append(msgs, msg)
 	}
 	p.log.Warn().Str("reason", reason).Str("detail", truncate(detail, 200)).Int("records", len(recs)).Msg("dead letter")
-	p.send(msgs, ev, offs, time.Now(), false)
+	p.send(msgs, &emission{ev: ev, offsets: offs, started: time.Now()}, false)
 }
 
 // send writes msgs in the background; the partition loop learns of the ack.
-// With recycle, the messages' values are buffers of a.buffers, handed back
-// once the broker acknowledged them.
+// e settles once all of its sends are acknowledged: every send of one
+// emission is made before the partition loop handles the acks again. With
+// recycle, the messages' values are buffers of a.buffers, handed back once
+// the broker acknowledged them.
 //
 // It waits while the partition's unacknowledged output is at its bound
 // (Config.MaxUnackedBytes), so that building samples does not run far ahead
 // of writing them.
-func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets []int64, started time.Time, recycle bool) {
+func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 	size := 0
 	for _, msg := range msgs {
 		size += len(msg.Value)
 	}
+	e.writes++
 	p.sem <- struct{}{}
 	// Once the partition is being released the bound no longer waits: the
 	// writes in flight may be retrying against an unreachable broker, and
@@ -74,7 +77,7 @@ func (p *partition) send(msgs []producers.Message, ev *state.CloseEvent, offsets
 				}
 			}
 		}
-		p.acks <- ack{ev: ev, offsets: offsets, started: started, err: err}
+		p.acks <- ack{e: e, err: err}
 		<-p.sem
 	}()
 }
@@ -83,13 +86,17 @@ func (p *partition) acked(k ack) {
 	if k.err != nil {
 		return // the partition is being released; the next owner replays these offsets
 	}
-	if k.ev != nil {
-		p.ledger.Ack(k.ev)
+	e := k.e
+	if e.writes--; e.writes > 0 {
+		return // more of the group's samples are in flight
 	}
-	for _, o := range k.offsets {
+	if e.ev != nil {
+		p.ledger.Ack(e.ev)
+	}
+	for _, o := range e.offsets {
 		p.ledger.Done(o)
 	}
-	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(k.started).Seconds())
+	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(e.started).Seconds())
 }
 
 // snapshotRefresh is how often an unchanged snapshot is written again, so
