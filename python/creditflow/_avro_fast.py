@@ -68,11 +68,12 @@ class _Gen:
             if len(w) != 2 or w[0] != "null":
                 raise ValueError("only [\"null\", T] unions")
             rr = r[1] if isinstance(r, list) else w[1]
+            # the branch index is one byte, zigzag 0 or 1 (anything else: the checking decoder)
             br = self.var("br")
-            self.varint(ind, br)
+            self.emit(ind, "%s = b[pos]; pos += 1" % br)
             self.emit(ind, "if %s == 0:" % br)
             self.emit(ind + 1, "%s = None" % dst)
-            self.emit(ind, "elif %s == 1:" % br)
+            self.emit(ind, "elif %s == 2:" % br)
             self.node(ind + 1, w[1], rr, dst, packed)
             self.emit(ind, "else:")
             self.emit(ind + 1, "raise Fallback")
@@ -112,9 +113,8 @@ class _Gen:
                 self.emit(ind, "if not -2147483648 <= %s <= 2147483647:" % dst)
                 self.emit(ind + 1, "raise Fallback")
         elif t in ("float", "double"):
+            # past the end, unpack_from raises struct.error (FALLBACK)
             size = 4 if t == "float" else 8
-            self.emit(ind, "if pos + %d > blen:" % size)
-            self.emit(ind + 1, "raise Fallback")
             self.emit(ind, "%s = %s(b, pos)[0]; pos += %d" % (dst, "uf" if t == "float" else "ud", size))
         elif t in ("bytes", "string"):
             n = self.var("n")
@@ -122,7 +122,7 @@ class _Gen:
             self.emit(ind, "if %s < 0 or pos + %s > blen:" % (n, n))
             self.emit(ind + 1, "raise Fallback")
             if t == "string":
-                self.emit(ind, "%s = str(mv[pos:pos + %s], 'utf-8'); pos += %s" % (dst, n, n))
+                self.emit(ind, "%s = b[pos:pos + %s].decode(); pos += %s" % (dst, n, n))
             elif packed is not None:
                 self.emit(ind, "if %s %% %d:" % (n, packed.itemsize))  # the checking path names the fault
                 self.emit(ind + 1, "raise Fallback")
@@ -177,4 +177,4 @@ def compile_decoder(writer, reader, packed=None):
     return env["decode"]
 
 
-FALLBACK = (_Fallback, IndexError, UnicodeDecodeError)
+FALLBACK = (_Fallback, IndexError, UnicodeDecodeError, struct.error)
