@@ -53,15 +53,22 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> di
         "reward": np.array([s["reward"] for s in batch], dtype=np.float32),
         "outcome_advantage": np.array([s["outcome_advantage"] for s in batch], dtype=np.float32),
     }
+    # Per row: the fields some sample of the batch has; once per batch: the attention mask and
+    # the optional fields no sample has (zeros).
+    absent = [f for f in _OPTIONAL if all(s.get(f) is None for s in batch)]
+    rows = [("input_ids", "tokens"), ("loss_mask", "loss_mask")] + [(f, f) for f in _OPTIONAL if f not in absent]
     if packed:
         T = int(lengths.sum())
         cu = np.zeros(len(batch) + 1, dtype=np.int32)
         np.cumsum(lengths, out=cu[1:])
         arrs = _empty((1, T), reuse)
         pos = (_POOL.empty if reuse else np.empty)((1, T), np.int64)
+        arrs["attention_mask"].fill(1)
+        for f in absent:
+            arrs[f].fill(0)
         for i, s in enumerate(batch):
             a, b = int(cu[i]), int(cu[i + 1])
-            _fill(arrs, 0, a, b, s)
+            _fill(arrs, rows, 0, a, b, s)
             pos[0, a:b] = np.arange(b - a)
         out.update(arrs)
         out["position_ids"] = pos
@@ -72,23 +79,24 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> di
     if pad_to_multiple > 1:
         L = -(-L // pad_to_multiple) * pad_to_multiple
     arrs = _empty((len(batch), L), reuse)
+    np.less(np.arange(L), lengths[:, None], out=arrs["attention_mask"], casting="unsafe")
+    for f in absent:
+        arrs[f].fill(0)
     for i, s in enumerate(batch):
         n = s["tokens"].size
-        _fill(arrs, i, 0, n, s)
+        _fill(arrs, rows, i, 0, n, s)
         if n < L:  # right padding
-            for f, a in arrs.items():
-                a[i, n:] = pad_id if f == "input_ids" else 0
+            for f, _ in rows:
+                arrs[f][i, n:] = pad_id if f == "input_ids" else 0
     out.update(arrs)
     return out
 
 
-def _fill(arrs, row, a, b, s):
-    """Writes sample s into arrs[*][row, a:b], every element (0 where a field is absent)."""
-    arrs["input_ids"][row, a:b] = s["tokens"]
-    arrs["attention_mask"][row, a:b] = 1
-    arrs["loss_mask"][row, a:b] = s["loss_mask"]
-    for f in _OPTIONAL:
-        v = s.get(f)
+def _fill(arrs, rows, row, a, b, s):
+    """Writes sample s into arrs[f][row, a:b] for the (array, sample field) pairs of rows (0
+    where the sample lacks the field)."""
+    for f, src in rows:
+        v = s.get(src)
         arrs[f][row, a:b] = 0 if v is None else v
 
 

@@ -94,6 +94,25 @@ class Reuse(unittest.TestCase):
                 del got
             self.assertGreater(_POOL.reused, before)
 
+    def test_fields_some_samples_lack_are_zero_there(self):
+        for packed in (False, True):
+            for seed in range(3):  # memory of earlier batches under it
+                creditflow.to_numpy(batch_of(70 + seed)[0], packed=packed)
+            ss = [creditflow.decode_sample(wire.codec("Sample").encode(sample_datum(n, seed=n, ppo=ppo)))
+                  for n, ppo in ((30, False), (50, True), (20, False))]
+            b = creditflow.to_numpy(ss, packed=packed)
+            at = 0
+            for i, s in enumerate(ss):
+                n = s["tokens"].size
+                row, sl = (0, slice(at, at + n)) if packed else (i, slice(0, n))
+                at += n
+                for f in ("advantages", "token_rewards"):
+                    want = np.zeros(n, np.float32) if s[f] is None else s[f]
+                    np.testing.assert_array_equal(b[f][row, sl], want, f)
+                np.testing.assert_array_equal(b["attention_mask"][row, sl], 1)
+            if not packed:
+                np.testing.assert_array_equal(b["attention_mask"].sum(axis=1), [30, 50, 20])
+
     def test_held_batches_and_their_parts_are_never_written(self):
         kept, want = [], []
         for seed in range(12):
