@@ -133,6 +133,31 @@ class Reuse(unittest.TestCase):
             else:
                 np.testing.assert_array_equal(k, w["loss_mask"].reshape(-1)[5:])
 
+    def test_threads_never_share_live_memory(self):
+        import threading
+        inputs = [batch_of(90 + i)[0] for i in range(4)]
+        wants = [creditflow.to_numpy(ss, reuse=False) for ss in inputs]
+        errors = []
+
+        def work(k):
+            held = []
+            for r in range(30):
+                b = creditflow.to_numpy(inputs[(k + r) % 4])
+                held.append(((k + r) % 4, b))
+                if len(held) > 3:
+                    held.pop(0)  # released: its memory may go to any thread
+                for j, h in held:
+                    for f in self.FIELDS:
+                        if not np.array_equal(h[f], wants[j][f]):
+                            errors.append((k, r, f))
+
+        ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+
     def test_pool_is_bounded(self):
         from creditflow._recycle import ArrayPool
         pool = ArrayPool(max_buffers=4)
