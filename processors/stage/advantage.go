@@ -92,7 +92,7 @@ type nopGauge struct{}
 
 func (nopGauge) Set(float64) {}
 
-// ack reports that the outputs of a close event, or of one record, were written.
+// ack reports that one write of an emission ended: acknowledged when err is nil.
 type ack struct {
 	e   *emission
 	err error
