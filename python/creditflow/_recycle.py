@@ -30,11 +30,14 @@ def _size_class(n):
 
 
 class ArrayPool:
-    """Arrays backed by reused flat buffers (at most `max_buffers` kept, oldest dropped first)."""
+    """Arrays backed by reused flat buffers. At most `max_buffers` buffers and `max_bytes`
+    bytes are kept (the least recently used dropped first, free ones before ones in use):
+    what the pool holds once a trainer has dropped its batches. The defaults keep two padded
+    batches of 64 samples of 128k tokens, or 24 arrays of any smaller batches."""
 
-    def __init__(self, max_buffers=24):
-        self.max_buffers = max_buffers
-        self._bufs = []  # flat uint8 arrays, oldest first
+    def __init__(self, max_buffers=24, max_bytes=512 << 20):
+        self.max_buffers, self.max_bytes = max_buffers, max_bytes
+        self._bufs = []  # flat uint8 arrays, least recently handed out first
         self._lock = threading.Lock()
         self.reused = self.allocated = 0
 
@@ -59,15 +62,17 @@ class ArrayPool:
                 if size >= n and (best is None or size < self._bufs[best].nbytes) and self._free(i):
                     best = i
             if best is not None:
-                buf = self._bufs[best]
+                buf = self._bufs.pop(best)
                 self.reused += 1
             else:
                 buf = np.empty(_size_class(n), np.uint8)
-                self._bufs.append(buf)
                 self.allocated += 1
-                while len(self._bufs) > self.max_buffers:
-                    free = [i for i in range(len(self._bufs) - 1) if self._free(i)]
-                    del self._bufs[free[0] if free else 0]
+            self._bufs.append(buf)
+            # an array in use that leaves the pool stays the caller's; it is just not reused
+            while len(self._bufs) > 1 and (len(self._bufs) > self.max_buffers or
+                                           sum(b.nbytes for b in self._bufs) > self.max_bytes):
+                free = [i for i in range(len(self._bufs) - 1) if self._free(i)]
+                del self._bufs[free[0] if free else 0]
         return buf[:n].view(dtype).reshape(shape)
 
 

@@ -167,6 +167,12 @@ class Reuse(unittest.TestCase):
             a.fill(i)
         for i, a in enumerate(held):
             self.assertTrue((a == i).all())
+        # bytes: a pool of at most 1 MiB keeps at most 1 MiB once the arrays are dropped
+        pool = ArrayPool(max_bytes=1 << 20)
+        for i in range(10):
+            pool.empty((100 + 30 * i, 1000), np.uint8)
+        self.assertLessEqual(sum(b.nbytes for b in pool._bufs), max(1 << 20, pool._bufs[-1].nbytes))
+        self.assertGreater(pool.allocated, 1)
 
     @unittest.skipIf(torch is None, "torch not installed")
     def test_a_held_tensor_keeps_its_memory(self):
