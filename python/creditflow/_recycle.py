@@ -61,19 +61,26 @@ class ArrayPool:
                 size = self._bufs[i].nbytes
                 if size >= n and (best is None or size < self._bufs[best].nbytes) and self._free(i):
                     best = i
-            if best is not None:
+            if best is not None:  # most recently used now
                 buf = self._bufs.pop(best)
+                self._bufs.append(buf)
                 self.reused += 1
             else:
                 buf = np.empty(_size_class(n), np.uint8)
+                self._bufs.append(buf)
                 self.allocated += 1
-            self._bufs.append(buf)
-            # an array in use that leaves the pool stays the caller's; it is just not reused
-            while len(self._bufs) > 1 and (len(self._bufs) > self.max_buffers or
-                                           sum(b.nbytes for b in self._bufs) > self.max_bytes):
-                free = [i for i in range(len(self._bufs) - 1) if self._free(i)]
-                del self._bufs[free[0] if free else 0]
+                self._bound()
         return buf[:n].view(dtype).reshape(shape)
+
+    def _bound(self):
+        """Drops buffers, least recently used first and free ones before ones in use, until
+        the pool is within its bounds (the newest always stays). An array in use that leaves
+        the pool stays the caller's; it is just not reused."""
+        held = sum(b.nbytes for b in self._bufs)
+        while len(self._bufs) > 1 and (len(self._bufs) > self.max_buffers or held > self.max_bytes):
+            i = next((i for i in range(len(self._bufs) - 1) if self._free(i)), 0)
+            held -= self._bufs[i].nbytes
+            del self._bufs[i]
 
 
 def _free_refs():

@@ -29,12 +29,6 @@ _OPTIONAL = ("advantages", "token_rewards", "rollout_logprobs")
 _POOL = ArrayPool()
 
 
-def _empty(shape, reuse):
-    """The per-token arrays, uninitialized: to_numpy writes every element."""
-    new = _POOL.empty if reuse else np.empty
-    return {f: new(shape, np.int64 if f in _INT64 else np.float32) for f in _TOKEN_FIELDS}
-
-
 def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> dict:
     """Numpy arrays for a list of samples (dicts as decode_sample returns them).
 
@@ -54,41 +48,42 @@ def to_numpy(batch, packed=False, pad_id=0, pad_to_multiple=1, reuse=True) -> di
         "outcome_advantage": np.array([s["outcome_advantage"] for s in batch], dtype=np.float32),
     }
     # Per row: the fields some sample of the batch has; once per batch: the attention mask and
-    # the optional fields no sample has (zeros).
+    # the optional fields no sample has (zeros). The arrays start uninitialized: every element
+    # is written below.
     absent = [f for f in _OPTIONAL if all(s.get(f) is None for s in batch)]
     rows = [("input_ids", "tokens"), ("loss_mask", "loss_mask")] + [(f, f) for f in _OPTIONAL if f not in absent]
+    new = _POOL.empty if reuse else np.empty
     if packed:
-        T = int(lengths.sum())
+        shape = (1, int(lengths.sum()))
+    else:
+        L = int(lengths.max())
+        if pad_to_multiple > 1:
+            L = -(-L // pad_to_multiple) * pad_to_multiple
+        shape = (len(batch), L)
+    arrs = {f: new(shape, np.int64 if f in _INT64 else np.float32) for f in _TOKEN_FIELDS}
+    for f in absent:
+        arrs[f].fill(0)
+    out.update(arrs)
+    if packed:
         cu = np.zeros(len(batch) + 1, dtype=np.int32)
         np.cumsum(lengths, out=cu[1:])
-        arrs = _empty((1, T), reuse)
-        pos = (_POOL.empty if reuse else np.empty)((1, T), np.int64)
+        pos = new(shape, np.int64)
         arrs["attention_mask"].fill(1)
-        for f in absent:
-            arrs[f].fill(0)
         for i, s in enumerate(batch):
             a, b = int(cu[i]), int(cu[i + 1])
             _fill(arrs, rows, 0, a, b, s)
             pos[0, a:b] = np.arange(b - a)
-        out.update(arrs)
         out["position_ids"] = pos
         out["cu_seqlens"] = cu
         out["max_seqlen"] = int(lengths.max())
         return out
-    L = int(lengths.max())
-    if pad_to_multiple > 1:
-        L = -(-L // pad_to_multiple) * pad_to_multiple
-    arrs = _empty((len(batch), L), reuse)
     np.less(np.arange(L), lengths[:, None], out=arrs["attention_mask"], casting="unsafe")
-    for f in absent:
-        arrs[f].fill(0)
     for i, s in enumerate(batch):
         n = s["tokens"].size
         _fill(arrs, rows, i, 0, n, s)
         if n < L:  # right padding
             for f, _ in rows:
                 arrs[f][i, n:] = pad_id if f == "input_ids" else 0
-    out.update(arrs)
     return out
 
 

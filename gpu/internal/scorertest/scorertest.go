@@ -157,8 +157,9 @@ func EqualScores(t testing.TB, what string, got, want []gpu.RowScores) {
 	}
 }
 
-// EqualGraphs fails t unless got equals want exactly.
-func EqualGraphs(t testing.TB, what string, got, want [][]gpu.StepGraph) {
+// eachGraph calls check on every pair of graphs of got and want, job by
+// job, after failing t where their numbers of jobs or graphs differ.
+func eachGraph[G any](t testing.TB, what string, got, want [][]G, check func(job, graph int, g, w G)) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d results, want %d", what, len(got), len(want))
@@ -168,24 +169,32 @@ func EqualGraphs(t testing.TB, what string, got, want [][]gpu.StepGraph) {
 			t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
 		}
 		for l := range want[i] {
-			g, w := got[i][l], want[i][l]
-			if g.Layer != w.Layer {
-				t.Fatalf("%s: job %d graph %d layer %d, want %d", what, i, l, g.Layer, w.Layer)
+			check(i, l, got[i][l], want[i][l])
+		}
+	}
+}
+
+// EqualGraphs fails t unless got equals want exactly.
+func EqualGraphs(t testing.TB, what string, got, want [][]gpu.StepGraph) {
+	t.Helper()
+	eachGraph(t, what, got, want, func(i, l int, g, w gpu.StepGraph) {
+		t.Helper()
+		if g.Layer != w.Layer {
+			t.Fatalf("%s: job %d graph %d layer %d, want %d", what, i, l, g.Layer, w.Layer)
+		}
+		for _, pair := range [][2][][]float64{{g.AA, w.AA}, {g.AO, w.AO}} {
+			if len(pair[0]) != len(pair[1]) {
+				t.Fatalf("%s: job %d layer %d: %d rows, want %d", what, i, w.Layer, len(pair[0]), len(pair[1]))
 			}
-			for _, pair := range [][2][][]float64{{g.AA, w.AA}, {g.AO, w.AO}} {
-				if len(pair[0]) != len(pair[1]) {
-					t.Fatalf("%s: job %d layer %d: %d rows, want %d", what, i, w.Layer, len(pair[0]), len(pair[1]))
-				}
-				for r := range pair[1] {
-					for c := range pair[1][r] {
-						if pair[0][r][c] != pair[1][r][c] {
-							t.Fatalf("%s: job %d layer %d [%d][%d] = %v, want %v", what, i, w.Layer, r, c, pair[0][r][c], pair[1][r][c])
-						}
+			for r := range pair[1] {
+				for c := range pair[1][r] {
+					if pair[0][r][c] != pair[1][r][c] {
+						t.Fatalf("%s: job %d layer %d [%d][%d] = %v, want %v", what, i, w.Layer, r, c, pair[0][r][c], pair[1][r][c])
 					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // SameLower reports whether a and b are the same lower graph, form and
@@ -209,19 +218,12 @@ func SameLower(a, b gpu.LowerGraph) bool {
 // EqualLowerGraphs fails t unless got equals want bit for bit (SameLower).
 func EqualLowerGraphs(t testing.TB, what string, got, want [][]gpu.LowerGraph) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d results, want %d", what, len(got), len(want))
-	}
-	for i := range want {
-		if len(got[i]) != len(want[i]) {
-			t.Fatalf("%s: job %d has %d graphs, want %d", what, i, len(got[i]), len(want[i]))
+	eachGraph(t, what, got, want, func(i, l int, g, w gpu.LowerGraph) {
+		t.Helper()
+		if !SameLower(g, w) {
+			t.Fatalf("%s: job %d graph %d\n got %+v\nwant %+v", what, i, l, g, w)
 		}
-		for l := range want[i] {
-			if !SameLower(got[i][l], want[i][l]) {
-				t.Fatalf("%s: job %d graph %d\n got %+v\nwant %+v", what, i, l, got[i][l], want[i][l])
-			}
-		}
-	}
+	})
 }
 
 // ServeHandler serves h on a fresh 127.0.0.1 port until the test ends or

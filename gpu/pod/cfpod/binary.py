@@ -210,19 +210,26 @@ def _set(rd, i):
     return s
 
 
+def _decode_request(body, magic, kind, unit, min_size, read):
+    """The units of a binary `kind` request body: its magic, a count, then each unit as
+    read(reader, index) reads it, and nothing after. Raises a 400 Reject for any malformed
+    body."""
+    rd = _Reader(body, kind)
+    got = bytes(rd.buf[:len(magic)])
+    if got != magic:
+        raise bad(f"binary {kind} request must start with {magic.decode()!r}, got {got!r}")
+    rd.off = len(magic)
+    n = rd.count(unit, min_size)
+    units = [read(rd, i) for i in range(n)]
+    if rd.left():
+        raise bad(f"binary {kind} request holds {rd.left()} bytes after its last {unit} (offset {rd.off})")
+    return units
+
+
 def decode_rows(body):
     """A rows body → {"sets": [...]} in the shape of the JSON request (token arrays as
     Tokens). Raises a 400 Reject for any malformed body."""
-    rd = _Reader(body)
-    magic = bytes(rd.buf[:len(ROWS_MAGIC)])
-    if magic != ROWS_MAGIC:
-        raise bad(f"binary score request must start with {ROWS_MAGIC.decode()!r}, got {magic!r}")
-    rd.off = len(ROWS_MAGIC)
-    n = rd.count("set", _MIN_SET)
-    sets = [_set(rd, i) for i in range(n)]
-    if rd.left():
-        raise bad(f"binary score request holds {rd.left()} bytes after its last set (offset {rd.off})")
-    return {"sets": sets}
+    return {"sets": _decode_request(body, ROWS_MAGIC, "score", "set", _MIN_SET, _set)}
 
 
 # ----- graphs answer ---------------------------------------------------------------------
@@ -304,16 +311,7 @@ def _job(rd, i):
 def decode_jobs(body):
     """A jobs body → {"jobs": [...]} in the shape of the JSON request (token arrays as
     Tokens). Raises a 400 Reject for any malformed body."""
-    rd = _Reader(body, "attention")
-    magic = bytes(rd.buf[:len(JOBS_MAGIC)])
-    if magic != JOBS_MAGIC:
-        raise bad(f"binary attention request must start with {JOBS_MAGIC.decode()!r}, got {magic!r}")
-    rd.off = len(JOBS_MAGIC)
-    n = rd.count("job", _MIN_JOB)
-    jobs = [_job(rd, i) for i in range(n)]
-    if rd.left():
-        raise bad(f"binary attention request holds {rd.left()} bytes after its last job (offset {rd.off})")
-    return {"jobs": jobs}
+    return {"jobs": _decode_request(body, JOBS_MAGIC, "attention", "job", _MIN_JOB, _job)}
 
 
 # ----- lower graphs answer ---------------------------------------------------------------

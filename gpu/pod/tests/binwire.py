@@ -101,10 +101,10 @@ def _answer_head(body):
     return out, off + 4, jobs
 
 
-def decode_graphs(body):
-    """A graphs answer → {"results": [{"graphs": [{"layer", "aa", "ao"}]}]
-    [, "policy_version"]}, the JSON answer's shape; asserts that every byte is used."""
-    assert body[:4] == b"CFG1", body[:4]
+def _decode_answer(body, magic, graph):
+    """An attention answer of `magic`: its head, then per job the graphs graph(body, off)
+    reads (each returning (graph, next offset)); asserts that every byte is used."""
+    assert body[:4] == magic, body[:4]
     out, off, jobs = _answer_head(body)
     results = []
     for _ in range(jobs):
@@ -112,17 +112,28 @@ def decode_graphs(body):
         off += 4
         graphs = []
         for _ in range(n):
-            layer, k = struct.unpack_from("<iI", body, off)
-            off += 8
-            mats = []
-            for _ in range(2):
-                flat = struct.unpack_from(f"<{k * k}d", body, off)
-                off += 8 * k * k
-                mats.append([list(flat[j * k:(j + 1) * k]) for j in range(k)])
-            graphs.append({"layer": layer, "aa": mats[0], "ao": mats[1]})
-        results.append({"graphs": graphs})
+            g, off = graph(body, off)
+            graphs.append(g)
+        results.append(graphs)
     assert off == len(body), (off, len(body))
     out["results"] = results
+    return out
+
+
+def decode_graphs(body):
+    """A graphs answer → {"results": [{"graphs": [{"layer", "aa", "ao"}]}]
+    [, "policy_version"]}, the JSON answer's shape; asserts that every byte is used."""
+    def graph(body, off):
+        layer, k = struct.unpack_from("<iI", body, off)
+        off += 8
+        mats = []
+        for _ in range(2):
+            flat = struct.unpack_from(f"<{k * k}d", body, off)
+            off += 8 * k * k
+            mats.append([list(flat[j * k:(j + 1) * k]) for j in range(k)])
+        return {"layer": layer, "aa": mats[0], "ao": mats[1]}, off
+    out = _decode_answer(body, b"CFG1", graph)
+    out["results"] = [{"graphs": gs} for gs in out["results"]]
     return out
 
 
@@ -156,20 +167,9 @@ def json_jobs(jobs):
 def decode_lower_graphs(body):
     """A lower-graphs answer → {"results": [[(layer, k, "sum" or "pair", [floats])]]
     [, "policy_version"]}; asserts that every byte is used."""
-    assert body[:4] == b"CFL1", body[:4]
-    out, off, jobs = _answer_head(body)
-    results = []
-    for _ in range(jobs):
-        n, = struct.unpack_from("<I", body, off)
-        off += 4
-        graphs = []
-        for _ in range(n):
-            layer, k, form = struct.unpack_from("<iIB", body, off)
-            off += 9
-            m = k * (k - 1) // 2 * (1 if form == 1 else 2)
-            graphs.append((layer, k, {0: "pair", 1: "sum"}[form], list(struct.unpack_from(f"<{m}d", body, off))))
-            off += 8 * m
-        results.append(graphs)
-    assert off == len(body), (off, len(body))
-    out["results"] = results
-    return out
+    def graph(body, off):
+        layer, k, form = struct.unpack_from("<iIB", body, off)
+        off += 9
+        m = k * (k - 1) // 2 * (1 if form == 1 else 2)
+        return (layer, k, {0: "pair", 1: "sum"}[form], list(struct.unpack_from(f"<{m}d", body, off))), off + 8 * m
+    return _decode_answer(body, b"CFL1", graph)
