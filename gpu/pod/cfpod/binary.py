@@ -124,6 +124,15 @@ class _Reader:
                       f"{self.left()} bytes that follow allow")
         return n
 
+    def text(self, what, item):
+        """A counted UTF-8 string (`what`: "set 3 id"); not UTF-8 is a Reject of item."""
+        at = self.off
+        raw = self.raw(self.count(f"{what} byte", 1), what)
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError as e:
+            raise bad(f"binary {self.kind} request: {what} at offset {at} is not UTF-8: {e}", item) from None
+
     def raw(self, n, what):
         off = self.off
         if off + n > self.end:
@@ -184,13 +193,7 @@ def _row(rd, what):
 
 def _set(rd, i):
     what = f"set {i}"
-    at = rd.off
-    raw = rd.raw(rd.count(f"{what} id byte", 1), f"{what} id")
-    try:
-        sid = str(raw, "utf-8")
-    except UnicodeDecodeError as e:
-        raise bad(f"binary score request: {what} id at offset {at} is not UTF-8: {e}", i) from None
-    s = {"id": sid}
+    s = {"id": rd.text(f"{what} id", i)}
     f = rd.flags(SET_TOKENS | SET_TARGET | SET_SPAN | SET_STATISTIC, what)
     if f & SET_TOKENS:
         s["tokens"] = rd.ids(f"{what} tokens")
@@ -199,12 +202,7 @@ def _set(rd, i):
     if f & SET_SPAN:
         s["span"] = rd.span(f"{what} span")
     if f & SET_STATISTIC:
-        at = rd.off
-        raw = rd.raw(rd.count(f"{what} statistic byte", 1), f"{what} statistic")
-        try:
-            s["statistic"] = str(raw, "utf-8")
-        except UnicodeDecodeError as e:
-            raise bad(f"binary score request: {what} statistic at offset {at} is not UTF-8: {e}", i) from None
+        s["statistic"] = rd.text(f"{what} statistic", i)
     n = rd.count(f"{what} row", _MIN_ROW)
     s["rows"] = [_row(rd, f"{what} row {j}") for j in range(n)]
     return s
@@ -286,12 +284,7 @@ _MIN_STEP = 8 + 1         # action span, flags
 
 def _job(rd, i):
     what = f"job {i}"
-    at = rd.off
-    raw = rd.raw(rd.count(f"{what} id byte", 1), f"{what} id")
-    try:
-        jid = str(raw, "utf-8")
-    except UnicodeDecodeError as e:
-        raise bad(f"binary attention request: {what} id at offset {at} is not UTF-8: {e}", i) from None
+    jid = rd.text(f"{what} id", i)
     j = {"id": jid} if jid else {}
     j["tokens"] = rd.ids(f"{what} tokens")
     steps = []
