@@ -45,6 +45,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/harness/demo"
+	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/loadtest/bench"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 )
@@ -66,6 +67,7 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
+	gcpolicy.Apply() // as the creditflow binary does: the bench runs the stages as deployed
 	var code int
 	var err error
 	switch os.Args[1] {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+
+	"github.com/creditflow/creditflow/internal/gcpolicy"
 )
 
 // command is one subcommand: a short help line and its entry point.
@@ -47,6 +49,7 @@ func main() {
 		usage()
 		return
 	}
+	gcpolicy.Apply() // every command; GOGC and GOMEMLIMIT win (README, Running against a real cluster)
 	c, ok := commands[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "creditflow: unknown command %q\n\n", os.Args[1])

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -183,8 +184,9 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	if err := cfg.Check(); err != nil {
 		return err
 	}
+	gc, _ := gcpolicy.Applied()
 	log.Info().Strs("brokers", cfg.Brokers).Str("security", cfg.Security.String()).Str("stage", *which).
-		Str("method", cfg.Credit.Method).Msg("creditflow run starting")
+		Str("method", cfg.Credit.Method).Stringer("gc", gc).Msg("creditflow run starting")
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

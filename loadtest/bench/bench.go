@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
@@ -80,11 +81,15 @@ type SizeResult struct {
 // BenchResult is the default size's result with the other sizes in Sizes.
 type BenchResult struct {
 	SizeResult
-	Sizes      []SizeResult  `json:"sizes"`
-	Partitions int           `json:"partitions"`
-	GOMAXPROCS int           `json:"gomaxprocs"`
-	Seconds    float64       `json:"seconds"`
-	Scaling    []ScalingCell `json:"scaling,omitempty"`
+	Sizes      []SizeResult `json:"sizes"`
+	Partitions int          `json:"partitions"`
+	GOMAXPROCS int          `json:"gomaxprocs"`
+	// GC is the garbage collector's policy of the bench and its children,
+	// the stages' own (internal/gcpolicy): "GC percentage 200 (default),
+	// memory limit none (none)" unless GOGC or GOMEMLIMIT set it.
+	GC      string        `json:"gc"`
+	Seconds float64       `json:"seconds"`
+	Scaling []ScalingCell `json:"scaling,omitempty"`
 }
 
 type benchOptions struct {
@@ -180,6 +185,9 @@ func Cmd(args []string) (int, error) {
 func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResult, error) {
 	start := time.Now()
 	res := BenchResult{Partitions: o.partitions, GOMAXPROCS: runtime.GOMAXPROCS(0), Sizes: []SizeResult{}}
+	if p, ok := gcpolicy.Applied(); ok {
+		res.GC = p.String()
+	}
 	env := &benchEnv{run: strconv.FormatInt(time.Now().UnixMilli(), 36), partitions: o.partitions, timeout: o.timeout, log: zerolog.Nop(), prog: newBenchProgress(),
 		profilePhase: o.profilePhase, cpuProfile: o.cpuProfile}
 	defer env.prog.close()
@@ -381,6 +389,9 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 func printBench(r BenchResult) {
 	w := os.Stdout
 	fmt.Fprintf(w, "%d partitions, GOMAXPROCS %d, %.1fs; rates in records/s on the same records and broker\n", r.Partitions, r.GOMAXPROCS, r.Seconds)
+	if r.GC != "" {
+		fmt.Fprintf(w, "%s\n", r.GC)
+	}
 	fmt.Fprintf(w, "%-11s %7s %6s %9s %9s | %11s %9s %6s | %11s %9s %6s | %8s %8s | %11s %6s\n",
 		"size", "records", "tokens", "traj B", "scored B", "passthrough", "score", "ratio", "pass scored", "advantage", "ratio", "p50 ms", "p99 ms", "B/open mbr", "x rec")
 	for _, s := range append([]SizeResult{r.SizeResult}, r.Sizes...) {
