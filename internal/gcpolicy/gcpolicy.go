@@ -5,15 +5,15 @@
 // leaves that setting alone. Otherwise:
 //
 //   - the GC percentage is DefaultPercent (200) instead of Go's 100: the
-//     stages allocate a fresh value for every record they read and every
-//     request they send, and at 100 they collected twice as often for little
-//     memory saved (docs/performance.md, fourteenth pass: the search-QA score
-//     stage's CPU per record a median 17% lower, its resident memory ≈ 1.4×
-//     larger);
+//     stages allocate fresh memory for every record they read and every
+//     request they send; at 200 the search-QA score stage's CPU per record
+//     was a median 17% lower than at 100, for a resident set about 1.4×
+//     larger (docs/performance.md, fourteenth pass);
 //   - inside a container with a memory limit (cgroup v2 memory.max or v1
-//     memory.limit_in_bytes) the soft memory limit is LimitFraction (90%) of
-//     it, so that a heap that grows toward the container's limit is collected
-//     harder instead of being killed; without a limit there is none.
+//     memory.limit_in_bytes of the cgroup mounted at /sys/fs/cgroup) the soft
+//     memory limit is LimitFraction (90%) of it, so that a heap that grows
+//     toward the container's limit is collected harder instead of being
+//     killed; without a limit there is none.
 //
 // Apply reads the environment and /sys/fs/cgroup once; call it at the start
 // of main.
@@ -75,25 +75,22 @@ var applied atomic.Pointer[Policy]
 
 func apply(getenv func(string) string, cgroupRoot string) Policy {
 	var p Policy
-	if v := getenv("GOGC"); v != "" {
-		// The runtime has read it; SetGCPercent(-1) would not tell "off"
-		// apart from a bad value, so ask without changing it.
+	if getenv("GOGC") != "" {
+		// The runtime applied it at start: read it back (SetGCPercent
+		// returns the setting it replaces) and put it back.
 		p.Percent, p.PercentFrom = debug.SetGCPercent(-1), "GOGC"
 		debug.SetGCPercent(p.Percent)
 	} else {
 		debug.SetGCPercent(DefaultPercent)
 		p.Percent, p.PercentFrom = DefaultPercent, "default"
 	}
-	switch {
-	case getenv("GOMEMLIMIT") != "":
-		p.Limit, p.LimitFrom = debug.SetMemoryLimit(-1), "GOMEMLIMIT"
-	default:
-		if lim, ok := cgroupLimit(cgroupRoot); ok {
-			p.Limit, p.LimitFrom = int64(float64(lim)*LimitFraction), "cgroup"
-			debug.SetMemoryLimit(p.Limit)
-		} else {
-			p.LimitFrom = "none"
-		}
+	if getenv("GOMEMLIMIT") != "" {
+		p.Limit, p.LimitFrom = debug.SetMemoryLimit(-1), "GOMEMLIMIT" // -1 reads without changing
+	} else if lim, ok := cgroupLimit(cgroupRoot); ok {
+		p.Limit, p.LimitFrom = int64(float64(lim)*LimitFraction), "cgroup"
+		debug.SetMemoryLimit(p.Limit)
+	} else {
+		p.LimitFrom = "none"
 	}
 	return p
 }
