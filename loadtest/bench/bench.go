@@ -87,9 +87,11 @@ type BenchResult struct {
 	// GC is the garbage collector's policy of the bench and its children,
 	// the stages' own (internal/gcpolicy): "GC percentage 200 (default),
 	// memory limit none (none)" unless GOGC or GOMEMLIMIT set it.
-	GC      string        `json:"gc"`
-	Seconds float64       `json:"seconds"`
-	Scaling []ScalingCell `json:"scaling,omitempty"`
+	GC string `json:"gc"`
+	// Compression is every producer's codec in the run (--compression).
+	Compression string        `json:"compression"`
+	Seconds     float64       `json:"seconds"`
+	Scaling     []ScalingCell `json:"scaling,omitempty"`
 }
 
 type benchOptions struct {
@@ -107,11 +109,13 @@ type benchOptions struct {
 	profilePhase string
 	memProfile   string
 	python       string // the trainer phase's interpreter; "" skips the phase
+	compression  string // every producer's codec
 }
 
 // Cmd runs the bench command with its flags (go run ./loadtest bench -h).
 func Cmd(args []string) (int, error) {
-	o := benchOptions{records: 2000, partitions: 2, openGroups: 10000, repeat: 3, timeout: 90 * time.Second, seed: 7}
+	o := benchOptions{records: 2000, partitions: 2, openGroups: 10000, repeat: 3, timeout: 90 * time.Second, seed: 7,
+		compression: stage.DefaultCompression}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.IntVar(&o.records, "records", o.records, "trajectories of the default (search-qa) size; other sizes get about the same bytes")
 	var names []string
@@ -131,6 +135,7 @@ func Cmd(args []string) (int, error) {
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score or advantage) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
 	fs.StringVar(&o.python, "trainer-python", "/usr/bin/python3", "the interpreter of the trainer phase (needs numpy and confluent_kafka; torch when present); empty skips the phase")
+	fs.StringVar(&o.compression, "compression", o.compression, "the codec of every producer in the run, the stages' and the passthroughs' alike: lz4, zstd, snappy, gzip or none (what each costs: docs/kafka.md, Compression)")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -150,6 +155,11 @@ func Cmd(args []string) (int, error) {
 	}
 	if len(sizes) == 0 {
 		return 2, fmt.Errorf("no size to run (sizes %q, method %q)", o.sizes, o.method)
+	}
+	switch o.compression {
+	case "none", "gzip", "snappy", "lz4", "zstd":
+	default:
+		return 2, fmt.Errorf("--compression %q: use lz4, zstd, snappy, gzip or none", o.compression)
 	}
 	switch o.profilePhase {
 	case "", "passthrough", "score", "advantage":
@@ -184,12 +194,12 @@ func Cmd(args []string) (int, error) {
 
 func runBench(ctx context.Context, o benchOptions, sizes []benchSize) (BenchResult, error) {
 	start := time.Now()
-	res := BenchResult{Partitions: o.partitions, GOMAXPROCS: runtime.GOMAXPROCS(0), Sizes: []SizeResult{}}
+	res := BenchResult{Partitions: o.partitions, GOMAXPROCS: runtime.GOMAXPROCS(0), Sizes: []SizeResult{}, Compression: o.compression}
 	if p, ok := gcpolicy.Applied(); ok {
 		res.GC = p.String()
 	}
 	env := &benchEnv{run: strconv.FormatInt(time.Now().UnixMilli(), 36), partitions: o.partitions, timeout: o.timeout, log: zerolog.Nop(), prog: newBenchProgress(),
-		profilePhase: o.profilePhase, cpuProfile: o.cpuProfile}
+		profilePhase: o.profilePhase, cpuProfile: o.cpuProfile, compression: o.compression}
 	defer env.prog.close()
 	// The embedded broker keeps every record in its memory: each size gets a
 	// fresh one. With --cpuprofile the first one writes its profile too.
@@ -391,6 +401,9 @@ func printBench(r BenchResult) {
 	fmt.Fprintf(w, "%d partitions, GOMAXPROCS %d, %.1fs; rates in records/s on the same records and broker\n", r.Partitions, r.GOMAXPROCS, r.Seconds)
 	if r.GC != "" {
 		fmt.Fprintf(w, "%s\n", r.GC)
+	}
+	if r.Compression != "" {
+		fmt.Fprintf(w, "every producer compresses with %s\n", r.Compression)
 	}
 	fmt.Fprintf(w, "%-11s %7s %6s %9s %9s | %11s %9s %6s | %11s %9s %6s | %8s %8s | %11s %6s\n",
 		"size", "records", "tokens", "traj B", "scored B", "passthrough", "score", "ratio", "pass scored", "advantage", "ratio", "p50 ms", "p99 ms", "B/open mbr", "x rec")

@@ -164,3 +164,19 @@ func TestBenchNamesAndDrop(t *testing.T) {
 		}
 	}
 }
+
+// --compression sets every producer's codec, the stages' own included;
+// without it the bench compresses as the stages do by default, and a codec
+// the producers do not know is refused before anything starts.
+func TestBenchCompression(t *testing.T) {
+	for _, c := range []struct{ flag, want string }{{"", "lz4"}, {"zstd", "zstd"}, {"none", "none"}} {
+		e := benchEnv{compression: c.flag}
+		if got := e.producerConfig().Compression; got != c.want {
+			t.Errorf("--compression %q: producers compress with %q, want %q", c.flag, got, c.want)
+		}
+	}
+	code, err := Cmd([]string{"--compression", "brotli"})
+	if code != 2 || err == nil || !strings.Contains(err.Error(), "brotli") {
+		t.Fatalf("--compression brotli: exit %d, %v", code, err)
+	}
+}

@@ -39,6 +39,7 @@ type benchEnv struct {
 	// --profile-phase: profile the first run of this phase into cpuProfile.
 	profilePhase, cpuProfile string
 	profiled                 bool
+	compression              string // every producer's codec (--compression)
 }
 
 // name returns a topic or group name no earlier phase, nor an earlier bench
@@ -344,6 +345,7 @@ func (e *benchEnv) startStage(ctx context.Context, which, method string, topics 
 	cfg.Logger = e.log
 	cfg.Metrics = stage.NewMetrics(s.reg)
 	cfg.Limits.MaxTokens = max(cfg.Limits.MaxTokens, maxTokens+1024)
+	cfg.Compression = e.codec()
 	if tune != nil {
 		tune(&cfg)
 	}
@@ -420,11 +422,20 @@ func cpuTime() time.Duration {
 
 // producerConfig is the configuration of every producer in the bench (the
 // input's writer, the passthrough's, the stages'): the stages' own
-// (stage.Config.ProducerConfig: lz4 compression, batches under the message
-// limit), so that every phase compresses, batches and fetches alike, as the
-// stages do when deployed.
+// (stage.Config.ProducerConfig: the run's compression, lz4 by default,
+// batches under the message limit), so that every phase compresses, batches
+// and fetches alike, as the stages do when deployed.
 func (e *benchEnv) producerConfig() producers.Config {
 	c := stage.DefaultConfig()
-	c.Brokers, c.Security = e.brokers, benchSec
+	c.Brokers, c.Security, c.Compression = e.brokers, benchSec, e.codec()
 	return c.ProducerConfig()
+}
+
+// codec is the run's producer compression: --compression, or the stages'
+// default where a test built the environment without one.
+func (e *benchEnv) codec() string {
+	if e.compression == "" {
+		return stage.DefaultCompression
+	}
+	return e.compression
 }
