@@ -22,9 +22,9 @@ import (
 // overhead runs the advantage stage on a fresh topic fed at rate records/s,
 // one group per produce call, and returns the p50 and p99 in milliseconds of
 // the time from the group's last member being acknowledged into `scored` to
-// the group's last sample being delivered to a consumer of `samples` (so it
-// also counts that consumer's fetch: an upper bound of the stage's own
-// overhead).
+// the group's last sample being delivered whole (its chunks put back
+// together) to a consumer of `samples` (so it also counts that consumer's
+// fetch: an upper bound of the stage's own overhead).
 func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][]byte, rate float64, maxTokens int) (p50, p99 float64, err error) {
 	if rate <= 0 {
 		return 0, 0, errors.New("overhead: no measured rate to run at")
@@ -40,34 +40,12 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 	}
 	defer st.stop()
 
-	var mu sync.Mutex
-	seen := map[string]int{}
-	done := map[string]time.Time{}
 	watch := e.name("watch")
-	g, err := consumers.NewGroup(consumers.Config{Brokers: e.brokers, GroupID: watch, Topics: []string{topics.Samples}, StartAt: "earliest"})
+	w, err := watchGroups(ctx, e.brokers, topics.Samples, watch)
 	if err != nil {
 		return 0, 0, err
 	}
-	wctx, wcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = g.Run(wctx, func(ctx context.Context, c consumers.Claim, _ consumers.CommitFunc) error {
-			for rec := range c.Records {
-				now := time.Now()
-				id := string(rec.Key) // trajectory id "<prompt id>-<i>"
-				prompt := id[:max(0, strings.LastIndexByte(id, '-'))]
-				mu.Lock()
-				if seen[prompt]++; seen[prompt] == benchGroupSize {
-					done[prompt] = now
-				}
-				mu.Unlock()
-			}
-			return nil
-		})
-	}()
-	defer func() { wcancel(); g.Close(); wg.Wait() }()
+	defer w.close()
 	if !cmdutil.WaitSettled(ctx, e.brokers, 1, e.timeout, st.cfg.GroupID+".advantage", watch) {
 		return 0, 0, errors.New("overhead: the consumer groups did not settle")
 	}
@@ -97,15 +75,11 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 		k := string(keys[i])
 		sent[k] = time.Now()
 		order = append(order, k)
-		mu.Lock()
-		e.prog.set(i+len(msgs), len(done)*benchGroupSize)
-		mu.Unlock()
+		e.prog.set(i+len(msgs), w.groups()*benchGroupSize)
 	}
 	deadline := time.Now().Add(e.timeout)
 	for {
-		mu.Lock()
-		n := len(done)
-		mu.Unlock()
+		n := w.groups()
 		e.prog.set(len(values), n*benchGroupSize)
 		if n >= len(order) {
 			break
@@ -120,14 +94,81 @@ func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][
 	}
 	e.prog.stop()
 	lat := make([]float64, 0, len(order))
-	mu.Lock()
 	for _, k := range order {
-		lat = append(lat, max(0, done[k].Sub(sent[k]).Seconds()*1000))
+		done, _ := w.doneAt(k)
+		lat = append(lat, max(0, done.Sub(sent[k]).Seconds()*1000))
 	}
-	mu.Unlock()
 	sort.Float64s(lat)
 	return quantile(lat, 0.5), quantile(lat, 0.99), nil
 }
+
+// groupWatcher follows a samples topic and notes when each group's last
+// sample arrived. Samples over the producer's batch limit (128k tokens) are
+// written as chunks: the watcher puts them back together, as a trainer does,
+// so that a group is done when its last sample is whole, not at its fifth
+// chunk.
+type groupWatcher struct {
+	stop func()
+	mu   sync.Mutex
+	seen map[string]int       // samples per prompt id
+	done map[string]time.Time // when a prompt's benchGroupSize-th sample arrived
+}
+
+// watchGroups starts a groupWatcher on topic as consumer group id, reading
+// from the earliest offset.
+func watchGroups(ctx context.Context, brokers []string, topic, id string) (*groupWatcher, error) {
+	g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: id, Topics: []string{topic}, StartAt: "earliest",
+		Reassembly: &consumers.ReassemblyConfig{}})
+	if err != nil {
+		return nil, err
+	}
+	w := &groupWatcher{seen: map[string]int{}, done: map[string]time.Time{}}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = g.Run(wctx, func(ctx context.Context, c consumers.Claim, _ consumers.CommitFunc) error {
+			for rec := range c.Records {
+				now := time.Now()
+				id := string(rec.Key) // trajectory id "<prompt id>-<i>"
+				prompt := id[:max(0, strings.LastIndexByte(id, '-'))]
+				w.mu.Lock()
+				if w.seen[prompt]++; w.seen[prompt] == benchGroupSize {
+					w.done[prompt] = now
+				}
+				w.mu.Unlock()
+			}
+			return nil
+		})
+	}()
+	w.stop = func() { cancel(); g.Close(); wg.Wait() }
+	return w, nil
+}
+
+// groups is how many groups are done.
+func (w *groupWatcher) groups() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.done)
+}
+
+// doneAt is when the group of prompt id was done.
+func (w *groupWatcher) doneAt(prompt string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.done[prompt]
+	return t, ok
+}
+
+// samples is how many whole samples of prompt id arrived.
+func (w *groupWatcher) samples(prompt string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen[prompt]
+}
+
+func (w *groupWatcher) close() { w.stop() }
 
 // quantile of sorted xs (nearest rank).
 func quantile(xs []float64, q float64) float64 {
