@@ -132,7 +132,7 @@ func Cmd(args []string) (int, error) {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.StringVar(&o.brokers, "brokers", "", "a real cluster's bootstrap list host:port,... (plaintext; default: an embedded broker)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, the embedded broker's (a child process) to this file + \".broker\" and the instant scorer's (another) to this file + \".scorer\"")
-	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score or advantage) of the first size")
+	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score, passthrough-scored or advantage) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
 	fs.StringVar(&o.python, "trainer-python", "/usr/bin/python3", "the interpreter of the trainer phase (needs numpy and confluent_kafka; torch when present); empty skips the phase")
 	fs.StringVar(&o.compression, "compression", o.compression, "the codec of every producer in the run, the stages' and the passthroughs' alike: lz4, zstd, snappy, gzip or none (what each costs: docs/kafka.md, Compression)")
@@ -162,9 +162,9 @@ func Cmd(args []string) (int, error) {
 		return 2, fmt.Errorf("--compression %q: use lz4, zstd, snappy, gzip or none", o.compression)
 	}
 	switch o.profilePhase {
-	case "", "passthrough", "score", "advantage":
+	case "", "passthrough", "score", "passthrough-scored", "advantage":
 	default:
-		return 2, fmt.Errorf("--profile-phase %q: use passthrough, score or advantage", o.profilePhase)
+		return 2, fmt.Errorf("--profile-phase %q: use passthrough, score, passthrough-scored or advantage", o.profilePhase)
 	}
 	if o.cpuProfile != "" && o.profilePhase == "" {
 		stopProfile, err := startCPUProfile(o.cpuProfile)
@@ -288,7 +288,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 	scoredTopic, samplesTopic := "", ""
 	for rep := 0; rep < max(1, o.repeat); rep++ {
 		for k := 0; k < 2; k++ { // short: twice per round
-			pt, err := e.passthrough(ctx, input.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), 1, n, nil)
+			pt, err := e.passthrough(ctx, "passthrough", input.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), 1, n, nil)
 			if err != nil {
 				return fail(err)
 			}
@@ -316,7 +316,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		}
 		e.drop(ctx, created...)
 		for k := 0; k < 2; k++ {
-			ps, err := e.passthrough(ctx, scoredTopic, e.name("passthrough-out"), 256, 1, n, nil)
+			ps, err := e.passthrough(ctx, "passthrough-scored", scoredTopic, e.name("passthrough-out"), 256, 1, n, nil)
 			if err != nil {
 				return fail(err)
 			}
@@ -457,7 +457,7 @@ func newBenchProgress() *benchProgress {
 			case <-t.C:
 				p.mu.Lock()
 				if p.phase != "" {
-					fmt.Fprintf(os.Stderr, "\rbench: %-10s %-12s read %6d, out %6d of %6d (%4.1fs)   ",
+					fmt.Fprintf(os.Stderr, "\rbench: %-10s %-18s read %6d, out %6d of %6d (%4.1fs)   ",
 						p.size, p.phase, p.in, p.out, p.want, time.Since(p.began).Seconds())
 				}
 				p.mu.Unlock()
@@ -482,7 +482,7 @@ func (p *benchProgress) set(in, out int) {
 func (p *benchProgress) stop() {
 	p.mu.Lock()
 	if p.phase != "" {
-		fmt.Fprintf(os.Stderr, "\rbench: %-10s %-12s %d records in %.1fs%30s\n", p.size, p.phase, p.want, time.Since(p.began).Seconds(), "")
+		fmt.Fprintf(os.Stderr, "\rbench: %-10s %-18s %d records in %.1fs%30s\n", p.size, p.phase, p.want, time.Since(p.began).Seconds(), "")
 	}
 	p.phase = ""
 	p.mu.Unlock()

@@ -231,14 +231,16 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 // passthrough is the floor: replicas members of a consumer group read in
 // and produce the same bytes to out through the project's consumers and
 // producers packages, with the stages' settings (fetch buffer, 256-record
-// produce batches of what is ready, commits every 500 ms).
+// produce batches of what is ready, commits every 500 ms). phase names the
+// run ("passthrough" over trajectories, "passthrough-scored" over scored
+// records) in the progress line, the profile's labels and --profile-phase.
 //
 // With fill, the replicas first settle in their group and fill then writes
 // the input (so that no run measures a rebalance); without, the input is
 // already there.
 //
 // The output topic is deleted when the run is over.
-func (e *benchEnv) passthrough(outer context.Context, in, out string, buffer, replicas, want int, fill func() error) (rate, error) {
+func (e *benchEnv) passthrough(outer context.Context, phase, in, out string, buffer, replicas, want int, fill func() error) (rate, error) {
 	ctx, cancel := context.WithCancel(outer)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait(); e.drop(outer, out) }()
@@ -259,7 +261,7 @@ func (e *benchEnv) passthrough(outer context.Context, in, out string, buffer, re
 			return rate{}, err
 		}
 		wg.Add(1)
-		go pprof.Do(ctx, pprof.Labels("phase", "passthrough"), func(ctx context.Context) {
+		go pprof.Do(ctx, pprof.Labels("phase", phase), func(ctx context.Context) {
 			defer wg.Done()
 			defer prod.Close()
 			defer g.Close()
@@ -305,7 +307,7 @@ func (e *benchEnv) passthrough(outer context.Context, in, out string, buffer, re
 		}
 		go func() { _ = fill() }()
 	}
-	return e.measure(ctx, "passthrough", want, func() (int, int, int) { return int(nIn.Load()), int(nOut.Load()), 0 })
+	return e.measure(ctx, phase, want, func() (int, int, int) { return int(nIn.Load()), int(nOut.Load()), 0 })
 }
 
 // stageRun is one or more replicas of a stage running on their own metrics.

@@ -68,7 +68,7 @@ func (e *benchEnv) scalingCell(ctx context.Context, s benchSize, in *benchInput,
 	}
 	defer e.drop(ctx, all(src)...)
 	fill := write(src.Trajectories, schemas.Trajectories().Name(), in.keys, in.values)
-	pt, err := e.passthrough(ctx, src.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), c.Replicas, n, fill)
+	pt, err := e.passthrough(ctx, "passthrough", src.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), c.Replicas, n, fill)
 	if err != nil {
 		return err
 	}
