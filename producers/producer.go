@@ -150,19 +150,9 @@ func New(cfg Config, opts ...Option) (*Producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producers: %w", err)
 	}
-	var comp kafka.Compression
-	switch cfg.Compression {
-	case "", "none":
-	case "gzip":
-		comp = kafka.Gzip
-	case "snappy":
-		comp = kafka.Snappy
-	case "lz4":
-		comp = kafka.Lz4
-	case "zstd":
-		comp = kafka.Zstd
-	default:
-		return nil, fmt.Errorf("producers: unknown compression %q: use none, gzip, snappy, lz4 or zstd", cfg.Compression)
+	comp, err := compression(cfg.Compression)
+	if err != nil {
+		return nil, fmt.Errorf("producers: %w", err)
 	}
 	m, err := newMetrics(o.reg)
 	if err != nil {
@@ -359,6 +349,29 @@ func (p *Producer) Close() error {
 		return fmt.Errorf("producers: close: %w", err)
 	}
 	return nil
+}
+
+// CheckCompression returns an error unless name is a codec Config.Compression
+// takes: "none", "gzip", "snappy", "lz4" or "zstd" ("" is none).
+func CheckCompression(name string) error {
+	_, err := compression(name)
+	return err
+}
+
+func compression(name string) (kafka.Compression, error) {
+	switch name {
+	case "", "none":
+		return 0, nil
+	case "gzip":
+		return kafka.Gzip, nil
+	case "snappy":
+		return kafka.Snappy, nil
+	case "lz4":
+		return kafka.Lz4, nil
+	case "zstd":
+		return kafka.Zstd, nil
+	}
+	return 0, fmt.Errorf("unknown compression %q: use none, gzip, snappy, lz4 or zstd", name)
 }
 
 // countRecords is how many of the caller's messages the failed kafka

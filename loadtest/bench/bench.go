@@ -17,6 +17,7 @@ import (
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/rs/zerolog"
 )
@@ -156,10 +157,11 @@ func Cmd(args []string) (int, error) {
 	if len(sizes) == 0 {
 		return 2, fmt.Errorf("no size to run (sizes %q, method %q)", o.sizes, o.method)
 	}
-	switch o.compression {
-	case "none", "gzip", "snappy", "lz4", "zstd":
-	default:
-		return 2, fmt.Errorf("--compression %q: use lz4, zstd, snappy, gzip or none", o.compression)
+	if o.compression == "" {
+		o.compression = stage.DefaultCompression
+	}
+	if err := producers.CheckCompression(o.compression); err != nil {
+		return 2, fmt.Errorf("--compression: %w", err)
 	}
 	switch o.profilePhase {
 	case "", "passthrough", "score", "passthrough-scored", "advantage":

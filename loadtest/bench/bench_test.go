@@ -114,19 +114,27 @@ func TestProcCPU(t *testing.T) {
 	}
 }
 
-// Each bench run names its topics and groups apart from earlier runs on the
-// same cluster, and a finished run's topics are deleted.
-func TestBenchNamesAndDrop(t *testing.T) {
+// testBroker starts an embedded broker of 2 partitions per topic in a child
+// process for the test (skipped with -short), and a context of a minute.
+func testBroker(t *testing.T) (context.Context, *childBroker) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts an embedded broker")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	b, err := startChildBroker(2, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.stop()
+	t.Cleanup(b.stop)
+	return ctx, b
+}
+
+// Each bench run names its topics and groups apart from earlier runs on the
+// same cluster, and a finished run's topics are deleted.
+func TestBenchNamesAndDrop(t *testing.T) {
+	ctx, b := testBroker(t)
 	a := &benchEnv{run: "a", brokers: b.addrs, partitions: 2, log: zerolog.Nop()}
 	c := &benchEnv{run: "b", brokers: b.addrs, partitions: 2, log: zerolog.Nop()}
 	if a.name("x") == c.name("x") {

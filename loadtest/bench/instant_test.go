@@ -18,15 +18,8 @@ import (
 // the scorer may send as sums (as real graphs are sent), and as
 // incompressible as a real model's attention.
 func TestInstantScorerGraphs(t *testing.T) {
-	job := func(id string) gpu.AttentionJob {
-		steps := make([]gpu.Step, 30)
-		return gpu.AttentionJob{ID: id, Tokens: make([]int32, 1196), Steps: steps, Layers: []int{8, 10, 12, 14, 16, 18}}
-	}
 	s := newBenchInstantScorer()
-	var jobs []gpu.AttentionJob
-	for i := 0; i < 8; i++ {
-		jobs = append(jobs, job(fmt.Sprintf("p%d-%d", i/5, i%5)))
-	}
+	jobs := instantJobs(8)
 	a, err := s.Attention(context.Background(), jobs)
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +85,7 @@ func TestInstantScorerGraphs(t *testing.T) {
 // bench's score phase shares with the stage).
 func BenchmarkInstantScorerAttention(b *testing.B) {
 	s := newBenchInstantScorer()
-	jobs := make([]gpu.AttentionJob, 16)
-	for i := range jobs {
-		jobs[i] = gpu.AttentionJob{ID: fmt.Sprintf("p%d-%d", i/5, i%5), Tokens: make([]int32, 1196),
-			Steps: make([]gpu.Step, 30), Layers: []int{8, 10, 12, 14, 16, 18}}
-	}
+	jobs := instantJobs(16)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := s.Attention(context.Background(), jobs); err != nil {
@@ -104,4 +93,15 @@ func BenchmarkInstantScorerAttention(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(jobs)), "µs/job")
+}
+
+// instantJobs are n attnsr-k30-shaped jobs (30 steps, 1,196 tokens, six
+// layers), five to a prompt.
+func instantJobs(n int) []gpu.AttentionJob {
+	jobs := make([]gpu.AttentionJob, n)
+	for i := range jobs {
+		jobs[i] = gpu.AttentionJob{ID: fmt.Sprintf("p%d-%d", i/5, i%5), Tokens: make([]int32, 1196),
+			Steps: make([]gpu.Step, 30), Layers: []int{8, 10, 12, 14, 16, 18}}
+	}
+	return jobs
 }

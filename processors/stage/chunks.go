@@ -51,14 +51,10 @@ func (c *Config) checkKafkaSizes() error {
 	if c.MaxMessageBytes < 64<<10 {
 		return fmt.Errorf("max message bytes %d is too small: use at least 65536 (Kafka's default is %d)", c.MaxMessageBytes, DefaultMaxMessageBytes)
 	}
-	switch c.Compression {
-	case "":
+	if c.Compression == "" {
 		c.Compression = DefaultCompression
-	case "none", "gzip", "snappy", "lz4", "zstd":
-	default:
-		return fmt.Errorf("compression %q: use zstd, lz4, snappy, gzip or none", c.Compression)
 	}
-	return nil
+	return producers.CheckCompression(c.Compression)
 }
 
 // batchBytes is the producer batch limit under MaxMessageBytes, with room
