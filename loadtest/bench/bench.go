@@ -55,9 +55,19 @@ type SizeResult struct {
 	AdvantageCPUUs            float64 `json:"advantage_cpu_us_per_record"`
 	ScoreVsPassthroughCPU     float64 `json:"score_vs_passthrough_cpu"`
 	AdvantageVsPassthroughCPU float64 `json:"advantage_vs_passthrough_cpu"`
-	OverheadRatePerS          float64 `json:"overhead_rate_per_s"` // the input rate of the latency run: half of advantage_per_s
-	OverheadP50Ms             float64 `json:"overhead_p50_ms"`
-	OverheadP99Ms             float64 `json:"overhead_p99_ms"`
+	// The stages' floors (floor.go): the stage's input read and, for each
+	// record, one of the records the stage wrote written, no work. Over the
+	// passthrough of the same input they bound score_vs_passthrough and
+	// advantage_vs_passthrough for the record formats as they are.
+	ScoreFloorPerS              float64 `json:"score_floor_per_s"`
+	ScoreFloorVsPassthrough     float64 `json:"score_floor_vs_passthrough"`
+	ScoreFloorCPUUs             float64 `json:"score_floor_cpu_us_per_record"`
+	AdvantageFloorPerS          float64 `json:"advantage_floor_per_s"`
+	AdvantageFloorVsPassthrough float64 `json:"advantage_floor_vs_passthrough"`
+	AdvantageFloorCPUUs         float64 `json:"advantage_floor_cpu_us_per_record"`
+	OverheadRatePerS            float64 `json:"overhead_rate_per_s"` // the input rate of the latency run: half of advantage_per_s
+	OverheadP50Ms               float64 `json:"overhead_p50_ms"`
+	OverheadP99Ms               float64 `json:"overhead_p99_ms"`
 
 	OpenGroups                 int     `json:"open_groups"`
 	HeapBytes                  uint64  `json:"heap_bytes"`
@@ -133,7 +143,7 @@ func Cmd(args []string) (int, error) {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "workload seed")
 	fs.StringVar(&o.brokers, "brokers", "", "a real cluster's bootstrap list host:port,... (plaintext; default: an embedded broker)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, the embedded broker's (a child process) to this file + \".broker\" and the instant scorer's (another) to this file + \".scorer\"")
-	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score, passthrough-scored or advantage) of the first size")
+	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score, score-floor, passthrough-scored, advantage or advantage-floor) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
 	fs.StringVar(&o.python, "trainer-python", "/usr/bin/python3", "the interpreter of the trainer phase (needs numpy and confluent_kafka; torch when present); empty skips the phase")
 	fs.StringVar(&o.compression, "compression", o.compression, "the codec of every producer in the run, the stages' and the passthroughs' alike: lz4, zstd, snappy, gzip or none (what each costs: docs/kafka.md, Compression)")
@@ -164,9 +174,9 @@ func Cmd(args []string) (int, error) {
 		return 2, fmt.Errorf("--compression: %w", err)
 	}
 	switch o.profilePhase {
-	case "", "passthrough", "score", "passthrough-scored", "advantage":
+	case "", "passthrough", "score", "score-floor", "passthrough-scored", "advantage", "advantage-floor":
 	default:
-		return 2, fmt.Errorf("--profile-phase %q: use passthrough, score, passthrough-scored or advantage", o.profilePhase)
+		return 2, fmt.Errorf("--profile-phase %q: use passthrough, score, score-floor, passthrough-scored, advantage or advantage-floor", o.profilePhase)
 	}
 	if o.cpuProfile != "" && o.profilePhase == "" {
 		stopProfile, err := startCPUProfile(o.cpuProfile)
@@ -286,8 +296,9 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 	if err := e.produceAll(ctx, input.Trajectories, schemas.Trajectories().Name(), in.keys, in.values); err != nil {
 		return fail(fmt.Errorf("write the input: %w", err))
 	}
-	var pass, passScored, score, advantage rate
+	var pass, passScored, score, advantage, scoreFloor, advFloor rate
 	scoredTopic, samplesTopic := "", ""
+	var scoredRecs, sampleRecs []floorRecord
 	for rep := 0; rep < max(1, o.repeat); rep++ {
 		for k := 0; k < 2; k++ { // short: twice per round
 			pt, err := e.passthrough(ctx, "passthrough", input.Trajectories, e.name("passthrough-out"), stage.DefaultConfig().ScoreReadBuffer(), 1, n, nil)
@@ -317,6 +328,18 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			created = slices.DeleteFunc(created, func(t string) bool { return t == scoredTopic })
 		}
 		e.drop(ctx, created...)
+		if scoredRecs == nil {
+			if scoredRecs, err = e.readFloorRecords(ctx, scoredTopic); err != nil {
+				return fail(fmt.Errorf("read scored records for the floor: %w", err))
+			}
+		}
+		for k := 0; k < 2 && len(scoredRecs) > 0; k++ {
+			ft, err := e.floor(ctx, "score-floor", input.Trajectories, stage.DefaultConfig().ScoreReadBuffer(), scoredRecs, true, n)
+			if err != nil {
+				return fail(err)
+			}
+			scoreFloor = scoreFloor.plus(ft)
+		}
 		for k := 0; k < 2; k++ {
 			ps, err := e.passthrough(ctx, "passthrough-scored", scoredTopic, e.name("passthrough-out"), 256, 1, n, nil)
 			if err != nil {
@@ -339,6 +362,18 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			return fail(err)
 		}
 		advantage = advantage.plus(at)
+		if sampleRecs == nil {
+			if sampleRecs, err = e.readFloorRecords(ctx, topics.Samples); err != nil {
+				return fail(fmt.Errorf("read samples for the floor: %w", err))
+			}
+		}
+		for k := 0; k < 2 && len(sampleRecs) > 0; k++ {
+			ft, err := e.floor(ctx, "advantage-floor", scoredTopic, 256, sampleRecs, false, n)
+			if err != nil {
+				return fail(err)
+			}
+			advFloor = advFloor.plus(ft)
+		}
 		if s.Trainer && o.python != "" && rep == max(1, o.repeat)-1 { // the last run's samples feed the trainer phase
 			samplesTopic = topics.Samples
 			created = slices.DeleteFunc(created, func(t string) bool { return t == samplesTopic })
@@ -366,6 +401,14 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 	r.ScorePerS, r.AdvantagePerS = cmdutil.Round3(score.PerS), cmdutil.Round3(advantage.PerS)
 	r.ScoreVsPassthrough = cmdutil.Round3(score.PerS / pass.PerS)
 	r.AdvantageVsPassthrough = cmdutil.Round3(advantage.PerS / passScored.PerS)
+	if scoreFloor.PerS > 0 {
+		r.ScoreFloorPerS, r.ScoreFloorCPUUs = cmdutil.Round3(scoreFloor.PerS), cmdutil.Round3(scoreFloor.CPUUsPerRec)
+		r.ScoreFloorVsPassthrough = cmdutil.Round3(scoreFloor.PerS / pass.PerS)
+	}
+	if advFloor.PerS > 0 {
+		r.AdvantageFloorPerS, r.AdvantageFloorCPUUs = cmdutil.Round3(advFloor.PerS), cmdutil.Round3(advFloor.CPUUsPerRec)
+		r.AdvantageFloorVsPassthrough = cmdutil.Round3(advFloor.PerS / passScored.PerS)
+	}
 	r.ScoreUsPerRecord, r.AdvantageUsPerRecord = cmdutil.Round3(1e6/score.PerS), cmdutil.Round3(1e6/advantage.PerS)
 	r.PassthroughCPUUs, r.PassthroughScoredCPUUs = cmdutil.Round3(pass.CPUUsPerRec), cmdutil.Round3(passScored.CPUUsPerRec)
 	r.ScoreCPUUs, r.AdvantageCPUUs = cmdutil.Round3(score.CPUUsPerRec), cmdutil.Round3(advantage.CPUUsPerRec)
@@ -417,6 +460,10 @@ func printBench(r BenchResult) {
 			s.Size, s.Records, s.Tokens, s.TrajectoryBytes, s.RecordBytes, s.PassthroughPerS, s.ScorePerS, s.ScoreVsPassthrough,
 			s.PassthroughScoredPerS, s.AdvantagePerS, s.AdvantageVsPassthrough, s.OverheadP50Ms, s.OverheadP99Ms,
 			s.BytesPerOpenMember, s.BytesPerOpenMemberVsRecord)
+		if s.ScoreFloorPerS > 0 || s.AdvantageFloorPerS > 0 {
+			fmt.Fprintf(w, "%-11s floors (the input read, the stage's output written, no work): score %.0f/s, %.2f of passthrough; advantage %.0f/s, %.2f of pass scored\n",
+				"", s.ScoreFloorPerS, s.ScoreFloorVsPassthrough, s.AdvantageFloorPerS, s.AdvantageFloorVsPassthrough)
+		}
 		if s.Error != "" {
 			fmt.Fprintf(w, "%-11s error: %s\n", "", s.Error)
 		}

@@ -66,6 +66,11 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 		if want := r.ScorePerS / r.PassthroughPerS; r.ScoreVsPassthrough < want-0.01 || r.ScoreVsPassthrough > want+0.01 {
 			t.Fatalf("%s: score_vs_passthrough %v, want %v", r.Size, r.ScoreVsPassthrough, want)
 		}
+		if want := r.AdvantageFloorPerS / r.PassthroughScoredPerS; r.AdvantageFloorPerS <= 0 || r.AdvantageFloorCPUUs <= 0 ||
+			r.AdvantageFloorVsPassthrough < want-0.01 || r.AdvantageFloorVsPassthrough > want+0.01 {
+			t.Fatalf("%s: advantage floor %v/s (%v µs CPU), ratio %v, want %v", r.Size, r.AdvantageFloorPerS, r.AdvantageFloorCPUUs,
+				r.AdvantageFloorVsPassthrough, want)
+		}
 	}
 	if len(res.Sizes) != 1 || res.Sizes[0].Size != "attnsr-k30" || res.OpenGroups != 200 {
 		t.Fatalf("sizes %+v, open groups %d", res.Sizes, res.OpenGroups)

@@ -241,6 +241,13 @@ func (e *benchEnv) measure(ctx context.Context, phase string, want int, c counts
 //
 // The output topic is deleted when the run is over.
 func (e *benchEnv) passthrough(outer context.Context, phase, in, out string, buffer, replicas, want int, fill func() error) (rate, error) {
+	return e.mover(outer, phase, in, out, buffer, replicas, want, fill, nil)
+}
+
+// mover is passthrough with each record's output chosen by write (nil: the
+// record itself): the floor phase writes a sample per scored record.
+func (e *benchEnv) mover(outer context.Context, phase, in, out string, buffer, replicas, want int, fill func() error,
+	write func(msgs []producers.Message, rec consumers.Record, seq int) []producers.Message) (rate, error) {
 	ctx, cancel := context.WithCancel(outer)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait(); e.drop(outer, out) }()
@@ -267,6 +274,7 @@ func (e *benchEnv) passthrough(outer context.Context, phase, in, out string, buf
 			defer g.Close()
 			_ = g.Run(ctx, func(ctx context.Context, c consumers.Claim, commit consumers.CommitFunc) error {
 				var last time.Time
+				seq := 0
 				for rec := range c.Records {
 					nIn.Add(1)
 					batch := []consumers.Record{rec}
@@ -283,9 +291,14 @@ func (e *benchEnv) passthrough(outer context.Context, phase, in, out string, buf
 							break gather
 						}
 					}
-					msgs := make([]producers.Message, len(batch))
-					for i, r := range batch {
-						msgs[i] = producers.Message{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers}
+					msgs := make([]producers.Message, 0, len(batch))
+					for _, r := range batch {
+						if write == nil {
+							msgs = append(msgs, producers.Message{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers})
+						} else {
+							msgs = write(msgs, r, seq)
+							seq++
+						}
 					}
 					if err := prod.Produce(ctx, msgs...); err != nil {
 						return nil // ctx ended
