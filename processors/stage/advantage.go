@@ -133,6 +133,8 @@ type partition struct {
 	lastSnap     []byte
 	lastSnapAt   time.Time
 	scratch      sampleScratch // the arrays of the sample being built (finalize)
+	queued       []queuedSend  // sends not yet handed to the producer (send, flush)
+	queuedBytes  int
 }
 
 func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
@@ -190,6 +192,7 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	defer ticker.Stop()
 	records := claim.Records
 	for records != nil {
+		p.flushIdle(records)
 		select {
 		case rec, ok := <-records:
 			if !ok {
@@ -211,6 +214,7 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	}
 	// Generation over: let in-flight writes finish for a moment, then write
 	// the snapshot so the next owner starts where this one stands.
+	p.flush()
 	deadline := time.After(5 * time.Second)
 drain:
 	for len(p.sem) > 0 {
@@ -524,8 +528,10 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 // emitEachBytes: once a group's samples built and not yet handed to the
 // producer reach this many bytes, they are written before the next sample is
 // built, rather than all of the group's samples in one call at its end. Small
-// samples (search-QA: 17 KB, five to a group) still go in one produce call
-// per group; long trajectories' samples (32k tokens: 425 KB) go one by one.
+// samples (search-QA: 17 KB, five to a group) go as one send per group, and
+// the sends of the groups finalized while records wait go to the producer
+// together (send); long trajectories' samples (32k tokens: 425 KB) go one by
+// one, each at once.
 const emitEachBytes = 256 << 10
 
 // incomplete dead-letters the members of a group that timed out too small.

@@ -33,21 +33,71 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 	p.send(msgs, &emission{ev: ev, offsets: offs, started: time.Now()}, false)
 }
 
-// send writes msgs in the background; the partition loop learns of the ack.
-// e settles once all of its sends are acknowledged: every send of one
-// emission is made before the partition loop handles the acks again. With
-// recycle, the messages' values are buffers of a.buffers, handed back once
-// the broker acknowledged them.
+// send queues msgs to be written in the background; the partition loop
+// learns of the ack. e settles once all of its sends are acknowledged: every
+// send of one emission is made before the partition loop handles the acks
+// again. With recycle, the messages' values are buffers of a.buffers,
+// handed back once the broker acknowledged them.
 //
-// It waits while the partition's unacknowledged output is at its bound
-// (Config.MaxUnackedBytes), so that building samples does not run far ahead
-// of writing them.
+// Sends are coalesced: the partition loop hands the queued ones to the
+// producer in one call when it has no record waiting (flushIdle), and send
+// does at once when they reach coalesceBytes or coalesceSends, or when one
+// send is a large sample's (emitEachBytes). A producer
+// call costs about as much as a group's samples take to build at search-QA
+// (docs/performance.md, sixteenth pass).
 func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 	size := 0
 	for _, msg := range msgs {
 		size += len(msg.Value)
 	}
 	e.writes++
+	p.queued = append(p.queued, queuedSend{msgs: msgs, e: e, recycle: recycle, size: size})
+	p.queuedBytes += size
+	if size >= emitEachBytes || p.queuedBytes >= coalesceBytes || len(p.queued) >= coalesceSends {
+		p.flush() // a large sample goes as it is built (finalize)
+	}
+}
+
+// Bounds of the sends queued before they go to the producer together.
+const (
+	coalesceBytes = 1 << 20
+	coalesceSends = 64
+)
+
+// queuedSend is one send waiting for the next flush.
+type queuedSend struct {
+	msgs    []producers.Message
+	e       *emission
+	recycle bool
+	size    int
+}
+
+// flushIdle flushes the queued sends when no record is waiting to be
+// handled: what is built goes out before the partition loop waits.
+func (p *partition) flushIdle(records <-chan consumers.Record) {
+	if len(p.queued) > 0 && len(records) == 0 {
+		p.flush()
+	}
+}
+
+// flush writes the queued sends in one producer call in the background.
+//
+// It waits while the partition's unacknowledged output is at its bound
+// (Config.MaxUnackedBytes), so that building samples does not run far ahead
+// of writing them.
+func (p *partition) flush() {
+	if len(p.queued) == 0 {
+		return
+	}
+	sends, size := p.queued, p.queuedBytes
+	p.queued, p.queuedBytes = nil, 0
+	msgs := sends[0].msgs
+	if len(sends) > 1 {
+		msgs = make([]producers.Message, 0, len(sends)*len(sends[0].msgs))
+		for _, s := range sends {
+			msgs = append(msgs, s.msgs...)
+		}
+	}
 	p.sem <- struct{}{}
 	// Once the partition is being released the bound no longer waits: the
 	// writes in flight may be retrying against an unreachable broker, and
@@ -67,17 +117,19 @@ func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 			p.log.Error().Err(err).Int("messages", len(msgs)).Msg("the broker refused these outputs for good; they are skipped")
 			err = nil
 		}
-		if written {
-			for _, msg := range msgs {
-				p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()
-				if recycle {
-					// Acknowledged: the producer holds no reference any more. (After
-					// an error it may: a cancelled write can still sit in a batch.)
-					p.a.buffers.put(msg.Value)
+		for _, s := range sends {
+			if written {
+				for _, msg := range s.msgs {
+					p.a.cfg.Metrics.recordsOut.WithLabelValues("advantage", msg.Topic).Inc()
+					if s.recycle {
+						// Acknowledged: the producer holds no reference any more. (After
+						// an error it may: a cancelled write can still sit in a batch.)
+						p.a.buffers.put(msg.Value)
+					}
 				}
 			}
+			p.acks <- ack{e: s.e, err: err}
 		}
-		p.acks <- ack{e: e, err: err}
 		<-p.sem
 	}()
 }
