@@ -6,9 +6,10 @@
 // (docs/performance.md).
 //
 // Guarantees:
-//   - Every phase of a size (passthrough, score stage, advantage stage) runs
-//     on the same deterministic records and the same broker, so their rates
-//     and CPU per record are comparable; ratios are against the passthrough.
+//   - Every phase of a size (passthrough, score stage, advantage stage and
+//     their floors) runs on the same deterministic records and the same
+//     broker, so their rates and CPU per record are comparable; ratios are
+//     against the passthrough.
 //   - The embedded broker and the instant scorer that stands in for GPU pods
 //     run in child processes of this executable (BrokerCmd, ScorerCmd), so
 //     their CPU is measured apart from the stages', and they die with the
@@ -21,7 +22,8 @@
 //
 // Where things are: bench.go the command, its options, the results and the
 // run of one size; records.go the sizes and their records; phases.go the
-// phases and how they are measured; latency.go the advantage stage's added
+// phases and how they are measured; floor.go the stages' floors (their
+// input read, their output written, no work); latency.go the advantage stage's added
 // latency and memory per open group; scaling.go the replica scaling table;
 // trainer.go and trainer.py the trainer phase; broker.go, instant.go and
 // child.go the child processes; counting.go the registry that counts what

@@ -245,7 +245,8 @@ func (e *benchEnv) passthrough(outer context.Context, phase, in, out string, buf
 }
 
 // mover is passthrough with each record's output chosen by write (nil: the
-// record itself): the floor phase writes a sample per scored record.
+// record itself): a floor phase writes one of its stage's output records
+// per record (floor.go).
 func (e *benchEnv) mover(outer context.Context, phase, in, out string, buffer, replicas, want int, fill func() error,
 	write func(msgs []producers.Message, rec consumers.Record, seq int) []producers.Message) (rate, error) {
 	ctx, cancel := context.WithCancel(outer)
