@@ -66,6 +66,11 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 		if want := r.ScorePerS / r.PassthroughPerS; r.ScoreVsPassthrough < want-0.01 || r.ScoreVsPassthrough > want+0.01 {
 			t.Fatalf("%s: score_vs_passthrough %v, want %v", r.Size, r.ScoreVsPassthrough, want)
 		}
+		if want := r.ScoreFloorPerS / r.PassthroughPerS; r.ScoreFloorPerS <= 0 || r.ScoreFloorCPUUs <= 0 ||
+			r.ScoreFloorVsPassthrough < want-0.01 || r.ScoreFloorVsPassthrough > want+0.01 {
+			t.Fatalf("%s: score floor %v/s (%v µs CPU), ratio %v, want %v", r.Size, r.ScoreFloorPerS, r.ScoreFloorCPUUs,
+				r.ScoreFloorVsPassthrough, want)
+		}
 		if want := r.AdvantageFloorPerS / r.PassthroughScoredPerS; r.AdvantageFloorPerS <= 0 || r.AdvantageFloorCPUUs <= 0 ||
 			r.AdvantageFloorVsPassthrough < want-0.01 || r.AdvantageFloorVsPassthrough > want+0.01 {
 			t.Fatalf("%s: advantage floor %v/s (%v µs CPU), ratio %v, want %v", r.Size, r.AdvantageFloorPerS, r.AdvantageFloorCPUUs,

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/creditflow/creditflow/consumers"
@@ -44,7 +45,7 @@ func (e *benchEnv) readFloorRecords(ctx context.Context, topic string) ([]floorR
 		open := map[string]floorRecord{}
 		_, err := consumers.ReadPartitionRange(ctx, e.brokers, benchSec, topic, p, -2, func(r consumers.Record) error {
 			if len(per[i]) >= floorRecords/len(parts) {
-				return nil
+				return errEnough // the rest of the partition is not read
 			}
 			m := producers.Message{Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers)}
 			info, chunk, err := producers.ParseChunk(r.Headers)
@@ -62,7 +63,7 @@ func (e *benchEnv) readFloorRecords(ctx context.Context, topic string) ([]floorR
 			per[i] = append(per[i], rec)
 			return nil
 		})
-		if err != nil {
+		if err != nil && !errors.Is(err, errEnough) {
 			return nil, err
 		}
 	}
@@ -79,6 +80,9 @@ func (e *benchEnv) readFloorRecords(ctx context.Context, topic string) ([]floorR
 		}
 	}
 }
+
+// errEnough stops reading a partition once its share of records is in.
+var errEnough = errors.New("enough records")
 
 // floor runs a floor phase: the records of in read (with the read buffer of
 // the passthrough it is compared with), one of recs (in turn) written per

@@ -51,7 +51,7 @@ func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 		size += len(msg.Value)
 	}
 	e.writes++
-	p.queued = append(p.queued, queuedSend{msgs: msgs, e: e, recycle: recycle, size: size})
+	p.queued = append(p.queued, queuedSend{msgs: msgs, e: e, recycle: recycle})
 	p.queuedBytes += size
 	if size >= emitEachBytes || p.queuedBytes >= coalesceBytes || len(p.queued) >= coalesceSends {
 		p.flush() // a large sample goes as it is built (finalize)
@@ -69,7 +69,6 @@ type queuedSend struct {
 	msgs    []producers.Message
 	e       *emission
 	recycle bool
-	size    int
 }
 
 // flushIdle flushes the queued sends when no record is waiting to be

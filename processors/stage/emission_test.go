@@ -72,11 +72,10 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 	p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}, prod: prod},
 		ledger: ledger, log: zerolog.Nop(), acks: make(chan ack, 1024), sem: make(chan struct{}, 512),
 		unacked: newWindow(64<<20, 1), claimCtx: ctx, emitCtx: ctx}
-	send := func(o int64, size int) *emission {
+	send := func(o int64, size int) {
 		ledger.Read(o, 0)
 		e := &emission{offsets: []int64{o}, started: time.Now()}
 		p.send([]producers.Message{{Topic: "out", Key: []byte("k"), Value: bytes.Repeat([]byte{byte(o)}, size)}}, e, false)
-		return e
 	}
 	settle := func(n int) {
 		t.Helper()
