@@ -73,7 +73,7 @@ type Codec[T any] interface {
 	AppendEncode(dst []byte, v *T) ([]byte, error)
 	// Decode parses framed bytes. Errors are *DecodeError with reason
 	// ReasonUndecodable, ReasonUnknownSchema or ReasonTooLarge. The result
-	// does not alias b.
+	// does not alias b, unless the codec was built WithSharedInput.
 	Decode(b []byte) (*T, error)
 	// Name is the schema's full Avro name, e.g. "io.creditflow.v1.Trajectory".
 	Name() string
@@ -89,6 +89,7 @@ type CodecOption func(*codecConfig)
 
 type codecConfig struct {
 	maxBytes int
+	shared   bool
 }
 
 // WithMaxBytes sets the largest framed record Decode accepts; larger input
@@ -100,6 +101,19 @@ func WithMaxBytes(n int) CodecOption {
 			c.maxBytes = n
 		}
 	}
+}
+
+// WithSharedInput lets Decode return a value whose packed token and
+// log-prob arrays are views of the bytes it was given instead of copies, where the host reads them in place (little-endian, unaligned
+// loads allowed: amd64, arm64, 386, ppc64le; elsewhere it copies as
+// usual). The caller must then leave those bytes unchanged, and must not
+// write into the value's arrays, for as long as the value is in use. The
+// values are the same as without the option; only their memory differs.
+// For a consumer that keeps each record's bytes anyway (the advantage
+// stage holds a group's records until the group closes), this saves
+// copying and collecting a record's token arrays.
+func WithSharedInput() CodecOption {
+	return func(c *codecConfig) { c.shared = true }
 }
 
 // compiled is the option-independent part of a codec, built once per schema.
@@ -145,11 +159,12 @@ func allCompiled() []*compiled {
 type avroCodec[T any] struct {
 	*compiled
 	maxBytes   int
+	shared     bool // decodeBody may return views of its input (WithSharedInput)
 	toNative   func(*T) map[string]any
 	fromNative func(*nat) *T
 	sizeHint   func(*T) int
-	appendBody func([]byte, *T) []byte // a direct encoder that agrees with goavro (nil: the generic path)
-	decodeBody func([]byte) (*T, bool) // a direct decoder of checked bodies; false: use the generic path
+	appendBody func([]byte, *T) []byte       // a direct encoder that agrees with goavro (nil: the generic path)
+	decodeBody func([]byte, bool) (*T, bool) // a direct decoder of checked bodies (true: views of them allowed); false: use the generic path
 }
 
 func newCodec[T any](c *compiled, opts []CodecOption, to func(*T) map[string]any, from func(*nat) *T, hint func(*T) int) *avroCodec[T] {
@@ -157,7 +172,7 @@ func newCodec[T any](c *compiled, opts []CodecOption, to func(*T) map[string]any
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &avroCodec[T]{compiled: c, maxBytes: cfg.maxBytes, toNative: to, fromNative: from, sizeHint: hint}
+	return &avroCodec[T]{compiled: c, maxBytes: cfg.maxBytes, shared: cfg.shared && canShare, toNative: to, fromNative: from, sizeHint: hint}
 }
 
 var (
@@ -289,7 +304,7 @@ func (c *avroCodec[T]) tryDecodeBody(body []byte) (v *T, ok bool) {
 			v, ok = nil, false
 		}
 	}()
-	return c.decodeBody(body)
+	return c.decodeBody(body, c.shared)
 }
 
 func (c *avroCodec[T]) Decode(b []byte) (out *T, err error) {

@@ -22,6 +22,9 @@
 //     with [ReasonTooLarge], and any remaining fault inside the Avro library is
 //     turned into a [*DecodeError] with [ReasonUndecodable].
 //   - Decoded values never alias the input buffer; the caller may reuse it.
+//     The one exception is asked for by name: a codec built
+//     [WithSharedInput] may return packed arrays that are views of the
+//     input, for a caller that keeps the record's bytes anyway.
 //   - Codecs are built once per process and are safe for concurrent use.
 //
 // Decoding checks the format only. Whether a decoded record makes sense (ids

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/binary"
+	"runtime"
 	"unsafe"
 
 	"github.com/linkedin/goavro/v2"
@@ -23,6 +24,18 @@ func asBytes[E int32 | float32 | float64](v []E) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
+}
+
+// canShare reports whether packed little-endian elements can be read in
+// place: the host is little-endian and loads them at any byte offset (a
+// packed array starts wherever the Avro body puts it).
+var canShare = hostLittleEndian && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" ||
+	runtime.GOARCH == "386" || runtime.GOARCH == "ppc64le")
+
+// view is b's packed little-endian elements in place, sharing b's memory;
+// only where canShare.
+func view[E int32 | float32](b []byte) []E {
+	return unsafe.Slice((*E)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(*new(E))))
 }
 
 // pack writes v as packed little-endian elements.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 )
 
@@ -18,8 +19,9 @@ import (
 // and the generic path, which give the error. decodeAgrees checks it
 // against goavro; TestBinaryDecodersMatchGoavro on valid and mutated bodies.
 type binReader struct {
-	b  []byte
-	ok bool
+	b      []byte
+	ok     bool
+	shared bool // packed int32/float32 arrays may be views of b (WithSharedInput)
 }
 
 func (r *binReader) long() int64 {
@@ -56,6 +58,8 @@ func (r *binReader) raw() []byte {
 	return out
 }
 
+// str copies, shared or not: ids and kinds outlive their records (group
+// keys, the ledger's ids), and a view would keep a record's bytes alive.
 func (r *binReader) str() string { return string(r.raw()) }
 
 func (r *binReader) double() float64 {
@@ -98,8 +102,25 @@ func (r *binReader) optDouble() *float64 {
 	return &v
 }
 
+// slabDouble is optDouble with the value kept in *slab, which has room
+// for it (arrayReserve sized it): one allocation for a block's values.
+func (r *binReader) slabDouble(slab *[]float64) *float64 {
+	if !r.branch() {
+		return nil
+	}
+	*slab = append(*slab, r.double())
+	return &(*slab)[len(*slab)-1]
+}
+
 // array calls item for every element of an array, across its blocks.
-func (r *binReader) array(item func()) {
+func (r *binReader) array(item func()) { r.arrayReserve(nil, item) }
+
+// arrayReserve is array calling reserve (when not nil) with each block's
+// item count before its items, so that the caller can size its slice once.
+// The count it passes is at most a third of the bytes left: the items of
+// the arrays it serves take at least three bytes each, so a block count
+// the body cannot hold reserves no more than its items could fill.
+func (r *binReader) arrayReserve(reserve func(n int), item func()) {
 	for r.ok {
 		n := r.long()
 		if n == 0 {
@@ -120,14 +141,16 @@ func (r *binReader) array(item func()) {
 			r.ok = false
 			return
 		}
+		if reserve != nil {
+			reserve(int(min(n, int64(len(r.b))/3)))
+		}
 		for ; n > 0 && r.ok; n-- {
 			item()
 		}
 	}
 }
 
-// packed reads packed little-endian elements of size bytes; empty gives nil
-// unless keepEmpty.
+// packedInt32s reads a required packed int32 array; empty gives nil.
 func packedInt32s(r *binReader) []int32 {
 	b := r.raw()
 	if len(b)%4 != 0 {
@@ -135,6 +158,9 @@ func packedInt32s(r *binReader) []int32 {
 	}
 	if len(b) == 0 || !r.ok {
 		return nil
+	}
+	if r.shared {
+		return view[int32](b)
 	}
 	return unpack[int32](b)
 }
@@ -147,7 +173,7 @@ func (r *binReader) trajectory(t *Trajectory) {
 	t.PolicyVersion = r.long()
 	t.CreatedAtMs = r.long()
 	t.Prompt = packedInt32s(r)
-	r.array(func() {
+	r.arrayReserve(func(n int) { t.Turns = slices.Grow(t.Turns, n) }, func() {
 		t.Turns = append(t.Turns, Turn{Kind: r.str(), Action: packedInt32s(r), Observation: packedInt32s(r)})
 	})
 	t.Reward = r.optDouble()
@@ -163,7 +189,7 @@ func (r *binReader) trajectory(t *Trajectory) {
 		if len(b)%4 != 0 {
 			r.ok = false
 		} else {
-			t.RolloutLogprobs = unpack[float32](b)
+			t.RolloutLogprobs = r.float32s(b)
 		}
 	}
 	if r.branch() {
@@ -176,21 +202,33 @@ func (r *binReader) trajectory(t *Trajectory) {
 	}
 }
 
-func decodeTrajectoryBinary(body []byte) (*Trajectory, bool) {
-	r := &binReader{b: body, ok: true}
+// float32s is b as float32s: a view of b when shared, a copy otherwise.
+func (r *binReader) float32s(b []byte) []float32 {
+	if r.shared && len(b) > 0 {
+		return view[float32](b)
+	}
+	return unpack[float32](b)
+}
+
+func decodeTrajectoryBinary(body []byte, shared bool) (*Trajectory, bool) {
+	r := &binReader{b: body, ok: true, shared: shared}
 	t := &Trajectory{}
 	r.trajectory(t)
 	return t, r.ok && len(r.b) == 0
 }
 
-func decodeScoredBinary(body []byte) (*Scored, bool) {
-	r := &binReader{b: body, ok: true}
+func decodeScoredBinary(body []byte, shared bool) (*Scored, bool) {
+	r := &binReader{b: body, ok: true, shared: shared}
 	s := &Scored{}
 	r.trajectory(&s.Trajectory)
 	s.Method = r.str()
 	s.Direction = r.str()
-	r.array(func() {
-		s.Turns = append(s.Turns, TurnScore{Delta: r.optDouble(), With: r.optDouble(), Without: r.optDouble()})
+	var vals []float64 // the turns' optional doubles, one allocation per block
+	r.arrayReserve(func(n int) {
+		s.Turns = slices.Grow(s.Turns, n)
+		vals = make([]float64, 0, 3*n)
+	}, func() {
+		s.Turns = append(s.Turns, TurnScore{Delta: r.slabDouble(&vals), With: r.slabDouble(&vals), Without: r.slabDouble(&vals)})
 	})
 	r.array(func() {
 		g := LayerGraph{Layer: r.int(), K: r.int()}
@@ -225,9 +263,14 @@ var binaryDecodeOK = sync.OnceValue(func() bool {
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	gt, ok1 := decodeTrajectoryBinary(tb)
-	gs, ok2 := decodeScoredBinary(sb)
-	return ok1 && ok2 && reflect.DeepEqual(*gt, t) && reflect.DeepEqual(*gs, sc)
+	for _, shared := range []bool{false, canShare} {
+		gt, ok1 := decodeTrajectoryBinary(tb, shared)
+		gs, ok2 := decodeScoredBinary(sb, shared)
+		if !ok1 || !ok2 || !reflect.DeepEqual(*gt, t) || !reflect.DeepEqual(*gs, sc) {
+			return false
+		}
+	}
+	return true
 })
 
 // scoredBinaryOK reports whether appendTrajectory and appendScored write

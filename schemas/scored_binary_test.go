@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
 func randTrajectoryBin(r *rand.Rand) Trajectory {
@@ -123,6 +126,7 @@ func TestBinaryDecodersMatchGoavro(t *testing.T) {
 	genT.decodeBody = nil
 	fastS, genS := scoredRecords(nil), scoredRecords(nil)
 	genS.decodeBody = nil
+	sharedT, sharedS := trajectories([]CodecOption{WithSharedInput()}), scoredRecords([]CodecOption{WithSharedInput()})
 	accepted := 0
 	for k := 0; k < 400; k++ {
 		tr := randTrajectoryBin(r)
@@ -135,7 +139,8 @@ func TestBinaryDecodersMatchGoavro(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !differential(t, fastT, genT, tb) || !differential(t, fastS, genS, sb) {
+		if !differential(t, fastT, genT, tb) || !differential(t, fastS, genS, sb) ||
+			!differential(t, sharedT, genT, tb) || !differential(t, sharedS, genS, sb) {
 			t.Fatalf("record %d: a valid record was rejected", k)
 		}
 		// Mutations: flipped bytes and cuts, which the shape check mostly
@@ -156,9 +161,9 @@ func TestBinaryDecodersMatchGoavro(t *testing.T) {
 				}
 				var ok bool
 				if &src[0] == &tb[0] {
-					ok = differential(t, fastT, genT, b)
+					ok = differential(t, fastT, genT, b) && differential(t, sharedT, genT, b)
 				} else {
-					ok = differential(t, fastS, genS, b)
+					ok = differential(t, fastS, genS, b) && differential(t, sharedS, genS, b)
 				}
 				if ok {
 					accepted++
@@ -188,6 +193,70 @@ func benchScoredBytes(b *testing.B) []byte {
 func BenchmarkScoredDecodeGoavro(b *testing.B) {
 	data, c := benchScoredBytes(b), scoredRecords(nil)
 	c.decodeBody = nil
+	for b.Loop() {
+		if _, err := c.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestSharedInputViews decodes the same records with and without
+// WithSharedInput, at every alignment of their packed arrays (ids of
+// growing length shift them): the values are equal, the shared decode's
+// token arrays, log-probs and strings lie inside the input where the host
+// reads in place (its strings never: they outlive records as group keys),
+// and the default decode's share nothing with it.
+func TestSharedInputViews(t *testing.T) {
+	shared, plain := ScoredRecords(WithSharedInput()), ScoredRecords()
+	inside := func(b []byte, p unsafe.Pointer) bool {
+		a := uintptr(unsafe.Pointer(&b[0]))
+		return uintptr(p) >= a && uintptr(p) < a+uintptr(len(b))
+	}
+	for shift := 0; shift < 8; shift++ {
+		sc := randScoredBin(rand.New(rand.NewPCG(9, uint64(shift))))
+		sc.Trajectory.TrajectoryID = strings.Repeat("t", 1+shift)
+		sc.Trajectory.Prompt = []int32{1, -2, 1 << 30}
+		sc.Trajectory.Turns = []Turn{{Kind: KindSearch, Action: []int32{4, 5}, Observation: []int32{6}}, {Kind: KindAnswer, Action: []int32{7}}}
+		sc.Trajectory.RolloutLogprobs = []float32{-0.5, -1.25, -2}
+		b, err := plain.Encode(&sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := shared.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := plain.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb, err1 := plain.Encode(got)
+		wb, err2 := plain.Encode(want)
+		if err1 != nil || err2 != nil || !bytes.Equal(gb, wb) || !bytes.Equal(gb, b) || !reflect.DeepEqual(got.Trajectory.Prompt, sc.Trajectory.Prompt) {
+			t.Fatalf("shift %d: the shared decode differs from the copying one", shift)
+		}
+		tr := &got.Trajectory
+		views := []unsafe.Pointer{unsafe.Pointer(&tr.Prompt[0]), unsafe.Pointer(&tr.Turns[0].Action[0]),
+			unsafe.Pointer(&tr.Turns[1].Action[0]), unsafe.Pointer(&tr.RolloutLogprobs[0])}
+		for i, p := range views {
+			if inside(b, p) != canShare {
+				t.Fatalf("shift %d: array %d inside the input: %v, want %v (the host reads in place: %v)", shift, i, inside(b, p), canShare, canShare)
+			}
+		}
+		if inside(b, unsafe.Pointer(unsafe.StringData(tr.TrajectoryID))) {
+			t.Fatalf("shift %d: the shared decode's trajectory id is a view of the input", shift)
+		}
+		wt := &want.Trajectory
+		for i, p := range []unsafe.Pointer{unsafe.Pointer(&wt.Prompt[0]), unsafe.Pointer(&wt.RolloutLogprobs[0]), unsafe.Pointer(unsafe.StringData(wt.TrajectoryID))} {
+			if inside(b, p) {
+				t.Fatalf("shift %d: the default decode's array %d shares the input's memory", shift, i)
+			}
+		}
+	}
+}
+
+func BenchmarkScoredDecodeShared(b *testing.B) {
+	data, c := benchScoredBytes(b), scoredRecords([]CodecOption{WithSharedInput()})
 	for b.Loop() {
 		if _, err := c.Decode(data); err != nil {
 			b.Fatal(err)

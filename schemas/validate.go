@@ -187,12 +187,42 @@ func ValidateTrajectory(t *Trajectory, lim Limits) error {
 }
 
 func checkIDs(id, field string, ids []int32, vocab int) *InvalidError {
+	if idsInRange(ids, vocab) {
+		return nil
+	}
 	for i, x := range ids {
 		if x < 0 || (vocab > 0 && int(x) >= vocab) {
 			return invalid(ReasonTokenOutOfRange, "trajectory %s: %s token %d is id %d, outside [0, %d)", id, field, i, x, vocab)
 		}
 	}
 	return nil
+}
+
+// idsInRange reports whether every id is in [0, vocab) ([0, 2³¹) for
+// vocab <= 0) with no branch per id, four ids a step: a trajectory's ids
+// are checked at every stage, and this loop runs at about twice the speed
+// of one that tests each id in turn.
+func idsInRange(ids []int32, vocab int) bool {
+	if vocab <= 0 || vocab > math.MaxInt32 {
+		var a, b, c, d int32 // the ids OR-ed together: negative iff one is
+		for len(ids) >= 4 {
+			a, b, c, d = a|ids[0], b|ids[1], c|ids[2], d|ids[3]
+			ids = ids[4:]
+		}
+		for _, x := range ids {
+			a |= x
+		}
+		return a|b|c|d >= 0
+	}
+	var a, b, c, d uint32 // the largest ids as uint32s: a negative id is >= 2³¹
+	for len(ids) >= 4 {
+		a, b, c, d = max(a, uint32(ids[0])), max(b, uint32(ids[1])), max(c, uint32(ids[2])), max(d, uint32(ids[3]))
+		ids = ids[4:]
+	}
+	for _, x := range ids {
+		a = max(a, uint32(x))
+	}
+	return max(a, b, c, d) < uint32(vocab)
 }
 
 // Scoring methods and directions carried by Scored records.

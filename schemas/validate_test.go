@@ -3,6 +3,7 @@ package schemas
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -214,6 +215,40 @@ func TestDirectionLabels(t *testing.T) {
 	for _, bad := range []string{"", "sideways", "backward:logprob", "backward:", "backward:variance", ":kl"} {
 		if _, _, ok := SplitDirection(bad); ok {
 			t.Errorf("SplitDirection(%q) accepted", bad)
+		}
+	}
+}
+
+// TestIDsInRangeMatchesNaive checks the branch-free id check against a
+// test of each id in turn: random arrays of every length up to 9 (the
+// unrolled loop's tail) and longer, with an out-of-range id at a random
+// place or none, against vocabularies at and around their edges.
+func TestIDsInRangeMatchesNaive(t *testing.T) {
+	naive := func(ids []int32, vocab int) bool {
+		for _, x := range ids {
+			if x < 0 || (vocab > 0 && int(x) >= vocab) {
+				return false
+			}
+		}
+		return true
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	vocabs := []int{0, -1, 1, 2, 151_936, math.MaxInt32, math.MaxInt32 + 1}
+	for k := 0; k < 20_000; k++ {
+		n := r.IntN(10)
+		if k%4 == 0 {
+			n = r.IntN(300)
+		}
+		vocab := vocabs[r.IntN(len(vocabs))]
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = r.Int32N(200_000)
+		}
+		if n > 0 && r.IntN(2) == 0 {
+			ids[r.IntN(n)] = []int32{-1, math.MinInt32, int32(max(vocab, 0) % (math.MaxInt32 + 1)), math.MaxInt32}[r.IntN(4)]
+		}
+		if got, want := idsInRange(ids, vocab), naive(ids, vocab); got != want {
+			t.Fatalf("ids %v, vocab %d: idsInRange %v, naive %v", ids, vocab, got, want)
 		}
 	}
 }

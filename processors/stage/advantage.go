@@ -40,6 +40,11 @@ type AdvantageStage struct {
 	follower *policy.Follower // policy versions (staleness.go); nil when not followed
 	seen     versionSeen      // newest trajectory policy version emitted (signals.go)
 	buffers  *bufferPool      // encoded samples, recycled once acknowledged
+	// scored decodes scored records with their token arrays left in the
+	// record's bytes (schemas.WithSharedInput): a member's record is held
+	// with its decoded value until its group closes, so the bytes outlive
+	// every use of the arrays, and nothing here writes into them.
+	scored schemas.Codec[schemas.Scored]
 }
 
 // Position is where a partition of the advantage stage stands.
@@ -69,7 +74,7 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	}
 	cfg.Metrics.forMethod(cfg.Credit.Method)
 	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
-	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
+	return &AdvantageStage{cfg: cfg, prod: prod, scored: schemas.ScoredRecords(schemas.WithSharedInput()), log: cfg.Logger.With().Str("stage", "advantage").Logger(),
 		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes)}, nil
 }
 
@@ -321,7 +326,7 @@ func (p *partition) handle(rec consumers.Record) {
 	p.next = rec.Offset + 1
 	now := time.Now()
 	p.lastRead = now
-	sc, err := schemas.ScoredRecords().Decode(rec.Value)
+	sc, err := p.a.scored.Decode(rec.Value)
 	if err == nil {
 		lim := p.a.cfg.Limits
 		lim.VocabSize = 0 // token ranges were checked against the scorer's vocabulary by the score stage
@@ -458,7 +463,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	var err error
 	for i, mb := range members {
 		if scs[i] = mb.Value.scored; scs[i] == nil {
-			if scs[i], err = schemas.ScoredRecords().Decode(mb.Value.rec.Value); err != nil {
+			if scs[i], err = p.a.scored.Decode(mb.Value.rec.Value); err != nil {
 				break
 			}
 		}

@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"bytes"
 	"math"
 
 	"github.com/creditflow/creditflow/processors/credit"
@@ -113,8 +114,13 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 	if adv != nil { // nil for AttnSR ppo: the trainer's critic computes advantages
 		sc.advantages = resized(sc.advantages, len(adv))
 		out.Advantages = sc.advantages
-		for i, a := range adv {
-			out.Advantages[i] = float32(a)
+		// Zero where the mask is 0 (TokenArrays writes advantages only
+		// under it), converted run by run of the mask elsewhere.
+		clear(out.Advantages)
+		for i, e := range maskRuns(mask) {
+			for k := i; k < e; k++ {
+				out.Advantages[k] = float32(adv[k])
+			}
 		}
 	}
 	if rewards != nil {
@@ -129,12 +135,11 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		sc.logprobs = resized(sc.logprobs, len(out.Tokens))
 		out.RolloutLogprobs = sc.logprobs
 		clear(out.RolloutLogprobs)
-		j := 0
-		for i, mk := range mask {
-			if mk == 1 && j < len(t.RolloutLogprobs) {
-				out.RolloutLogprobs[i] = t.RolloutLogprobs[j]
-				j++
-			}
+		// The trajectory's log-probs in order over the mask's 1s, as far
+		// as they go: one copy per run of the mask.
+		lp := t.RolloutLogprobs
+		for i, e := range maskRuns(mask) {
+			lp = lp[copy(out.RolloutLogprobs[i:e], lp):]
 		}
 	}
 	out.Turns = make([]schemas.TurnDiag, len(r.Turns))
@@ -163,6 +168,29 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		}
 	}
 	return out
+}
+
+// maskRuns yields the runs of 1s of a loss mask as [start, end), in order;
+// a mask holds only 0s and 1s, and the runs are found with the byte
+// search's vector instructions rather than token by token.
+func maskRuns(mask []uint8) func(yield func(int, int) bool) {
+	return func(yield func(int, int) bool) {
+		for i := 0; i < len(mask); {
+			k := bytes.IndexByte(mask[i:], 1)
+			if k < 0 {
+				return
+			}
+			i += k
+			e := bytes.IndexByte(mask[i:], 0)
+			if e < 0 {
+				e = len(mask) - i
+			}
+			if !yield(i, i+e) {
+				return
+			}
+			i += e
+		}
+	}
 }
 
 // resized returns s with n elements, reusing its memory when it is large

@@ -2,6 +2,8 @@ package stage
 
 import (
 	"bytes"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/creditflow/creditflow/processors/credit"
@@ -110,5 +112,91 @@ func TestBufferPoolBound(t *testing.T) {
 	}
 	if p.get() != nil || p.bytes != 0 {
 		t.Fatalf("pool kept a buffer over its bound (%d bytes)", p.bytes)
+	}
+}
+
+// TestSampleArraysMatchNaive checks the sample's advantages and log-probs,
+// written run by run of the loss mask, against the token-by-token rule:
+// advantages[i] = float32(adv[i]) for every token, and the trajectory's
+// log-probs in order over the mask's 1s as far as they go, 0 elsewhere.
+// Groups of several lengths, with log-probs as published, cut short, too
+// long and absent, and with empty action segments between turns.
+func TestSampleArraysMatchNaive(t *testing.T) {
+	var sc sampleScratch
+	for _, n := range []int{1300, 600, 8192} {
+		scs, cms, res, cfg := longGroup(t, n)
+		for i := range scs {
+			tr := &scs[i].Trajectory
+			switch i {
+			case 1:
+				tr.RolloutLogprobs = tr.RolloutLogprobs[:len(tr.RolloutLogprobs)/2]
+			case 2:
+				tr.RolloutLogprobs = append(tr.RolloutLogprobs, -1, -2, -3)
+			case 3:
+				tr.RolloutLogprobs = nil
+			case 4: // an empty action: two observations meet
+				tr.Turns[0].Action = nil
+				cms[i] = member(scs[i])
+			}
+			var fresh credit.TokenBuffers
+			adv, mask, _ := fresh.TokenArrays(cms[i], res[i], cfg)
+			smp := sample(scs[i], cms[i], res[i], cfg, &sc)
+			if len(smp.Advantages) != len(adv) {
+				t.Fatalf("%d tokens, member %d: %d advantages for %d tokens", n, i, len(smp.Advantages), len(adv))
+			}
+			for k, a := range adv {
+				if smp.Advantages[k] != float32(a) {
+					t.Fatalf("%d tokens, member %d: advantage %d is %v, want %v", n, i, k, smp.Advantages[k], float32(a))
+				}
+			}
+			if tr.RolloutLogprobs == nil {
+				if smp.RolloutLogprobs != nil {
+					t.Fatalf("%d tokens, member %d: log-probs without any published", n, i)
+				}
+				continue
+			}
+			j := 0
+			for k, mk := range mask {
+				want := float32(0)
+				if mk == 1 && j < len(tr.RolloutLogprobs) {
+					want = tr.RolloutLogprobs[j]
+					j++
+				}
+				if smp.RolloutLogprobs[k] != want {
+					t.Fatalf("%d tokens, member %d: log-prob %d is %v, want %v", n, i, k, smp.RolloutLogprobs[k], want)
+				}
+			}
+		}
+	}
+}
+
+// TestMaskRuns checks the runs of 1s maskRuns yields against a scan of
+// each byte, on random masks with long and short runs.
+func TestMaskRuns(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for k := 0; k < 2000; k++ {
+		mask := make([]uint8, r.IntN(200))
+		for i := 0; i < len(mask); {
+			run := 1 + r.IntN(40)
+			v := uint8(r.IntN(2))
+			for ; run > 0 && i < len(mask); run, i = run-1, i+1 {
+				mask[i] = v
+			}
+		}
+		var want, got [][2]int
+		for i := 0; i < len(mask); i++ {
+			if mask[i] == 1 && (i == 0 || mask[i-1] == 0) {
+				want = append(want, [2]int{i, i})
+			}
+			if mask[i] == 1 {
+				want[len(want)-1][1] = i + 1
+			}
+		}
+		for i, e := range maskRuns(mask) {
+			got = append(got, [2]int{i, e})
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("mask %v: runs %v, want %v", mask, got, want)
+		}
 	}
 }
