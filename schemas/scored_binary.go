@@ -62,6 +62,24 @@ func (r *binReader) raw() []byte {
 // keys, the ledger's ids), and a view would keep a record's bytes alive.
 func (r *binReader) str() string { return string(r.raw()) }
 
+// kind is str for a turn's kind: the known kinds are the package's
+// constants, without an allocation each (an agent trajectory has dozens of
+// turns); any other string is copied as str does.
+func (r *binReader) kind() string {
+	b := r.raw()
+	switch string(b) { // compared in place
+	case KindSearch:
+		return KindSearch
+	case KindAnswer:
+		return KindAnswer
+	case KindTool:
+		return KindTool
+	case KindOther:
+		return KindOther
+	}
+	return string(b)
+}
+
 func (r *binReader) double() float64 {
 	if len(r.b) < 8 {
 		r.ok, r.b = false, nil
@@ -174,7 +192,7 @@ func (r *binReader) trajectory(t *Trajectory) {
 	t.CreatedAtMs = r.long()
 	t.Prompt = packedInt32s(r)
 	r.arrayReserve(func(n int) { t.Turns = slices.Grow(t.Turns, n) }, func() {
-		t.Turns = append(t.Turns, Turn{Kind: r.str(), Action: packedInt32s(r), Observation: packedInt32s(r)})
+		t.Turns = append(t.Turns, Turn{Kind: r.kind(), Action: packedInt32s(r), Observation: packedInt32s(r)})
 	})
 	t.Reward = r.optDouble()
 	if r.branch() {

@@ -375,3 +375,27 @@ func TestDirectDecoderRefusesWhatTheShapeCheckRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestKindsInterned checks that decoding a turn's kind gives the package's
+// constant for a known kind (no copy) and a copy of anything else.
+func TestKindsInterned(t *testing.T) {
+	tr := Trajectory{TrajectoryID: "t", PromptID: "p", GroupSize: 1,
+		Turns: []Turn{{Kind: KindSearch}, {Kind: KindTool}, {Kind: KindOther}, {Kind: "custom"}, {Kind: KindAnswer}}}
+	b, err := Trajectories().Encode(&tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Trajectories().Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{KindSearch, KindTool, KindOther, "custom", KindAnswer} {
+		k := got.Turns[i].Kind
+		if k != want {
+			t.Fatalf("turn %d: kind %q, want %q", i, k, want)
+		}
+		if interned := unsafe.StringData(k) == unsafe.StringData(want); interned != (want != "custom") {
+			t.Fatalf("turn %d (%q): the package's constant: %v", i, k, interned)
+		}
+	}
+}

@@ -41,6 +41,10 @@ type ScoreStage struct {
 	log    zerolog.Logger
 	// buffers holds encoded scored records for reuse once acknowledged.
 	buffers *bufferPool
+	// trajectories decodes with the token arrays left in the record's
+	// bytes (schemas.WithSharedInput): the job holds its record until the
+	// scored record is written, and nothing here writes into the arrays.
+	trajectories schemas.Codec[schemas.Trajectory]
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
@@ -55,7 +59,8 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
 	}
 	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits,
-		log: cfg.Logger.With().Str("stage", "score").Logger(), buffers: newBufferPool(outputBufferBytes)}
+		log: cfg.Logger.With().Str("stage", "score").Logger(), buffers: newBufferPool(outputBufferBytes),
+		trajectories: schemas.Trajectories(schemas.WithSharedInput())}
 	s.limits.VocabSize = info.VocabSize
 	s.layers = cfg.Layers
 	if len(s.layers) == 0 {
@@ -367,7 +372,7 @@ func (s *ScoreStage) process(ctx context.Context, j *scoreJob) {
 		dead(schemas.ReasonTooLarge, fmt.Sprintf("record of %d bytes exceeds the limit of %d", len(j.rec.Value), s.limits.MaxRecordBytes))
 		return
 	}
-	t, err := schemas.Trajectories().Decode(j.rec.Value)
+	t, err := s.trajectories.Decode(j.rec.Value)
 	if err != nil {
 		dead(reasonOf(err))
 		return
