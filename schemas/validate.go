@@ -172,9 +172,11 @@ func ValidateTrajectory(t *Trajectory, lim Limits) error {
 		if len(t.RolloutLogprobs) != policy {
 			return invalid(ReasonInvalid, "trajectory %s: %d rollout log-probs for %d policy tokens", t.TrajectoryID, len(t.RolloutLogprobs), policy)
 		}
-		for i, lp := range t.RolloutLogprobs {
-			if !finite(float64(lp)) {
-				return invalid(ReasonInvalid, "trajectory %s: rollout log-prob %d is %v", t.TrajectoryID, i, lp)
+		if !allFinite(t.RolloutLogprobs) {
+			for i, lp := range t.RolloutLogprobs {
+				if !finite(float64(lp)) {
+					return invalid(ReasonInvalid, "trajectory %s: rollout log-prob %d is %v", t.TrajectoryID, i, lp)
+				}
 			}
 		}
 	}
@@ -223,6 +225,22 @@ func idsInRange(ids []int32, vocab int) bool {
 		a = max(a, uint32(x))
 	}
 	return max(a, b, c, d) < uint32(vocab)
+}
+
+// allFinite reports whether no value is NaN or ±Inf, from the exponent
+// bits (all ones only for those), four values a step without a branch.
+func allFinite(v []float32) bool {
+	const exp = 0x7f800000
+	var a, b, c, d uint32 // the largest exponent fields seen
+	for len(v) >= 4 {
+		a, b = max(a, math.Float32bits(v[0])&exp), max(b, math.Float32bits(v[1])&exp)
+		c, d = max(c, math.Float32bits(v[2])&exp), max(d, math.Float32bits(v[3])&exp)
+		v = v[4:]
+	}
+	for _, x := range v {
+		a = max(a, math.Float32bits(x)&exp)
+	}
+	return max(a, b, c, d) != exp
 }
 
 // Scoring methods and directions carried by Scored records.

@@ -252,3 +252,28 @@ func TestIDsInRangeMatchesNaive(t *testing.T) {
 		}
 	}
 }
+
+// TestAllFiniteMatchesNaive checks the exponent-bit test against
+// math.IsNaN and math.IsInf on random arrays of every short length, with a
+// NaN, an infinity, the largest finite value or a subnormal at a random
+// place or nothing special.
+func TestAllFiniteMatchesNaive(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	specials := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, 0}
+	for k := 0; k < 20_000; k++ {
+		v := make([]float32, r.IntN(12))
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * 10)
+		}
+		if len(v) > 0 && r.IntN(2) == 0 {
+			v[r.IntN(len(v))] = specials[r.IntN(len(specials))]
+		}
+		want := true
+		for _, x := range v {
+			want = want && !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0)
+		}
+		if got := allFinite(v); got != want {
+			t.Fatalf("%v: allFinite %v, want %v", v, got, want)
+		}
+	}
+}

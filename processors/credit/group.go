@@ -222,8 +222,16 @@ func computeGroup(members []Member, partial bool, cfg Config, ema *EMA, validate
 func computeCanonical(members []Member, partial bool, cfg Config, ema *EMA) []Result {
 
 	rewards := make([]float64, len(members))
+	var goldWords map[string][]string // the group's gold answers, normalized once
 	for i, m := range members {
-		rewards[i] = MemberReward(m)
+		if m.Reward != nil {
+			rewards[i] = *m.Reward
+			continue
+		}
+		if goldWords == nil {
+			goldWords = make(map[string][]string, len(m.GoldAnswers))
+		}
+		rewards[i] = bestF1(m.PredAnswer, m.GoldAnswers, goldWords) // MemberReward
 	}
 	aOut := OutcomeAdvantages(rewards, cfg.EpsR)
 

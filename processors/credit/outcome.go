@@ -18,7 +18,11 @@ import (
 //     and "the—end" lose their article and "théa" keeps its letters;
 //   - collapse runs of whitespace (Python's str.isspace, isSpace) to one
 //     space and trim.
-func Normalize(s string) string {
+func Normalize(s string) string { return strings.Join(answerWords(s), " ") }
+
+// answerWords is Normalize(s) split at its spaces: the words F1 compares
+// (splitting the joined string again would give the same words).
+func answerWords(s string) []string {
 	s = lower(s)
 	s = strings.Map(func(r rune) rune {
 		if isASCIIPunct(r) {
@@ -26,7 +30,7 @@ func Normalize(s string) string {
 		}
 		return r
 	}, s)
-	return strings.Join(strings.FieldsFunc(dropArticles(s), isSpace), " ")
+	return strings.FieldsFunc(dropArticles(s), isSpace)
 }
 
 // dropArticles is re.sub(r"\b(a|an|the)\b", " ", s) on a Python str: a match
@@ -70,9 +74,10 @@ func isASCIIPunct(r rune) bool {
 // F1 is the token-level F1 of pred against gold after Normalize (docs/method.md §1).
 // Both empty: 1; one empty: 0; otherwise 2PR/(P+R) over the multiset
 // intersection of whitespace tokens (0 when nothing overlaps).
-func F1(pred, gold string) float64 {
-	p := strings.FieldsFunc(Normalize(pred), isSpace)
-	g := strings.FieldsFunc(Normalize(gold), isSpace)
+func F1(pred, gold string) float64 { return f1Words(answerWords(pred), answerWords(gold)) }
+
+// f1Words is F1 of the answer words p and g.
+func f1Words(p, g []string) float64 {
 	if len(p) == 0 || len(g) == 0 {
 		if len(p) == 0 && len(g) == 0 {
 			return 1
@@ -100,13 +105,25 @@ func F1(pred, gold string) float64 {
 
 // BestF1 is R_i when the record carries no reward: the best F1 of pred over
 // golds. A missing prediction (nil) and an empty gold list both score 0.
-func BestF1(pred *string, golds []string) float64 {
+func BestF1(pred *string, golds []string) float64 { return bestF1(pred, golds, nil) }
+
+// bestF1 is BestF1 with the gold answers' words kept in words (when not
+// nil) for the next member of the group, whose golds are usually the same.
+func bestF1(pred *string, golds []string, words map[string][]string) float64 {
 	if pred == nil {
 		return 0
 	}
+	p := answerWords(*pred)
 	best := 0.0
 	for _, g := range golds {
-		if f := F1(*pred, g); f > best {
+		gw, ok := words[g]
+		if !ok {
+			gw = answerWords(g)
+			if words != nil {
+				words[g] = gw
+			}
+		}
+		if f := f1Words(p, gw); f > best {
 			best = f
 		}
 	}

@@ -147,3 +147,27 @@ func TestOutcomeAdvantagesKnownValues(t *testing.T) {
 		t.Errorf("population std not used: %v", c)
 	}
 }
+
+// TestBestF1GroupCache checks the group's shared gold words against F1 of
+// each pair afresh: members with different predictions and gold lists
+// that overlap, share, or differ, in one cache, in every order.
+func TestBestF1GroupCache(t *testing.T) {
+	preds := []string{"The Eiffel Tower", "eiffel", "Paris, France!", "", "a an the", "Gustave   Eiffel's tower", "théâtre"}
+	golds := [][]string{{"Eiffel Tower", "the eiffel tower"}, {"Paris"}, {"Eiffel Tower", "Paris, France"}, {}, {"THÉÂTRE", "an"}}
+	for rot := range golds {
+		words := map[string][]string{}
+		for i, p := range preds {
+			gs := golds[(i+rot)%len(golds)]
+			want := 0.0
+			for _, g := range gs {
+				want = max(want, F1(p, g))
+			}
+			if got := bestF1(&p, gs, words); got != want {
+				t.Fatalf("pred %q golds %q: %v with the group's words, %v afresh", p, gs, got, want)
+			}
+		}
+		if len(words) == 0 {
+			t.Fatal("no gold answer's words were kept")
+		}
+	}
+}
