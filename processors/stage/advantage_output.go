@@ -44,7 +44,7 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 // does at once when they reach coalesceBytes or coalesceSends, or when one
 // send is a large sample's (emitEachBytes). A producer
 // call costs about as much as a group's samples take to build at search-QA
-// (docs/performance.md, sixteenth pass).
+// (docs/performance-passes.md, sixteenth pass).
 func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 	size := 0
 	for _, msg := range msgs {

@@ -25,10 +25,12 @@ type entry struct {
 // The decoded window of a partition holds the decoded records of the most
 // recently read members, up to decodedShare of the open members' record
 // bytes, at least decodedFloor and at most decodedBudget bytes of records.
-// A decoded record costs about 1.7 times its record, so with a third of the
-// open bytes decoded an open member holds under 2 times its record once
-// more than decodedFloor×3 bytes of members are open; below that, memory is
-// bounded by decodedFloor; above 3×decodedBudget, the share falls further.
+// A decoded record costs at most about 1.7 times its record (an AttnSR
+// record's graphs are copied; a LAPO record's token arrays are views of its
+// bytes, so it costs a small fraction), so with a third of the open bytes
+// decoded an open member holds under 2 times its record once more than
+// decodedFloor×3 bytes of members are open; below that, memory is bounded
+// by decodedFloor; above 3×decodedBudget, the share falls further.
 var (
 	decodedBudget = 16 << 20 // a variable for the tests
 	decodedFloor  = 2 << 20

@@ -35,7 +35,7 @@ func steadySnapshot(partition int, next int64) []byte {
 }
 
 // BenchmarkRestartSnapshotLoad is the restart cost of the advantage stage
-// (docs/performance.md, "Restart cost"): on every partition assignment it
+// (docs/performance-passes.md, "Restart cost"): on every partition assignment it
 // looks for the last snapshot of its key on the state topic, reading its
 // state partition backwards from the end. The state topic holds one snapshot
 // per input partition per commit interval (500 ms) while groups close;

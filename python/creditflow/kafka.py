@@ -330,7 +330,7 @@ def _prefetch_config():
     (queued.max.messages.kbytes, 64 MiB by default). Until v2.2.0 it waits a fixed second
     before fetching again; a trainer that drains 64 MiB of samples in less (≈ 4,000 search-QA
     samples, a quarter of a second) then waits for data most of that second, which measured
-    up to 0.8 s of a 1.3 s run (docs/performance.md, "The trainer's end stalls"). From
+    up to 0.8 s of a 1.3 s run (docs/performance-passes.md, "The trainer's end stalls"). From
     v2.2.0 the wait is fetch.queue.backoff.ms, set short here; before, the bound is raised
     to 512 MiB so that a trainer needs more than a second to drain it."""
     if libversion()[1] >= 0x020200FF:
