@@ -109,3 +109,40 @@ func FuzzDecodeDeadLetter(f *testing.F) {
 	seeds := [][]byte{mustEncode(f, c, sampleDeadLetter()), mustEncode(f, c, d2)}
 	fuzzCodec(f, c, seeds, func(*DeadLetter) {})
 }
+
+// fuzzShared checks that a codec built WithSharedInput decodes exactly what
+// the copying codec does: the same bytes accepted, with values that encode
+// alike, and the same errors.
+func fuzzShared[T any](f *testing.F, shared, plain Codec[T], seeds [][]byte) {
+	for _, s := range seeds {
+		for _, v := range corruptions(s) {
+			f.Add(v)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gerr := shared.Decode(b)
+		want, werr := plain.Decode(b)
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Fatalf("shared decode error %v, copying decode error %v", gerr, werr)
+		}
+		if gerr != nil {
+			return
+		}
+		gb, err1 := plain.Encode(got)
+		wb, err2 := plain.Encode(want)
+		if err1 != nil || err2 != nil || !bytes.Equal(gb, wb) {
+			t.Fatalf("shared and copying decodes differ (%v, %v)", err1, err2)
+		}
+	})
+}
+
+func FuzzDecodeTrajectoryShared(f *testing.F) {
+	c := Trajectories()
+	seeds := [][]byte{mustEncode(f, c, sampleTrajectory()), mustEncode(f, c, bigTrajectory(300, rand.New(rand.NewPCG(5, 6))))}
+	fuzzShared(f, Trajectories(WithSharedInput()), c, seeds)
+}
+
+func FuzzDecodeScoredShared(f *testing.F) {
+	c := ScoredRecords()
+	fuzzShared(f, ScoredRecords(WithSharedInput()), c, [][]byte{mustEncode(f, c, sampleScored())})
+}
