@@ -19,6 +19,8 @@ type countingRegistry struct {
 	names []string
 	mu    sync.Mutex
 	kept  []prometheus.Collector
+	// fqNames holds each kept metric's family name by its Desc.
+	fqNames sync.Map
 }
 
 func newCountingRegistry(reg *prometheus.Registry, names ...string) *countingRegistry {
@@ -57,6 +59,22 @@ func (r *countingRegistry) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
+// familyName is d's fully-qualified name, found once per Desc: Desc's
+// String formats every field and its labels, and the polls ask hundreds of
+// times a second.
+func (r *countingRegistry) familyName(d *prometheus.Desc) string {
+	if n, ok := r.fqNames.Load(d); ok {
+		return n.(string)
+	}
+	name := d.String()
+	if i := strings.Index(name, `fqName: "`); i >= 0 {
+		name = name[i+len(`fqName: "`):]
+		name = name[:strings.IndexByte(name, '"')]
+	}
+	r.fqNames.Store(d, name)
+	return name
+}
+
 // gather collects the counted families only.
 func (r *countingRegistry) gather() []*dto.MetricFamily {
 	r.mu.Lock()
@@ -72,11 +90,7 @@ func (r *countingRegistry) gather() []*dto.MetricFamily {
 			if m.Write(&pb) != nil {
 				continue
 			}
-			name := m.Desc().String()
-			if i := strings.Index(name, `fqName: "`); i >= 0 {
-				name = name[i+len(`fqName: "`):]
-				name = name[:strings.IndexByte(name, '"')]
-			}
+			name := r.familyName(m.Desc())
 			f := fams[name]
 			if f == nil {
 				f = &dto.MetricFamily{Name: &name}
