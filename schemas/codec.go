@@ -104,9 +104,9 @@ func WithMaxBytes(n int) CodecOption {
 }
 
 // WithSharedInput lets Decode return a value whose packed token and
-// log-prob arrays are views of the bytes it was given instead of copies, where the host reads them in place (little-endian, unaligned
-// loads allowed: amd64, arm64, 386, ppc64le; elsewhere it copies as
-// usual). The caller must then leave those bytes unchanged, and must not
+// log-prob arrays are views of the bytes it was given instead of copies,
+// where the host reads them in place (little-endian, unaligned loads
+// allowed: amd64, arm64, 386, ppc64le; elsewhere it copies as usual). The caller must then leave those bytes unchanged, and must not
 // write into the value's arrays, for as long as the value is in use. The
 // values are the same as without the option; only their memory differs.
 // For a consumer that keeps each record's bytes anyway (the advantage

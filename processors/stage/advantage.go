@@ -74,8 +74,9 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	}
 	cfg.Metrics.forMethod(cfg.Credit.Method)
 	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
-	return &AdvantageStage{cfg: cfg, prod: prod, scored: schemas.ScoredRecords(schemas.WithSharedInput()), log: cfg.Logger.With().Str("stage", "advantage").Logger(),
-		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes)}, nil
+	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
+		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes),
+		scored: schemas.ScoredRecords(schemas.WithSharedInput())}, nil
 }
 
 // Run consumes until ctx ends.

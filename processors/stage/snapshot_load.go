@@ -11,6 +11,10 @@ import (
 	"github.com/creditflow/creditflow/state"
 )
 
+// snapshotWindow is the first window (in records) loadSnapshot reads back
+// from the end of a state partition; it doubles until the key is found.
+const snapshotWindow = 16
+
 // loadSnapshot finds the newest snapshot written under key on the state
 // topic.
 //
@@ -30,10 +34,6 @@ import (
 // copies found, the one furthest ahead (NextOffset, then the more groups
 // emitted ahead) is restored; the next snapshot goes where the key hashes
 // now, so later loads find it there.
-// snapshotWindow is the first window (in records) loadSnapshot reads back
-// from the end of a state partition; it doubles until the key is found.
-const snapshotWindow = 16
-
 func (a *AdvantageStage) loadSnapshot(ctx context.Context, key string) (*state.Snapshot, error) {
 	topic := a.cfg.Topics.State
 	parts, err := consumers.Partitions(ctx, a.cfg.Brokers, a.cfg.Security, topic)
