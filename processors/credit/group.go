@@ -151,11 +151,15 @@ func ValidateMember(m Member, cfg Config) error {
 
 // MemberReward is R_i (docs/method.md §1): the record's reward when present, else the
 // best F1 of the prediction over the gold answers.
-func MemberReward(m Member) float64 {
+func MemberReward(m Member) float64 { return memberReward(m, nil) }
+
+// memberReward is MemberReward with the gold answers' words kept in
+// goldWords (when not nil) for the group's next member (bestF1).
+func memberReward(m Member, goldWords map[string][]string) float64 {
 	if m.Reward != nil {
 		return *m.Reward
 	}
-	return BestF1(m.PredAnswer, m.GoldAnswers)
+	return bestF1(m.PredAnswer, m.GoldAnswers, goldWords)
 }
 
 // ComputeGroup finalizes one group; results are in the order of members.
@@ -222,16 +226,9 @@ func computeGroup(members []Member, partial bool, cfg Config, ema *EMA, validate
 func computeCanonical(members []Member, partial bool, cfg Config, ema *EMA) []Result {
 
 	rewards := make([]float64, len(members))
-	var goldWords map[string][]string // the group's gold answers, normalized once
+	goldWords := map[string][]string{} // the group's gold answers, normalized once
 	for i, m := range members {
-		if m.Reward != nil {
-			rewards[i] = *m.Reward
-			continue
-		}
-		if goldWords == nil {
-			goldWords = make(map[string][]string, len(m.GoldAnswers))
-		}
-		rewards[i] = bestF1(m.PredAnswer, m.GoldAnswers, goldWords) // MemberReward
+		rewards[i] = memberReward(m, goldWords)
 	}
 	aOut := OutcomeAdvantages(rewards, cfg.EpsR)
 
