@@ -78,13 +78,17 @@ type SizeResult struct {
 
 	// The trainer's end (sizes with it): samples/s of a Python trainer
 	// (SampleStream.batches → to_torch) and of a bare confluent_kafka
-	// consumer over the same samples, their ratio, the tensor library, or
-	// why it did not run.
-	TrainerPerS         float64 `json:"trainer_per_s,omitempty"`
-	TrainerConsumerPerS float64 `json:"trainer_consumer_per_s,omitempty"`
-	TrainerVsConsumer   float64 `json:"trainer_vs_consumer,omitempty"`
-	TrainerTensors      string  `json:"trainer_tensors,omitempty"`
-	TrainerNote         string  `json:"trainer_note,omitempty"`
+	// consumer over the same samples, their ratio, the trainer's floor (the
+	// bare consumer plus views of each sample's arrays and the same tensors:
+	// a trainer whose decoding costs nothing) and its ratio to the bare
+	// consumer, the tensor library, or why it did not run.
+	TrainerPerS            float64 `json:"trainer_per_s,omitempty"`
+	TrainerConsumerPerS    float64 `json:"trainer_consumer_per_s,omitempty"`
+	TrainerVsConsumer      float64 `json:"trainer_vs_consumer,omitempty"`
+	TrainerFloorPerS       float64 `json:"trainer_floor_per_s,omitempty"`
+	TrainerFloorVsConsumer float64 `json:"trainer_floor_vs_consumer,omitempty"`
+	TrainerTensors         string  `json:"trainer_tensors,omitempty"`
+	TrainerNote            string  `json:"trainer_note,omitempty"`
 
 	Error string `json:"error,omitempty"` // what failed for this size (the fields it did not reach are 0)
 }
@@ -389,6 +393,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 		r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerTensors, r.TrainerNote = cmdutil.Round3(tr.PerS), cmdutil.Round3(tr.ConsumerPerS), tr.Tensors, tr.Note
 		if tr.ConsumerPerS > 0 {
 			r.TrainerVsConsumer = cmdutil.Round3(tr.PerS / tr.ConsumerPerS)
+			r.TrainerFloorPerS, r.TrainerFloorVsConsumer = cmdutil.Round3(tr.FloorPerS), cmdutil.Round3(tr.FloorPerS/tr.ConsumerPerS)
 		}
 	}
 	keys, scored, err := e.readAll(ctx, scoredTopic)
@@ -463,6 +468,13 @@ func printBench(r BenchResult) {
 		if s.ScoreFloorPerS > 0 || s.AdvantageFloorPerS > 0 {
 			fmt.Fprintf(w, "%-11s floors (the input read, the stage's output written, no work): score %.0f/s, %.2f of passthrough; advantage %.0f/s, %.2f of pass scored\n",
 				"", s.ScoreFloorPerS, s.ScoreFloorVsPassthrough, s.AdvantageFloorPerS, s.AdvantageFloorVsPassthrough)
+		}
+		switch {
+		case s.TrainerNote != "":
+			fmt.Fprintf(w, "%-11s trainer: %s\n", "", s.TrainerNote)
+		case s.TrainerPerS > 0:
+			fmt.Fprintf(w, "%-11s trainer (Python, SampleStream → %s): %.0f samples/s, %.2f of a bare consumer's %.0f/s; its floor (views and tensors, no decoding) %.0f/s, %.2f\n",
+				"", s.TrainerTensors, s.TrainerPerS, s.TrainerVsConsumer, s.TrainerConsumerPerS, s.TrainerFloorPerS, s.TrainerFloorVsConsumer)
 		}
 		if s.Error != "" {
 			fmt.Fprintf(w, "%-11s error: %s\n", "", s.Error)

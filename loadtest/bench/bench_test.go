@@ -88,6 +88,10 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 	} else if want := r.TrainerPerS / r.TrainerConsumerPerS; r.TrainerPerS <= 0 || r.TrainerConsumerPerS <= 0 ||
 		r.TrainerVsConsumer < want-0.01 || r.TrainerVsConsumer > want+0.01 || r.TrainerTensors == "" {
 		t.Fatalf("trainer phase: %v /s, consumer %v /s, ratio %v, tensors %q", r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerVsConsumer, r.TrainerTensors)
+	} else if want := r.TrainerFloorPerS / r.TrainerConsumerPerS; r.TrainerFloorPerS <= 0 ||
+		r.TrainerFloorVsConsumer < want-0.01 || r.TrainerFloorVsConsumer > want+0.01 {
+		// the floor read every sample and built tensors of all their tokens (trainer.py checks the count)
+		t.Fatalf("trainer floor: %v /s, ratio %v, want %v", r.TrainerFloorPerS, r.TrainerFloorVsConsumer, want)
 	}
 	if a := res.Sizes[0]; a.TrainerPerS != 0 || a.TrainerNote != "" {
 		t.Fatalf("attnsr-k30 ran the trainer phase: %+v", a)

@@ -15,7 +15,10 @@ import (
 // The trainer's end (docs/performance.md, Method): a trainer reads the
 // samples topic with the Python package (SampleStream → to_torch batches);
 // a bare confluent_kafka consumer reading the same records in the same run
-// is its floor, as the passthroughs are the stages'.
+// is its reference, as the passthroughs are the stages'; the trainer's
+// floor is that consumer plus the tensors, built from views of each
+// record's arrays (a trainer whose decoding costs nothing), as the stages'
+// floors read and write what they do without working.
 
 //go:embed trainer.py
 var benchTrainerScript []byte
@@ -27,7 +30,8 @@ const benchTrainerBatch = 64
 type trainerResult struct {
 	PerS         float64 `json:"trainer_per_s"`
 	ConsumerPerS float64 `json:"trainer_consumer_per_s"`
-	Tensors      string  `json:"tensors"` // torch, or numpy where torch is missing
+	FloorPerS    float64 `json:"trainer_floor_per_s"` // 0 where the samples came as chunks
+	Tensors      string  `json:"tensors"`             // torch, or numpy where torch is missing
 	Note         string  `json:"-"`
 }
 

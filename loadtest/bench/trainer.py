@@ -1,7 +1,15 @@
 """The trainer's end of `loadtest bench` (docs/performance.md, Method): reads the samples
 topic with the creditflow Python package as a trainer does (SampleStream.batches, then
-to_torch, or to_numpy without torch) and with a bare confluent_kafka consumer that only
-polls the same records, in turns, and prints one JSON object.
+to_torch, or to_numpy without torch), with a bare confluent_kafka consumer that only
+polls the same records, and with the trainer's floor (below), in turns, and prints one JSON
+object.
+
+The floor is a reader whose decoding costs nothing: the bare consumer's loop, plus the
+least a Python trainer must do with each record, which is to view its arrays (np.frombuffer at
+offsets found by an untimed first reading) and build the same tensors from them (to_torch or
+to_numpy, batches of BATCH in arrival order: no grouping, no duplicate or policy checks). What
+separates it from the bare consumer is building the tensors; what separates the trainer from
+it is the package's decoding and bookkeeping.
 
   python3 trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
 
@@ -20,7 +28,10 @@ import time
 from confluent_kafka import Consumer, KafkaError
 
 import creditflow
+import numpy as np
+
 from creditflow.batch import to_numpy
+from creditflow.wire import decode_sample
 
 try:
     from creditflow.batch import to_torch
@@ -59,22 +70,87 @@ def bare(brokers, topic, n, group):
     c.subscribe([topic])
     got, nbytes, deadline = 0, 0, time.monotonic() + TIMEOUT
     while got < n:
-        msgs = c.consume(num_messages=256, timeout=0)  # in bulk, as SampleStream takes them
-        if not msgs:
-            msg = c.poll(0.5)
-            msgs = [msg] if msg is not None else []
-        if not msgs and time.monotonic() > deadline:
-            raise TimeoutError("bare consumer: %d of %d records" % (got, n))
-        for msg in msgs:
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise RuntimeError(msg.error())
+        for msg in _take(c, n, "bare consumer", deadline):  # in bulk, as SampleStream takes them
             got += 1
             nbytes += len(msg.value())
     end = time.monotonic()
     c.close()
     return got, end - c.first, nbytes
+
+
+def _take(c, n, what, deadline):
+    """The next records of consumer c as the bare consumer takes them (in bulk; a blocking
+    poll only when librdkafka holds nothing), errors other than end-of-partition raised."""
+    msgs = c.consume(num_messages=256, timeout=0)
+    if not msgs:
+        msg = c.poll(0.5)
+        msgs = [msg] if msg is not None else []
+    if not msgs and time.monotonic() > deadline:
+        raise TimeoutError("%s: fewer than %d records" % (what, n))
+    out = []
+    for msg in msgs:
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise RuntimeError(msg.error())
+        out.append(msg)
+    return out
+
+
+_ARRAYS = (("tokens", np.int32), ("loss_mask", np.uint8), ("advantages", np.float32),
+           ("token_rewards", np.float32), ("rollout_logprobs", np.float32))
+_SCALARS = ("trajectory_id", "prompt_id", "policy_version", "scorer_policy_version", "reward", "outcome_advantage")
+
+
+def layouts(brokers, topic, n, group):
+    """{(partition, offset): (the scalar fields to_numpy reads, [(field, dtype, count, byte
+    offset)])} for the topic's n samples, read once with the package's decoder (untimed); None
+    when a sample came as chunks (the floor reads whole records only)."""
+    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    out, deadline = {}, time.monotonic() + TIMEOUT
+    try:
+        while len(out) < n:
+            for msg in _take(c, n, "trainer floor (layouts)", deadline):
+                if msg.headers() and any(k == "creditflow-chunk" for k, _ in msg.headers()):
+                    return None
+                v = msg.value()
+                s = decode_sample(v)
+                base = np.frombuffer(v, np.uint8).ctypes.data
+                arrays = [(f, dt, s[f].size, s[f].ctypes.data - base) for f, dt in _ARRAYS if s[f] is not None]
+                out[(msg.partition(), msg.offset())] = ({k: s[k] for k in _SCALARS}, arrays)
+    finally:
+        c.close()
+    return out
+
+
+def floor(brokers, topic, n, group, batch, layout):
+    """The bare consumer's loop plus views of each record's arrays and the tensors of each
+    batch of `batch` records: a trainer whose decoding costs nothing."""
+    c = _Clock(Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False}))
+    c.subscribe([topic])
+    convert = to_torch or to_numpy
+    frombuffer = np.frombuffer
+    got, tokens, b, deadline = 0, 0, [], time.monotonic() + TIMEOUT
+    while got < n:
+        for msg in _take(c, n, "trainer floor", deadline):
+            v = msg.value()
+            scalars, arrays = layout[(msg.partition(), msg.offset())]
+            s = dict(scalars)
+            for f, dt, count, off in arrays:
+                s[f] = frombuffer(v, dt, count, off)
+            b.append(s)
+            got += 1
+            if len(b) >= batch:
+                tokens += int(convert(b)["lengths"].sum())
+                b = []
+    if b:
+        tokens += int(convert(b)["lengths"].sum())
+    end = time.monotonic()
+    c.close()
+    return got, end - c.first, tokens
 
 
 def trainer(brokers, topic, n, group, batch):
@@ -109,7 +185,8 @@ def main():
     brokers, topic, n, repeat, batch, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
         int(sys.argv[5]), sys.argv[6]
     creditflow.wire.codec("Sample")  # compiled once per process (start-up, not steady state)
-    runs = {"consumer": [0, 0.0], "trainer": [0, 0.0]}
+    layout = layouts(brokers, topic, n, "%s.layouts" % prefix)
+    runs = {"consumer": [0, 0.0], "trainer": [0, 0.0], "floor": [0, 0.0]}
     nbytes = tokens = tokens_of = 0
     for r in range(repeat):
         got, dt, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
@@ -125,9 +202,17 @@ def main():
         tokens_of = got
         runs["trainer"][0] += got
         runs["trainer"][1] += dt
+        if layout is not None:
+            got, dt, floor_tokens = floor(brokers, topic, n, "%s.floor.%d" % (prefix, r), batch, layout)
+            want = sum(a[0][2] for _, a in layout.values())  # every record's tokens, in the tensors once
+            if floor_tokens != want:
+                raise RuntimeError("trainer floor: %d tokens in its tensors, the records hold %d" % (floor_tokens, want))
+            runs["floor"][0] += got
+            runs["floor"][1] += dt
     print(json.dumps({
         "trainer_per_s": runs["trainer"][0] / runs["trainer"][1],
         "trainer_consumer_per_s": runs["consumer"][0] / runs["consumer"][1],
+        "trainer_floor_per_s": runs["floor"][0] / runs["floor"][1] if runs["floor"][1] else 0,
         "tensors": "torch" if to_torch else "numpy",
         "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, tokens_of),
     }))

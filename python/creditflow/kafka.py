@@ -321,8 +321,14 @@ class PolicyWatcher:
 # ----- trainers ------------------------------------------------------------------------------
 
 _BULK = 256  # messages SampleStream takes from librdkafka per call
-_FETCH_PARTITION_BYTES = 16 << 20  # per partition and fetch request
-_FETCH_BYTES = 64 << 20  # per fetch request
+# Per partition and per fetch request: librdkafka's defaults, said here because larger ones
+# were tried and measured slower. A fetch's answer is handed to the trainer only once all of
+# it has arrived, and one is in flight per broker at a time: with 16 MiB per partition the
+# trainer waited for each answer, up to 40% of its time at 32k tokens, and read 0.46-0.48 of
+# a bare consumer's rate at 32k and 0.44-0.51 at search-QA size against 0.59-0.73 and
+# 0.56-0.61 with 1 MiB (docs/performance-passes.md, eighteenth pass).
+_FETCH_PARTITION_BYTES = 1 << 20
+_FETCH_BYTES = 50 << 20
 
 
 def _prefetch_config():
@@ -360,9 +366,7 @@ class SampleStream:
                 "auto.offset.reset": "earliest",
                 # a trainer started before the samples topic exists finds it within seconds
                 "topic.metadata.refresh.interval.ms": 2000,
-                # samples are tens of KB: librdkafka's 1 MiB per partition and fetch would bring
-                # ~60 of them per round trip and leave the trainer waiting in poll between
-                # fetches (docs/performance.md, the trainer's end)
+                # fetches small enough for the trainer to read one while the next arrives (_FETCH_PARTITION_BYTES)
                 "max.partition.fetch.bytes": _FETCH_PARTITION_BYTES, "fetch.max.bytes": _FETCH_BYTES,
                 **_prefetch_config()}
         conf.update(_config(brokers, client_config))
