@@ -102,27 +102,42 @@ _ARRAYS = (("tokens", np.int32), ("loss_mask", np.uint8), ("advantages", np.floa
 _SCALARS = ("trajectory_id", "prompt_id", "policy_version", "scorer_policy_version", "reward", "outcome_advantage")
 
 
-def layouts(brokers, topic, n, group):
+def layouts(brokers, topic, n, group, keep=0):
     """{(partition, offset): (the scalar fields to_numpy reads, [(field, dtype, count, byte
-    offset)])} for the topic's n samples, read once with the package's decoder (untimed); None
-    when a sample came as chunks (the floor reads whole records only)."""
+    offset)])} for the topic's n samples, read once with the package's decoder (untimed), and
+    the first `keep` samples decoded; None for the layouts when a sample came as chunks (the
+    floor reads whole records only)."""
     c = Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     c.subscribe([topic])
-    out, deadline = {}, time.monotonic() + TIMEOUT
+    out, kept, deadline = {}, [], time.monotonic() + TIMEOUT
     try:
         while len(out) < n:
             for msg in _take(c, n, "trainer floor (layouts)", deadline):
                 if msg.headers() and any(k == "creditflow-chunk" for k, _ in msg.headers()):
-                    return None
+                    return None, []
                 v = msg.value()
                 s = decode_sample(v)
+                if len(kept) < keep:
+                    kept.append(s)
                 base = np.frombuffer(v, np.uint8).ctypes.data
                 arrays = [(f, dt, s[f].size, s[f].ctypes.data - base) for f, dt in _ARRAYS if s[f] is not None]
                 out[(msg.partition(), msg.offset())] = ({k: s[k] for k in _SCALARS}, arrays)
     finally:
         c.close()
-    return out
+    return out, kept
+
+
+def warm_up(samples, batch):
+    """Builds the tensors of two batches, the second while the first is held, as the trainer
+    holds its last batch while building the next: the package's array pool then has the memory
+    both readers reuse in steady state, and neither run pays for fresh pages that the other
+    left warm (the trainer runs before the floor in every round)."""
+    convert = to_torch or to_numpy
+    held = convert(samples[:batch])
+    if len(samples) > batch:
+        convert(samples[batch:2 * batch])
+    del held
 
 
 def floor(brokers, topic, n, group, batch, layout):
@@ -185,7 +200,10 @@ def main():
     brokers, topic, n, repeat, batch, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
         int(sys.argv[5]), sys.argv[6]
     creditflow.wire.codec("Sample")  # compiled once per process (start-up, not steady state)
-    layout = layouts(brokers, topic, n, "%s.layouts" % prefix)
+    layout, kept = layouts(brokers, topic, n, "%s.layouts" % prefix, keep=2 * batch)
+    if kept:
+        warm_up(kept, batch)
+    del kept
     runs = {"consumer": [0, 0.0], "trainer": [0, 0.0], "floor": [0, 0.0]}
     nbytes = tokens = tokens_of = 0
     for r in range(repeat):
