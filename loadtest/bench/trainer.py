@@ -25,11 +25,10 @@ import os
 import sys
 import time
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaError
 
 import creditflow
-import numpy as np
-
 from creditflow.batch import to_numpy
 from creditflow.wire import decode_sample
 
