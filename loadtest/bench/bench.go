@@ -473,8 +473,12 @@ func printBench(r BenchResult) {
 		case s.TrainerNote != "":
 			fmt.Fprintf(w, "%-11s trainer: %s\n", "", s.TrainerNote)
 		case s.TrainerPerS > 0:
-			fmt.Fprintf(w, "%-11s trainer (Python, SampleStream → %s): %.0f samples/s, %.2f of a bare consumer's %.0f/s; its floor (views and tensors, no decoding) %.0f/s, %.2f\n",
-				"", s.TrainerTensors, s.TrainerPerS, s.TrainerVsConsumer, s.TrainerConsumerPerS, s.TrainerFloorPerS, s.TrainerFloorVsConsumer)
+			fmt.Fprintf(w, "%-11s trainer (Python, SampleStream → %s): %.0f samples/s, %.2f of a bare consumer's %.0f/s",
+				"", s.TrainerTensors, s.TrainerPerS, s.TrainerVsConsumer, s.TrainerConsumerPerS)
+			if s.TrainerFloorPerS > 0 { // none where the samples came as chunks
+				fmt.Fprintf(w, "; its floor (views and tensors, no decoding) %.0f/s, %.2f", s.TrainerFloorPerS, s.TrainerFloorVsConsumer)
+			}
+			fmt.Fprintln(w)
 		}
 		if s.Error != "" {
 			fmt.Fprintf(w, "%-11s error: %s\n", "", s.Error)
