@@ -177,10 +177,7 @@ func packedInt32s(r *binReader) []int32 {
 	if len(b) == 0 || !r.ok {
 		return nil
 	}
-	if r.shared {
-		return view[int32](b)
-	}
-	return unpack[int32](b)
+	return packedOf[int32](r, b)
 }
 
 func (r *binReader) trajectory(t *Trajectory) {
@@ -207,7 +204,7 @@ func (r *binReader) trajectory(t *Trajectory) {
 		if len(b)%4 != 0 {
 			r.ok = false
 		} else {
-			t.RolloutLogprobs = r.float32s(b)
+			t.RolloutLogprobs = packedOf[float32](r, b)
 		}
 	}
 	if r.branch() {
@@ -220,12 +217,13 @@ func (r *binReader) trajectory(t *Trajectory) {
 	}
 }
 
-// float32s is b as float32s: a view of b when shared, a copy otherwise.
-func (r *binReader) float32s(b []byte) []float32 {
+// packedOf is b's packed elements: a view of b when r is shared (and b not
+// empty), a copy otherwise.
+func packedOf[E int32 | float32](r *binReader, b []byte) []E {
 	if r.shared && len(b) > 0 {
-		return view[float32](b)
+		return view[E](b)
 	}
-	return unpack[float32](b)
+	return unpack[E](b)
 }
 
 func decodeTrajectoryBinary(body []byte, shared bool) (*Trajectory, bool) {

@@ -63,10 +63,17 @@ class _Clock:
         return getattr(self._c, name)
 
 
-def bare(brokers, topic, n, group):
+def _consumer(brokers, topic, group):
+    """A consumer with librdkafka's defaults, subscribed to topic (the bare consumer's, the
+    floor's and the layouts' reading), its first record timed."""
     c = _Clock(Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": False}))
     c.subscribe([topic])
+    return c
+
+
+def bare(brokers, topic, n, group):
+    c = _consumer(brokers, topic, group)
     got, nbytes, deadline = 0, 0, time.monotonic() + TIMEOUT
     while got < n:
         for msg in _take(c, n, "bare consumer", deadline):  # in bulk, as SampleStream takes them
@@ -101,50 +108,31 @@ _ARRAYS = (("tokens", np.int32), ("loss_mask", np.uint8), ("advantages", np.floa
 _SCALARS = ("trajectory_id", "prompt_id", "policy_version", "scorer_policy_version", "reward", "outcome_advantage")
 
 
-def layouts(brokers, topic, n, group, keep=0):
+def layouts(brokers, topic, n, group):
     """{(partition, offset): (the scalar fields to_numpy reads, [(field, dtype, count, byte
-    offset)])} for the topic's n samples, read once with the package's decoder (untimed), and
-    the first `keep` samples decoded; None for the layouts when a sample came as chunks (the
-    floor reads whole records only)."""
-    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.subscribe([topic])
-    out, kept, deadline = {}, [], time.monotonic() + TIMEOUT
+    offset)])} for the topic's n samples, read once with the package's decoder (untimed); None
+    when a sample came as chunks (the floor reads whole records only)."""
+    c = _consumer(brokers, topic, group)
+    out, deadline = {}, time.monotonic() + TIMEOUT
     try:
         while len(out) < n:
             for msg in _take(c, n, "trainer floor (layouts)", deadline):
                 if msg.headers() and any(k == "creditflow-chunk" for k, _ in msg.headers()):
-                    return None, []
+                    return None
                 v = msg.value()
                 s = decode_sample(v)
-                if len(kept) < keep:
-                    kept.append(s)
                 base = np.frombuffer(v, np.uint8).ctypes.data
                 arrays = [(f, dt, s[f].size, s[f].ctypes.data - base) for f, dt in _ARRAYS if s[f] is not None]
                 out[(msg.partition(), msg.offset())] = ({k: s[k] for k in _SCALARS}, arrays)
     finally:
         c.close()
-    return out, kept
-
-
-def warm_up(samples, batch):
-    """Builds the tensors of two batches, the second while the first is held, as the trainer
-    holds its last batch while building the next: the package's array pool then has the memory
-    both readers reuse in steady state, and neither run pays for fresh pages that the other
-    left warm (the trainer runs before the floor in every round)."""
-    convert = to_torch or to_numpy
-    held = convert(samples[:batch])
-    if len(samples) > batch:
-        convert(samples[batch:2 * batch])
-    del held
+    return out
 
 
 def floor(brokers, topic, n, group, batch, layout):
     """The bare consumer's loop plus views of each record's arrays and the tensors of each
     batch of `batch` records: a trainer whose decoding costs nothing."""
-    c = _Clock(Consumer({"bootstrap.servers": brokers, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False}))
-    c.subscribe([topic])
+    c = _consumer(brokers, topic, group)
     convert = to_torch or to_numpy
     frombuffer = np.frombuffer
     got, tokens, b, deadline = 0, 0, [], time.monotonic() + TIMEOUT
@@ -199,12 +187,12 @@ def main():
     brokers, topic, n, repeat, batch, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
         int(sys.argv[5]), sys.argv[6]
     creditflow.wire.codec("Sample")  # compiled once per process (start-up, not steady state)
-    layout, kept = layouts(brokers, topic, n, "%s.layouts" % prefix, keep=2 * batch)
-    if kept:
-        warm_up(kept, batch)
-    del kept
+    layout = layouts(brokers, topic, n, "%s.layouts" % prefix)
+    # every record's tokens, which the floor's tensors must hold once per run
+    layout_tokens = sum(a[0][2] for _, a in layout.values()) if layout is not None else 0
     # One untimed round first: each reader's first run in a process pays for memory that later
-    # runs reuse (librdkafka's and the interpreter's), as a trainer does once at start-up.
+    # runs reuse (librdkafka's, the interpreter's, and the package's array pool, which the
+    # trainer leaves holding two batches' arrays), as a trainer does once at start-up.
     bare(brokers, topic, n, "%s.consumer.warm" % prefix)
     trainer(brokers, topic, n, "%s.trainer.warm" % prefix, batch)
     if layout is not None:
@@ -227,9 +215,8 @@ def main():
         runs["trainer"][1] += dt
         if layout is not None:
             got, dt, floor_tokens = floor(brokers, topic, n, "%s.floor.%d" % (prefix, r), batch, layout)
-            want = sum(a[0][2] for _, a in layout.values())  # every record's tokens, in the tensors once
-            if floor_tokens != want:
-                raise RuntimeError("trainer floor: %d tokens in its tensors, the records hold %d" % (floor_tokens, want))
+            if floor_tokens != layout_tokens:
+                raise RuntimeError("trainer floor: %d tokens in its tensors, the records hold %d" % (floor_tokens, layout_tokens))
             runs["floor"][0] += got
             runs["floor"][1] += dt
     print(json.dumps({
