@@ -12,3 +12,9 @@ import "embed"
 //
 //go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch
 var Package embed.FS
+
+// Lock is the pinned list of the project's Python environment (requirements.lock):
+// internal/pyenv builds the environment from it and names it by its hash.
+//
+//go:embed requirements.lock
+var Lock []byte
