@@ -272,6 +272,10 @@ func (c *Client) deliver(op string, items []*item, a answer) error {
 		c.metrics.Forwarded.Add(float64(resp.Usage.TokensForwarded))
 		c.metrics.RowByRow.Add(float64(resp.Usage.TokensRowByRow))
 		c.metrics.Truncations.Add(float64(resp.Usage.Truncations))
+		if resp.Usage.Packs > 0 {
+			c.metrics.Packs.Add(float64(resp.Usage.Packs))
+			c.metrics.MaxPackTokens.Observe(float64(resp.Usage.MaxPackTokens))
+		}
 		for i, it := range items {
 			it.finish(itemResult{scores: outs[i]})
 		}

@@ -189,6 +189,7 @@ func TestPodMatchesReference(t *testing.T) {
 	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3", "--packing", "tree")
 	t.Run("tiny", func(t *testing.T) { testTiny(t, p) })
 	t.Run("statistics", func(t *testing.T) { testStatistics(t, p) })
+	t.Run("usage", func(t *testing.T) { testUsage(t, p) })
 	t.Run("hot-load", func(t *testing.T) { testHotLoad(t, p, root) })
 }
 

@@ -99,6 +99,11 @@ type WireUsage struct {
 	TokensForwarded int64 `json:"tokens_forwarded"`
 	TokensRowByRow  int64 `json:"tokens_row_by_row"`
 	Truncations     int64 `json:"truncations"`
+	// Packs counts the model calls of tree packing that answered the request
+	// and MaxPackTokens the tokens of the largest; a scorer that does not pack
+	// (the Go scorer, the pod under --packing walk) leaves both out.
+	Packs         int64 `json:"packs,omitempty"`
+	MaxPackTokens int64 `json:"max_pack_tokens,omitempty"`
 }
 
 // WireRowScores answers one set.

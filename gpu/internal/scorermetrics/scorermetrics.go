@@ -32,6 +32,10 @@ type Client struct {
 	Forwarded   prometheus.Counter
 	RowByRow    prometheus.Counter
 	Truncations prometheus.Counter
+	// Packs and MaxPackTokens: the tree-packed model calls scorers report
+	// (a pod under --packing tree); a scorer that does not pack adds nothing.
+	Packs         prometheus.Counter
+	MaxPackTokens prometheus.Histogram
 }
 
 // NewClient defines the client's series and, when reg is not nil, registers
@@ -85,6 +89,15 @@ func NewClient(reg prometheus.Registerer) *Client {
 			Name: "creditflow_scorer_truncations_total",
 			Help: "Rows the scorers cut from the left to fit the model's max context.",
 		}),
+		Packs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "creditflow_scorer_packs_total",
+			Help: "Model calls of tree packing the scorers reported for score requests (0 from scorers that do not pack).",
+		}),
+		MaxPackTokens: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "creditflow_scorer_max_pack_tokens",
+			Help:    "Tokens of the largest tree pack of a packed score request, one observation per request.",
+			Buckets: prometheus.ExponentialBuckets(64, 2, 12),
+		}),
 	}
 	if reg != nil {
 		m.Duration = Shared(reg, m.Duration)
@@ -98,6 +111,8 @@ func NewClient(reg prometheus.Registerer) *Client {
 		m.Forwarded = Shared(reg, m.Forwarded)
 		m.RowByRow = Shared(reg, m.RowByRow)
 		m.Truncations = Shared(reg, m.Truncations)
+		m.Packs = Shared(reg, m.Packs)
+		m.MaxPackTokens = Shared(reg, m.MaxPackTokens)
 	}
 	return m
 }
