@@ -28,12 +28,13 @@ var ColorChoices = []string{ColorAdvantage, ColorProcess, ColorDelta, ColorZNorm
 
 // colorMode describes a choice: the turn field it reads (none: per token),
 // the method it belongs to, its symbol, and its scale's center (w̃: 1) and
-// whether values are never negative (p_k: the legend starts at 0).
+// whether values are never negative (p_k, w̃: the legend starts at 0 at
+// the lowest).
 type colorMode struct {
 	method, symbol string
 	turn           func(t *monitor.TurnView) *float64
 	center         float64
-	unsigned       bool
+	nonNegative    bool
 }
 
 var colorModes = map[string]colorMode{
@@ -42,9 +43,9 @@ var colorModes = map[string]colorMode{
 	ColorDelta:            {method: "lapo", symbol: "Δ", turn: func(t *monitor.TurnView) *float64 { return t.Delta }},
 	ColorZNorm:            {method: "lapo", symbol: "z̃", turn: func(t *monitor.TurnView) *float64 { return t.ZNorm }},
 	ColorProcessAdvantage: {method: "lapo", symbol: "A_proc", turn: func(t *monitor.TurnView) *float64 { return &t.ProcessAdvantage }},
-	ColorP:                {method: "attnsr", symbol: "p_k", turn: func(t *monitor.TurnView) *float64 { return t.P }, unsigned: true},
+	ColorP:                {method: "attnsr", symbol: "p_k", turn: func(t *monitor.TurnView) *float64 { return t.P }, nonNegative: true},
 	ColorStepReward:       {method: "attnsr", symbol: "s_k", turn: func(t *monitor.TurnView) *float64 { return t.StepReward }},
-	ColorWeight:           {method: "attnsr", symbol: "w̃", turn: func(t *monitor.TurnView) *float64 { return t.Weight }, center: 1},
+	ColorWeight:           {method: "attnsr", symbol: "w̃", turn: func(t *monitor.TurnView) *float64 { return t.Weight }, center: 1, nonNegative: true},
 }
 
 // ValidColor reports whether by is one of ColorChoices.
@@ -147,6 +148,9 @@ func (c *coloring) legend(v *monitor.SampleView) string {
 	switch {
 	case md.turn != nil:
 		what = md.symbol + " of the turn, on its policy tokens"
+		if md.method == "attnsr" {
+			what = md.symbol + " of the step, on its policy tokens"
+		}
 	case c.by == ColorProcess:
 		what = "advantage − A_out per policy token"
 	case v.Advantages == nil:
@@ -155,8 +159,8 @@ func (c *coloring) legend(v *monitor.SampleView) string {
 		what = "advantage per policy token"
 	}
 	lo := c.center - c.m
-	if md.unsigned {
-		lo = 0
+	if md.nonNegative {
+		lo = math.Max(lo, 0)
 	}
 	hi := c.center + c.m
 	var sb strings.Builder

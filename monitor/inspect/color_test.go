@@ -127,11 +127,14 @@ func TestColorChoicesFitTheMethod(t *testing.T) {
 	if w.center != 1 || math.Abs(w.m-0.3) > 1e-12 {
 		t.Fatalf("w̃: center %v, scale %v", w.center, w.m)
 	}
+	if l := stripANSI(w.legend(v)); !strings.HasPrefix(l, "w̃ of the step, on its policy tokens: 0.7 ") || !strings.Contains(l, " 1.3 ") {
+		t.Fatalf("w̃ legend %q", l)
+	}
 	if got := rgb(w, v.Turns[3].Action[0]); got != [3]int{255, 255, 255} {
 		t.Fatalf("w̃ = 1 drawn %v, want white", got)
 	}
 	p := newColoring(v, nil, ColorP)
-	if p.m != 0.7 || !math.IsNaN(p.vals[v.Turns[3].Action[0]]) || !strings.HasPrefix(stripANSI(p.legend(v)), "p_k of the turn, on its policy tokens: 0 ") {
+	if p.m != 0.7 || !math.IsNaN(p.vals[v.Turns[3].Action[0]]) || !strings.HasPrefix(stripANSI(p.legend(v)), "p_k of the step, on its policy tokens: 0 ") {
 		t.Fatalf("p_k: scale %v, legend %q", p.m, stripANSI(p.legend(v)))
 	}
 	if s := newColoring(v, nil, ColorStepReward); s.m != 0.07 {

@@ -105,16 +105,17 @@
   // per-turn one (LAPO Δ, z̃, A_proc; AttnSR p_k, s_k, w̃) drawn on every
   // policy token of its turn, on a scale of its own: a diverging scale
   // around center up to the largest |x − center| shown, so that the turn
-  // with the largest value is drawn fully and the others in proportion.
+  // with the largest value is drawn fully and the others in proportion
+  // (the legend starts at floor for a quantity never below it).
   const MODES = {
     advantage: { label: "advantage / token reward" },
     process: { label: "advantage − A_out (process part)" },
-    delta: { label: "Δ (LAPO, per turn)", turn: "delta", method: "lapo" },
-    z_norm: { label: "z̃ (LAPO, per turn)", turn: "z_norm", method: "lapo" },
-    process_advantage: { label: "A_proc (LAPO, per turn)", turn: "process_advantage", method: "lapo" },
-    p: { label: "p_k (AttnSR, per step)", turn: "p", method: "attnsr", unsigned: true },
-    step_reward: { label: "s_k (AttnSR, per step)", turn: "step_reward", method: "attnsr" },
-    weight: { label: "w̃ (AttnSR, per step)", turn: "weight", method: "attnsr", center: 1 },
+    delta: { label: "Δ (LAPO, per turn)", turn: "delta", method: "lapo", none: "turn not eligible" },
+    z_norm: { label: "z̃ (LAPO, per turn)", turn: "z_norm", method: "lapo", none: "turn not eligible" },
+    process_advantage: { label: "A_proc (LAPO, per turn)", turn: "process_advantage", method: "lapo", none: "turn not eligible" },
+    p: { label: "p_k (AttnSR, per step)", turn: "p", method: "attnsr", floor: 0, none: "final step" },
+    step_reward: { label: "s_k (AttnSR, per step)", turn: "step_reward", method: "attnsr", none: "final step" },
+    weight: { label: "w̃ (AttnSR, per step)", turn: "weight", method: "attnsr", center: 1, floor: 0, none: "ppo output" },
   };
   const SYMBOL = { delta: "Δ", z_norm: "z̃", process_advantage: "A_proc", p: "p_k", step_reward: "s_k", weight: "w̃" };
   function modesFor(method) {
@@ -159,10 +160,10 @@
     const lg = $("v-legend");
     lg.replaceChildren();
     let what = mode === "process" ? "advantage − A_out per policy token" : state.views.some((v) => v.output === "token_rewards") ? "token reward per policy token" : "advantage per policy token";
-    if (def.turn) what = SYMBOL[mode] + " of the turn, on its policy tokens";
+    if (def.turn) what = SYMBOL[mode] + (def.method === "attnsr" ? " of the step" : " of the turn") + ", on its policy tokens";
     lg.appendChild(el("span", { class: "lab" }, what + ":"));
-    const lo = def.unsigned ? 0 : center - m;
-    lg.appendChild(el("span", { class: "tick", "data-key": "scale-min" }, def.unsigned || center ? lo.toPrecision(3) : "−" + m.toPrecision(3)));
+    const lo = def.floor !== undefined ? Math.max(def.floor, center - m) : center - m;
+    lg.appendChild(el("span", { class: "tick", "data-key": "scale-min" }, lo < 0 ? "−" + (-lo).toPrecision(3) : lo.toPrecision(3)));
     const bar = el("span", { class: "bar" });
     const stops = [];
     for (let i = 0; i <= 10; i++) stops.push(color(lo + ((center + m - lo) * i) / 10, m, center));
@@ -171,7 +172,7 @@
     lg.appendChild(el("span", { class: "tick", "data-key": "scale-max" }, (center ? "" : "+") + (center + m).toPrecision(3)));
     if (def.turn) {
       lg.appendChild(el("span", { class: "tok nov sw" }, "no " + SYMBOL[mode]));
-      lg.appendChild(el("span", { class: "lab" }, mode === "p" || mode === "step_reward" ? "(final step)" : "(turn not eligible)"));
+      lg.appendChild(el("span", { class: "lab" }, "(" + def.none + ")"));
     }
     const off = el("span", { class: "tok off sw" }, "prompt, observation");
     lg.appendChild(off);
