@@ -34,8 +34,18 @@ type SampleView struct {
 	// mask, so two turns with no observation between them form one run of
 	// policy tokens, split where the tokens' advantages change from one
 	// turn's value to the next's (when they are equal it cannot be split).
-	TurnsExact bool                `json:"turns_exact"`
-	AttnSR     *schemas.AttnSRDiag `json:"attnsr"`
+	TurnsExact bool        `json:"turns_exact"`
+	AttnSR     *AttnSRView `json:"attnsr"`
+}
+
+// AttnSRView is an AttnSR sample's diagnostics (docs/method.md): C, F, Q,
+// the EMA baseline R̄_t it used and its budget B_i.
+type AttnSRView struct {
+	Confidence float64 `json:"confidence"`
+	Focus      float64 `json:"focus"`
+	Consensus  float64 `json:"consensus"`
+	Baseline   float64 `json:"baseline"`
+	Budget     float64 `json:"budget"`
 }
 
 // TurnView is one turn: its token spans and its diagnostics.
@@ -75,7 +85,10 @@ func NewSampleView(topic string, s *schemas.Sample, partition int, offset int64,
 	v := &SampleView{SampleRef: refOf(topic, s, partition, offset), Partial: s.Partial, Source: s.Source, Temperature: s.Temperature,
 		ScorerPolicyVersion: s.ScorerPolicyVersion, RecordTimeMs: recordTimeMs, Tokenizer: dec.Kind(),
 		Tokens: s.Tokens, Text: dec.Texts(s.Tokens), LossMask: make([]int, len(s.LossMask)),
-		Advantages: s.Advantages, TokenRewards: s.TokenRewards, RolloutLogprobs: s.RolloutLogprobs, AttnSR: s.AttnSR}
+		Advantages: s.Advantages, TokenRewards: s.TokenRewards, RolloutLogprobs: s.RolloutLogprobs}
+	if a := s.AttnSR; a != nil {
+		v.AttnSR = &AttnSRView{Confidence: a.Confidence, Focus: a.Focus, Consensus: a.Consensus, Baseline: a.Baseline, Budget: a.Budget}
+	}
 	for i, m := range s.LossMask {
 		v.LossMask[i] = int(m)
 	}

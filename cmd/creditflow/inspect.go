@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/creditflow/creditflow/gpu/model/tokenizer"
@@ -32,7 +33,7 @@ func inspectCmd(w io.Writer, term bool, args []string) error {
 		"off-policy, each turn's diagnostics (LAPO Δ, S with and without, z, gate, A_proc; AttnSR p_k, s_k,\n"+
 		"w̃), the reward and the group. --best/--worst read the whole topic and keep N; --compare prints the\n"+
 		"same trajectory from a second topic with the differences marked. See docs/monitor.md.")
-	var topic, scored, traj, by, tok, compare *string
+	var topic, scored, traj, by, tok, compare, colorBy *string
 	var best, worst *int
 	var asJSON, noColor *bool
 	fs.inGroup(groupGeneral, func() {
@@ -42,6 +43,8 @@ func inspectCmd(w io.Writer, term bool, args []string) error {
 		by = fs.String("by", monitor.ByReward, "what --best and --worst rank by: reward or process (LAPO Σ A_proc, AttnSR Σ s_k)")
 		asJSON = fs.Bool("json", false, "print each sample as one JSON object per line (as GET /api/v1/samples/{trajectory_id})")
 		noColor = fs.Bool("no-color", false, "no colors even on a terminal (also NO_COLOR)")
+		colorBy = fs.String("color-by", inspect.ColorAdvantage, "what the policy tokens are colored by: "+strings.Join(inspect.ColorChoices, ", ")+
+			" (per turn: LAPO Δ, z̃, A_proc; AttnSR p_k, s_k, w̃)")
 		tok = fs.String("tokenizer", "", "a model's tokenizer.json (or its folder) to decode token ids with; default: the built-in byte vocabulary")
 	})
 	kf := addKafkaFlags(fs)
@@ -68,6 +71,8 @@ func inspectCmd(w io.Writer, term bool, args []string) error {
 		return usageError{errors.New("--compare needs --trajectory")}
 	case *by != monitor.ByReward && *by != monitor.ByProcess:
 		return usageError{fmt.Errorf("--by %q: use reward or process", *by)}
+	case !inspect.ValidColor(*colorBy):
+		return usageError{fmt.Errorf("--color-by %q: use one of %s", *colorBy, strings.Join(inspect.ColorChoices, ", "))}
 	}
 	dec := tokenizer.Bytes()
 	if *tok != "" {
@@ -89,5 +94,5 @@ func inspectCmd(w io.Writer, term bool, args []string) error {
 		return err
 	}
 	color := term && !*noColor && os.Getenv("NO_COLOR") == ""
-	return inspect.Print(w, views, *compare != "", *asJSON, color)
+	return inspect.PrintBy(w, views, *compare != "", *asJSON, color, *colorBy)
 }

@@ -214,6 +214,16 @@ func TestInspect(t *testing.T) {
 	if !strings.Contains(colored, "\x1b[48;2;") || !strings.Contains(colored, "\x1b[2m") {
 		t.Fatal("no colored tokens on a terminal")
 	}
+	// Colored by Δ: the legend says so and the turn with the largest |Δ| is
+	// painted in the scale's end (monitor/inspect's tests check the scale).
+	byDelta := run(true, "--trajectory", id, "--color-by", "delta")
+	if !strings.Contains(byDelta, "Δ of the turn, on its policy tokens") || byDelta == colored ||
+		(!strings.Contains(byDelta, "\x1b[48;2;33;102;172m") && !strings.Contains(byDelta, "\x1b[48;2;178;24;43m")) {
+		t.Fatalf("--color-by delta:\n%s", byDelta[:min(len(byDelta), 600)])
+	}
+	if run(false, "--trajectory", id, "--color-by", "delta") != plain {
+		t.Fatal("--color-by changed the output without colors")
+	}
 	for _, want := range []string{"trajectory " + id, "turn 0 · ", "S with", "A_proc", ownText(w.tokens[v.Turns[0].Action[0]:v.Turns[0].Action[1]])} {
 		if !strings.Contains(plain, want) {
 			t.Fatalf("the view lacks %q:\n%s", want, plain)
@@ -267,7 +277,7 @@ func TestInspect(t *testing.T) {
 	}
 
 	// Command lines that cannot work.
-	for _, args := range [][]string{{}, {"--best", "2", "--worst", "2"}, {"--trajectory", id, "--best", "1"}, {"--best", "2", "--by", "luck"}, {"--best", "2", "--compare", "x"}} {
+	for _, args := range [][]string{{}, {"--best", "2", "--worst", "2"}, {"--trajectory", id, "--best", "1"}, {"--best", "2", "--by", "luck"}, {"--best", "2", "--compare", "x"}, {"--best", "2", "--color-by", "luck"}} {
 		var ue usageError
 		if err := inspectCmd(&bytes.Buffer{}, false, append([]string{"--brokers", brokers}, args...)); !errors.As(err, &ue) {
 			t.Errorf("inspect %v: %v, want a usage error", args, err)

@@ -162,12 +162,19 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	if got := api["samples"].(float64); got != float64(2*sum.SamplesOut) {
 		t.Fatalf("summary: %v samples over both topics, want %d", got, 2*sum.SamplesOut)
 	}
+	// The demo's scorers serve the newest policy version the rollouts use: the
+	// scorer version lag is known and never negative (a scorer that reported
+	// version 0 for weights it was never told about made it −0.33).
+	if n, lag := api["scorer_lag_samples"].(float64), api["scorer_lag_mean"].(float64); n != float64(2*sum.SamplesOut) || lag < 0 {
+		t.Fatalf("summary: scorer version lag over %v samples, mean %v; want every sample, mean ≥ 0", n, lag)
+	}
 
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer checkSampleViews(t, bctx, url, topics.Samples, replayTopic) // the samples and sample views
+	defer checkColorBy(t, bctx, exe, url, topics.Samples, o.Seed, o.GroupSize) // then color by Δ and the screenshot recipe
+	defer checkSampleViews(t, bctx, url, topics.Samples, replayTopic)          // the samples and sample views
 	out := filepath.Join(t.TempDir(), "monitor.png")
 	if os.Getenv("CREDITFLOW_UPDATE_SCREENSHOT") == "1" {
 		out = filepath.Join("..", "..", "docs", "img", "monitor.png")

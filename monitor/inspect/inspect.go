@@ -85,9 +85,17 @@ func Read(ctx context.Context, st *monitor.Store, q Query, dec *tokenizer.Decode
 }
 
 // Print writes views to w: with asJSON one JSON object a line, else each
-// view turn by turn (colored with color); with compare (views holds the
-// same trajectory from two topics) differences are marked and counted.
+// view turn by turn (colored with color, by the advantage); with compare
+// (views holds the same trajectory from two topics) differences are marked
+// and counted.
 func Print(w io.Writer, views []*monitor.SampleView, compare, asJSON, color bool) error {
+	return PrintBy(w, views, compare, asJSON, color, ColorAdvantage)
+}
+
+// PrintBy is Print with the policy tokens colored by by (one of
+// ColorChoices; a choice of the other method's quantities colors by the
+// advantage).
+func PrintBy(w io.Writer, views []*monitor.SampleView, compare, asJSON, color bool, by string) error {
 	for i, v := range views {
 		if asJSON {
 			b, err := json.Marshal(v)
@@ -104,7 +112,7 @@ func Print(w io.Writer, views []*monitor.SampleView, compare, asJSON, color bool
 		if compare {
 			other = views[1-i]
 		}
-		printSampleView(w, v, other, color)
+		printSampleView(w, v, other, color, by)
 	}
 	if compare && !asJSON {
 		fmt.Fprintln(w)
@@ -159,8 +167,8 @@ const (
 	ansiDim   = "\x1b[2m" // off-policy text
 )
 
-// tokenValues returns what colors each policy token: its advantage, or
-// its token reward (AttnSR ppo); NaN off policy.
+// tokenValues returns each policy token's advantage, or its token reward
+// (AttnSR ppo); NaN off policy.
 func tokenValues(v *monitor.SampleView) (vals []float64, scale float64, what string) {
 	arr, what := v.Advantages, "advantage"
 	if arr == nil {
@@ -220,19 +228,17 @@ func fmtOpt(x *float64) string {
 }
 
 // printSampleView prints v turn by turn; with color, policy tokens on
-// their value's background and off-policy text dimmed; without, the values
-// are in the turn lines (and, for token rewards, after each non-zero token).
-// With other (the same trajectory in another topic), tokens whose value
-// differs are underlined (colors) or bracketed ⟦…⟧ (no colors) and turn
-// lines whose diagnostics differ end in "  (differs)". The scale is shared.
-func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool) {
-	vals, m, what := tokenValues(v)
+// the background of what they are colored by (by) and off-policy text
+// dimmed; without, the values are in the turn lines (and, for token
+// rewards, after each non-zero token). With other (the same trajectory in
+// another topic), tokens whose advantage (token reward) differs are
+// underlined (colors) or bracketed ⟦…⟧ (no colors) and turn lines whose
+// diagnostics differ end in "  (differs)". The scale is shared.
+func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool, by string) {
+	vals, _, _ := tokenValues(v)
+	cl := newColoring(v, other, by)
 	diff := diffMask(v, other)
 	differs := func(i int) bool { return diff != nil && diff[i] }
-	if other != nil {
-		_, mo, _ := tokenValues(other)
-		m = math.Max(m, mo)
-	}
 	bold := func(s string) string {
 		if color {
 			return ansiBold + s + ansiReset
@@ -261,12 +267,7 @@ func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool) {
 		fmt.Fprintf(w, "AttnSR confidence %.4f  focus %.4f  consensus %.4f  baseline %.4f  budget %.4f\n", a.Confidence, a.Focus, a.Consensus, a.Baseline, a.Budget)
 	}
 	if color {
-		fmt.Fprintf(w, "%s per policy token: %+.3g ", what, -m)
-		for i := 0; i <= 10; i++ {
-			r, g, b, _ := diverging(-m+2*m*float64(i)/10, m)
-			fmt.Fprintf(w, "\x1b[48;2;%d;%d;%dm  ", r, g, b)
-		}
-		fmt.Fprintf(w, "%s %+.3g   %soff-policy text%s\n", ansiReset, m, ansiDim, ansiReset)
+		fmt.Fprintln(w, cl.legend(v))
 	}
 	if !v.TurnsExact {
 		fmt.Fprintln(w, "note: turn boundaries inside touching actions are approximate (turns_exact = false)")
@@ -281,12 +282,13 @@ func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool) {
 				sb.WriteString(ansiDim + s + ansiReset)
 			case v.LossMask[i] == 0:
 				sb.WriteString(s)
-			case color:
-				r, g, bl, light := diverging(vals[i], m)
-				fg := "\x1b[38;2;17;24;39m"
-				if light {
-					fg = "\x1b[38;2;255;255;255m"
+			case color && math.IsNaN(cl.vals[i]): // no value of what the tokens are colored by
+				if differs(i) {
+					s = "\x1b[4m" + s + ansiReset
 				}
+				sb.WriteString(s)
+			case color:
+				bg, fg := cl.bg(cl.vals[i])
 				if differs(i) {
 					fg += "\x1b[4m" // underlined: another value in the other topic
 				}
@@ -296,7 +298,7 @@ func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool) {
 					if j > 0 {
 						sb.WriteString("\n  ")
 					}
-					fmt.Fprintf(&sb, "\x1b[48;2;%d;%d;%dm%s%s%s", r, g, bl, fg, l, ansiReset)
+					sb.WriteString(bg + fg + l + ansiReset)
 				}
 			default:
 				if differs(i) && (i == a || !differs(i-1)) {
@@ -329,6 +331,10 @@ func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool) {
 		}
 		if v.Output != "token_rewards" {
 			line += fmt.Sprintf("  advantage %.4f", t.Advantage)
+		}
+		if md := colorModes[cl.by]; color && md.turn != nil {
+			x := md.turn(&t)
+			line = cl.mark(md.symbol+" "+fmtOpt(x), x, line)
 		}
 		if other != nil && t.Index < len(other.Turns) {
 			if o := other.Turns[t.Index]; o.Advantage != t.Advantage || o.ProcessAdvantage != t.ProcessAdvantage || o.Gate != t.Gate ||

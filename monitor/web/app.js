@@ -367,10 +367,15 @@
     state.updates++;
     const st = document.getElementById("status");
     st.className = "status live";
-    st.textContent = "live · " + new Date().toLocaleTimeString();
+    st.textContent = (SNAPSHOT ? "snapshot · " : "live · ") + new Date().toLocaleTimeString();
   }
 
+  // ?snapshot draws the view once and opens no event stream: a headless
+  // browser waits for the page to settle only when no request stays open.
+  const SNAPSHOT = new URLSearchParams(location.search).has("snapshot");
+
   function connect() {
+    if (SNAPSHOT) return;
     const es = new EventSource("api/v1/events");
     es.addEventListener("view", (e) => render(JSON.parse(e.data)));
     es.onerror = () => {

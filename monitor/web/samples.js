@@ -1,10 +1,14 @@
 // creditflow monitor: the samples view (GET /api/v1/samples) and the
 // sample view (GET /api/v1/samples/{trajectory_id}), side by side over two
-// topics. Views are chosen by the URL's hash: #view=samples,
-// #view=sample&id=…&topic=…&compare=….
+// topics. Views are chosen by the URL's hash: #view=samples[&order=…&by=…
+// &topic=…&limit=…], #view=sample&id=…[&topic=…&compare=…&color=…].
 (function () {
   "use strict";
-  const state = { list: [], listURL: "", views: [], scale: 1, diff: null, rendered: 0 };
+  const state = { list: [], listURL: "", views: [], scale: 1, color: null, diff: null, rendered: 0 };
+  // ?snapshot: draw once and stop (no polling), so that a headless browser
+  // can wait for the page to settle (docs/monitor.md, the screenshot recipe).
+  const SNAPSHOT = new URLSearchParams(location.search).has("snapshot");
+  let wantMode = "advantage"; // "color by", kept from sample to sample
   window.cfMonitor = window.cfMonitor || {};
   window.cfMonitor.samples = state;
 
@@ -96,9 +100,40 @@
     }));
   }
 
-  // The per-token value colored: the advantage (or token reward), or the
-  // process part (advantage − A_out) on policy tokens.
+  // "Color by": what a policy token's background shows. A per-token
+  // quantity (the advantage or token reward, or its process part), or a
+  // per-turn one (LAPO Δ, z̃, A_proc; AttnSR p_k, s_k, w̃) drawn on every
+  // policy token of its turn, on a scale of its own: a diverging scale
+  // around center up to the largest |x − center| shown, so that the turn
+  // with the largest value is drawn fully and the others in proportion
+  // (the legend starts at floor for a quantity never below it).
+  const MODES = {
+    advantage: { label: "advantage / token reward" },
+    process: { label: "advantage − A_out (process part)" },
+    delta: { label: "Δ (LAPO, per turn)", turn: "delta", method: "lapo", none: "turn not eligible" },
+    z_norm: { label: "z̃ (LAPO, per turn)", turn: "z_norm", method: "lapo", none: "turn not eligible" },
+    process_advantage: { label: "A_proc (LAPO, per turn)", turn: "process_advantage", method: "lapo", none: "turn not eligible" },
+    p: { label: "p_k (AttnSR, per step)", turn: "p", method: "attnsr", floor: 0, none: "final step" },
+    step_reward: { label: "s_k (AttnSR, per step)", turn: "step_reward", method: "attnsr", none: "final step" },
+    weight: { label: "w̃ (AttnSR, per step)", turn: "weight", method: "attnsr", center: 1, floor: 0, none: "ppo output" },
+  };
+  const SYMBOL = { delta: "Δ", z_norm: "z̃", process_advantage: "A_proc", p: "p_k", step_reward: "s_k", weight: "w̃" };
+  function modesFor(method) {
+    return Object.keys(MODES).filter((k) => !MODES[k].method || MODES[k].method === method);
+  }
+
+  // The value of every token under mode: null off policy, NaN for a policy
+  // token without one (a turn that is not eligible, AttnSR's final step).
   function values(v, mode) {
+    const def = MODES[mode] || MODES.advantage;
+    if (def.turn) {
+      const out = v.tokens.map(() => null);
+      v.turns.forEach((t) => {
+        const x = t[def.turn];
+        for (let i = t.action[0]; i < t.action[1]; i++) if (v.loss_mask[i]) out[i] = none(x) ? NaN : x;
+      });
+      return out;
+    }
     const arr = v.advantages || v.token_rewards || [];
     return v.tokens.map((_, i) => {
       if (!v.loss_mask[i]) return null;
@@ -106,35 +141,45 @@
       return mode === "process" && v.advantages ? x - v.outcome_advantage : x;
     });
   }
+  const has = (x) => x !== null && !Number.isNaN(x);
 
-  // Diverging scale: red (negative) – white (0) – blue (positive), |x| ≤ m.
+  // Diverging scale: red (below center) – white (center) – blue (above),
+  // |x − center| ≤ m.
   const NEG = [178, 24, 43], POS = [33, 102, 172];
-  function color(x, m) {
-    const t = Math.max(-1, Math.min(1, x / m));
+  function color(x, m, center) {
+    const t = Math.max(-1, Math.min(1, (x - (center || 0)) / m));
     const c = t < 0 ? NEG : POS;
     const a = Math.abs(t);
     const mix = (k) => Math.round(255 + (c[k] - 255) * a);
     return "rgb(" + mix(0) + "," + mix(1) + "," + mix(2) + ")";
   }
 
-  function drawLegend(m, mode, anyInexact) {
+  function drawLegend(sc, mode, anyInexact) {
+    const { m, center } = sc;
+    const def = MODES[mode];
     const lg = $("v-legend");
     lg.replaceChildren();
-    const what = mode === "process" ? "advantage − A_out" : state.views.some((v) => v.output === "token_rewards") ? "token reward" : "advantage";
-    lg.appendChild(el("span", { class: "lab" }, what + " per policy token:"));
-    lg.appendChild(el("span", { class: "tick", "data-key": "scale-min" }, "−" + m.toPrecision(3)));
+    let what = mode === "process" ? "advantage − A_out per policy token" : state.views.some((v) => v.output === "token_rewards") ? "token reward per policy token" : "advantage per policy token";
+    if (def.turn) what = SYMBOL[mode] + (def.method === "attnsr" ? " of the step" : " of the turn") + ", on its policy tokens";
+    lg.appendChild(el("span", { class: "lab" }, what + ":"));
+    const lo = def.floor !== undefined ? Math.max(def.floor, center - m) : center - m;
+    lg.appendChild(el("span", { class: "tick", "data-key": "scale-min" }, lo < 0 ? "−" + (-lo).toPrecision(3) : lo.toPrecision(3)));
     const bar = el("span", { class: "bar" });
     const stops = [];
-    for (let i = 0; i <= 10; i++) stops.push(color(-m + (2 * m * i) / 10, m));
+    for (let i = 0; i <= 10; i++) stops.push(color(lo + ((center + m - lo) * i) / 10, m, center));
     bar.style.background = "linear-gradient(to right," + stops.join(",") + ")";
     lg.appendChild(bar);
-    lg.appendChild(el("span", { class: "tick", "data-key": "scale-max" }, "+" + m.toPrecision(3)));
+    lg.appendChild(el("span", { class: "tick", "data-key": "scale-max" }, (center ? "" : "+") + (center + m).toPrecision(3)));
+    if (def.turn) {
+      lg.appendChild(el("span", { class: "tok nov sw" }, "no " + SYMBOL[mode]));
+      lg.appendChild(el("span", { class: "lab" }, "(" + def.none + ")"));
+    }
     const off = el("span", { class: "tok off sw" }, "prompt, observation");
     lg.appendChild(off);
     lg.appendChild(el("span", { class: "lab" }, "off-policy (not trained on)"));
     if (state.views.length > 1) {
       lg.appendChild(el("span", { class: "tok sw tdiff" }, "value"));
-      lg.appendChild(el("span", { class: "lab" }, "differs between the two topics"));
+      lg.appendChild(el("span", { class: "lab" }, "advantage (token reward) differs between the two topics"));
     }
     if (anyInexact) lg.appendChild(el("span", { class: "warn" }, "turn boundaries inside touching actions are approximate (turns_exact = false)"));
   }
@@ -142,7 +187,7 @@
   const LAPO_KEYS = [["Δ", "delta"], ["S with", "with"], ["S without", "without"], ["z", "z"], ["z̃", "z_norm"], ["gate", "gate", 0], ["A_proc", "process_advantage"]];
   const ATTN_KEYS = [["p_k", "p"], ["s_k", "step_reward"], ["w̃", "weight"]];
 
-  function turnDiag(v, t, other) {
+  function turnDiag(v, t, other, sc) {
     const box = el("div", { class: "diag" });
     const keys = (v.method === "attnsr" ? ATTN_KEYS : LAPO_KEYS).concat([["advantage", "advantage"]]);
     box.appendChild(el("span", { class: "kind" }, "turn " + t.index + " · " + t.kind + (v.method === "lapo" ? (t.eligible ? " · eligible" : " · not eligible") : "")));
@@ -151,6 +196,14 @@
       const c = el("span", { class: "chip", "data-turn": String(t.index), "data-key": key }, "");
       c.appendChild(el("i", {}, label));
       c.appendChild(el("b", {}, val === null || val === undefined ? "–" : num(val, d)));
+      if (key === MODES[sc.mode].turn) {
+        // The quantity the tokens are colored by: the chip in its color.
+        c.classList.add("sel");
+        if (!none(val)) {
+          c.style.background = color(val, sc.m, sc.center);
+          if (Math.abs(val - sc.center) / sc.m > 0.6) c.style.color = "#fff";
+        }
+      }
       const o = other && other.turns[t.index];
       if (o && differ(val, o[key])) {
         c.classList.add("diff");
@@ -161,18 +214,26 @@
     return box;
   }
 
-  function tokens(v, vals, m, a, b, other, otherVals) {
+  // tokens draws tokens [a, b) of v: vals[i] is what token i is colored by,
+  // base[i] its advantage (token reward), compared with otherBase (the same
+  // trajectory in another topic) to mark the tokens that differ.
+  function tokens(v, vals, base, sc, a, b, other, otherBase) {
     const box = el("div", { class: "text" });
+    const sym = MODES[sc.mode].turn ? SYMBOL[sc.mode] + " " : v.advantages ? "advantage " : "token reward ";
     for (let i = a; i < b; i++) {
       const off = !v.loss_mask[i];
       const s = el("span", { class: off ? "tok off" : "tok", "data-i": String(i) }, v.text[i]);
       if (!off) {
-        s.style.background = color(vals[i], m);
-        if (Math.abs(vals[i]) / m > 0.6) s.style.color = "#fff";
-        s.dataset.v = String(vals[i]);
-        if (other && otherVals && (other.tokens[i] !== v.tokens[i] || otherVals[i] === null || Math.abs(otherVals[i] - vals[i]) > 1e-9)) s.classList.add("tdiff");
+        if (has(vals[i])) {
+          s.style.background = color(vals[i], sc.m, sc.center);
+          if (Math.abs(vals[i] - sc.center) / sc.m > 0.6) s.style.color = "#fff";
+          s.dataset.v = String(vals[i]);
+        } else {
+          s.classList.add("nov");
+        }
+        if (other && otherBase && (other.tokens[i] !== v.tokens[i] || otherBase[i] === null || Math.abs(otherBase[i] - base[i]) > 1e-9)) s.classList.add("tdiff");
       }
-      s.title = "#" + i + " id " + v.tokens[i] + (off ? " (off-policy)" : " · " + (v.advantages ? "advantage " : "token reward ") + vals[i]);
+      s.title = "#" + i + " id " + v.tokens[i] + (off ? " (off-policy)" : " · " + sym + (has(vals[i]) ? vals[i] : "–"));
       box.appendChild(s);
     }
     return box;
@@ -187,7 +248,7 @@
     ["tokens", "tokens", (v) => String(v.tokens.length) + " (" + v.loss_mask.reduce((a, b) => a + b, 0) + " policy)"],
     ["source", "source", (v) => v.source || "–"], ["tokenizer", "tokenizer", (v) => v.tokenizer]];
 
-  function column(v, vals, m, other, otherVals, side) {
+  function column(v, vals, base, sc, other, otherBase, side) {
     const col = el("div", { class: "card col", "data-side": side, "data-topic": v.topic });
     col.appendChild(el("h2", {}, v.topic));
     const facts = el("table", { class: "kpis facts" });
@@ -213,37 +274,58 @@
 
     const seg = el("div", { class: "segment prompt" });
     seg.appendChild(el("div", { class: "seglab" }, "prompt · off-policy"));
-    seg.appendChild(tokens(v, vals, m, 0, v.prompt_end, other, otherVals));
+    seg.appendChild(tokens(v, vals, base, sc, 0, v.prompt_end, other, otherBase));
     col.appendChild(seg);
+    const key = MODES[sc.mode].turn;
     v.turns.forEach((t) => {
       const ts = el("div", { class: "segment turn", "data-turn": String(t.index) });
-      ts.appendChild(turnDiag(v, t, other));
+      if (key) ts.style.borderLeftColor = none(t[key]) ? "transparent" : color(t[key], sc.m, sc.center);
+      if (key) ts.classList.add("shaded");
+      ts.appendChild(turnDiag(v, t, other, sc));
       ts.appendChild(el("div", { class: "seglab" }, "action · policy tokens " + t.action[0] + "–" + t.action[1]));
-      ts.appendChild(tokens(v, vals, m, t.action[0], t.action[1], other, otherVals));
+      ts.appendChild(tokens(v, vals, base, sc, t.action[0], t.action[1], other, otherBase));
       if (t.observation[1] > t.observation[0]) {
         ts.appendChild(el("div", { class: "seglab" }, "observation · off-policy"));
-        ts.appendChild(tokens(v, vals, m, t.observation[0], t.observation[1], other, otherVals));
+        ts.appendChild(tokens(v, vals, base, sc, t.observation[0], t.observation[1], other, otherBase));
       }
       col.appendChild(ts);
     });
     return col;
   }
 
+  // fillModes offers the choices that fit the method of the sample shown
+  // and selects want (the advantage when it does not fit).
+  function fillModes(method, want) {
+    const sel = $("v-color");
+    const ks = modesFor(method);
+    if (sel.dataset.key !== ks.join(",")) {
+      sel.dataset.key = ks.join(",");
+      sel.replaceChildren(...ks.map((k) => el("option", { value: k }, MODES[k].label)));
+    }
+    sel.value = ks.includes(want) ? want : "advantage";
+    return sel.value;
+  }
+
   function drawSample() {
-    const mode = $("v-color").value;
     const vs = state.views;
+    const mode = fillModes(vs[0].method, wantMode);
+    const def = MODES[mode];
     const vals = vs.map((v) => values(v, mode));
+    const base = vs.map((v) => values(v, "advantage"));
+    const center = def.center || 0;
     let m = 0;
-    vals.forEach((a) => a.forEach((x) => { if (x !== null) m = Math.max(m, Math.abs(x)); }));
+    vals.forEach((a) => a.forEach((x) => { if (has(x)) m = Math.max(m, Math.abs(x - center)); }));
     if (!(m > 0)) m = 1;
+    const sc = { mode: mode, m: m, center: center };
     state.scale = m;
-    drawLegend(m, mode, vs.some((v) => !v.turns_exact));
-    const cols = vs.map((v, k) => column(v, vals[k], m, vs[1 - k], vals[1 - k], k === 0 ? "left" : "right"));
+    state.color = sc;
+    drawLegend(sc, mode, vs.some((v) => !v.turns_exact));
+    const cols = vs.map((v, k) => column(v, vals[k], base[k], sc, vs[1 - k], base[1 - k], k === 0 ? "left" : "right"));
     $("v-cols").className = "cols n" + vs.length;
     $("v-cols").replaceChildren(...cols);
     const ds = $("v-diff");
     if (vs.length === 2) {
-      const [a, b] = vals;
+      const [a, b] = base;
       let n = 0, maxd = 0;
       const same = vs[0].tokens.length === vs[1].tokens.length && vs[0].tokens.every((x, i) => x === vs[1].tokens[i]);
       if (same) {
@@ -256,7 +338,7 @@
       state.diff = { sameTokens: same, tokensDiffer: n, maxAbsDiff: maxd };
       ds.hidden = false;
       ds.textContent = same
-        ? n + " of " + a.filter((x) => x !== null).length + " policy tokens differ between " + vs[0].topic + " and " + vs[1].topic +
+        ? n + " of " + a.filter((x) => x !== null).length + " policy tokens' " + (vs[0].advantages ? "advantages" : "token rewards") + " differ between " + vs[0].topic + " and " + vs[1].topic +
           (n ? " (largest |difference| " + maxd.toPrecision(3) + ")" : "") + "; reward " + num(vs[0].reward) + " vs " + num(vs[1].reward) + "."
         : "the two topics hold different token sequences for this trajectory_id";
       ds.dataset.n = String(n);
@@ -276,6 +358,7 @@
     $("v-topic").value = topic;
     fillTopics($("v-compare"), "—", cmp);
     $("v-compare").value = cmp;
+    if (p.get("color")) wantMode = p.get("color");
     const err = $("v-error");
     err.hidden = true;
     const reqs = [fetchSample(id, topic)];
@@ -289,7 +372,8 @@
         err.textContent = missing.map((v) => v.error).join("; ");
       }
       if (!topic) $("v-topic").value = vs[0].topic;
-      drawSample();
+      if (state.views.length) drawSample();
+      else state.rendered++;
     }).catch((e) => {
       err.hidden = false;
       err.textContent = String(e.message || e);
@@ -310,8 +394,13 @@
     clearInterval(timer);
     if (view === "samples") {
       fillTopics($("s-topic"), "all topics");
+      // The list's choices may come with the URL: #view=samples&order=worst&by=process&topic=T&limit=50.
+      LIST.forEach(([id, k]) => {
+        const x = p.get(k);
+        if (x !== null && Array.from($(id).options).some((o) => o.value === x)) $(id).value = x;
+      });
       loadList();
-      timer = setInterval(() => { fillTopics($("s-topic"), "all topics"); loadList(); }, 5000);
+      if (!SNAPSHOT) timer = setInterval(() => { fillTopics($("s-topic"), "all topics"); loadList(); }, 5000);
     } else if (view === "sample") {
       loadSample(p);
     } else {
@@ -319,7 +408,18 @@
     }
   }
 
-  ["s-order", "s-by", "s-topic", "s-limit"].forEach((id) => $(id).addEventListener("change", loadList));
+  // replaceHash records a choice in the URL without reloading the view.
+  function replaceHash(p) {
+    history.replaceState(null, "", "#" + new URLSearchParams(p).toString());
+  }
+
+  const LIST = [["s-order", "order"], ["s-by", "by"], ["s-topic", "topic"], ["s-limit", "limit"]];
+  LIST.forEach(([id]) => $(id).addEventListener("change", () => {
+    const q = { view: "samples" };
+    LIST.forEach(([i, k]) => { if ($(i).value) q[k] = $(i).value; });
+    replaceHash(q);
+    loadList();
+  }));
   $("s-search").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("s-id").value.trim();
@@ -329,9 +429,16 @@
     const p = params();
     const q = { view: "sample", id: p.get("id"), topic: $("v-topic").value };
     if ($("v-compare").value) q.compare = $("v-compare").value;
+    if (wantMode !== "advantage") q.color = wantMode;
     go(q);
   }));
-  $("v-color").addEventListener("change", () => state.views.length && drawSample());
+  $("v-color").addEventListener("change", () => {
+    wantMode = $("v-color").value;
+    const p = params();
+    p.set("color", wantMode);
+    replaceHash(p);
+    if (state.views.length) drawSample();
+  });
   window.addEventListener("hashchange", route);
   fetch("api/v1/view").then((r) => r.json()).then((v) => (startTopics = v.summary.topic_order)).catch(() => {}).finally(route);
 })();
