@@ -287,7 +287,7 @@ func TestProcessorDefaults(t *testing.T) {
 		t.Error("no topology spread or anti-affinity")
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--scorers=http://cf-creditflow-scorer.ns.svc:8080", "--scorer-token-file=/etc/creditflow/scorer-token/token"} {
+	for _, want := range []string{"--scorers=dns+http://cf-creditflow-scorer-headless.ns.svc:8080", "--scorer-token-file=/etc/creditflow/scorer-token/token"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}

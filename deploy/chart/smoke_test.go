@@ -31,6 +31,14 @@ import (
 // rendered manifest (e.g. /healthz against a binary that predates /readyz).
 const readyPathEnv = "CREDITFLOW_SMOKE_READY_PATH"
 
+// discoveryEnv overrides scorer.discovery (the chart's default, dns, needs a
+// binary that follows dns+ endpoints; service works with any).
+const discoveryEnv = "CREDITFLOW_SMOKE_DISCOVERY"
+
+// binaryEnv names a creditflow binary to run instead of building this
+// checkout's.
+const binaryEnv = "CREDITFLOW_SMOKE_BINARY"
+
 // TestSmokeRenderedChart renders the chart with SASL, mutual TLS, scorer TLS,
 // chart-made secrets, the monitor and two replicas of each stage, then runs
 // every rendered processor and monitor container as Kubernetes would: its
@@ -48,10 +56,16 @@ func TestSmokeRenderedChart(t *testing.T) {
 	}
 	work := openDir(t)
 	bin := filepath.Join(work, "creditflow")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/creditflow")
-	build.Dir, build.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if b := os.Getenv(binaryEnv); b != "" {
+		if err := os.WriteFile(bin, readFile(t, b), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		build := exec.Command("go", "build", "-o", bin, "./cmd/creditflow")
+		build.Dir, build.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
 	}
 
 	// PKI: one CA for the broker, the clients and the scorer.
@@ -73,6 +87,10 @@ func TestSmokeRenderedChart(t *testing.T) {
 		"--sasl-user="+user, "--sasl-mechanism=SCRAM-SHA-512"), []string{"CREDITFLOW_SASL_PASSWORD=" + password}, nil, true)
 	addr := brk.firstLine(t, 30*time.Second)
 
+	discovery := "" // the chart's default
+	if d := os.Getenv(discoveryEnv); d != "" {
+		discovery = "discovery: " + d
+	}
 	values := filepath.Join(work, "values.yaml")
 	writeFile(t, values, fmt.Sprintf(`processor:
   config: {brokers: %q, group: smoke, create-topics: 0, log-level: info}
@@ -85,9 +103,10 @@ kafka:
   tls: {enabled: true, caSecret: {name: kafka-ca}, clientSecret: {name: kafka-client}}
 secrets: {create: true, saslPassword: %s}
 scorer:
+  %s
   tls: {existingSecret: scorer-tls}
 monitor: {enabled: true, from: earliest}
-`, addr, user, password), 0o644)
+`, addr, user, password, discovery), 0o644)
 	objs := render(t, "-f", values)
 
 	// The volumes' contents: rendered ConfigMaps and Secrets, and the
@@ -126,7 +145,8 @@ monitor: {enabled: true, from: earliest}
 	writeFile(t, tokenFile, token, 0o600)
 	start(t, work, "scorer", exec.Command(bin, "scorer", fmt.Sprintf("--listen=127.0.0.1:%d", scorerPort),
 		"--tls-cert="+scorerCert, "--tls-key="+scorerKey, "--token-file="+tokenFile), nil, nil, false)
-	hosts := map[string]string{"cf-creditflow-scorer.ns.svc:8080": fmt.Sprintf("localhost:%d", scorerPort)}
+	hosts := map[string]string{"cf-creditflow-scorer.ns.svc:8080": fmt.Sprintf("localhost:%d", scorerPort),
+		"cf-creditflow-scorer-headless.ns.svc:8080": fmt.Sprintf("localhost:%d", scorerPort)}
 
 	// Every processor and monitor pod, replicas times.
 	var pods []*proc
