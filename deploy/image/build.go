@@ -70,7 +70,9 @@ func rootfs(c config) ([]byte, error) {
 		func() error {
 			return file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"))
 		},
-		func() error { return file("etc/group", 0o644, []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")) },
+		func() error {
+			return file("etc/group", 0o644, []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n"))
+		},
 		func() error { return dir("home/", 0o755, 0) },
 		func() error { return dir("home/nonroot/", 0o700, uid) },
 		func() error { return dir("tmp/", 0o1777, 0) },
