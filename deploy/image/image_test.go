@@ -148,3 +148,26 @@ func modeBits(m int64) os.FileMode {
 	}
 	return f
 }
+
+// TestDockerfileMatchesTheLayout: the Dockerfile (for users with Docker)
+// builds what this command builds: a static binary (CGO off) at /creditflow
+// on a distroless nonroot base, run as 65532:65532.
+func TestDockerfileMatchesTheLayout(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{
+		"CGO_ENABLED=0",
+		"./cmd/creditflow",
+		"FROM gcr.io/distroless/static-debian12:nonroot",
+		"COPY --from=build /out/creditflow /creditflow",
+		"USER 65532:65532",
+		`ENTRYPOINT ["/creditflow"]`,
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}
