@@ -26,7 +26,7 @@ for v in "${sets[@]}"; do
   args=()
   [ -n "$v" ] && args=(-f "$v")
   echo "== ${v:-default values}"
-  $HELM lint creditflow "${args[@]}" | tail -n 1
+  $HELM lint --strict creditflow "${args[@]}" | tail -n 1
   $HELM template cf creditflow "${args[@]}" > "$tmp/out.yaml"
   "$PY" - "$tmp/out.yaml" <<'PYEOF'
 import json, re, sys
