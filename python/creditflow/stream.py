@@ -118,10 +118,17 @@ class SampleStream:
         self._groups = collections.OrderedDict()
         self._policy = None
         self._waiting_for_topic = False
+        # what the group assigned, kept by the rebalance callbacks (replaced, never changed in place)
+        self._assigned = frozenset()
         self._consumer = Consumer(conf)
         # The rebalance callback holds the stream weakly, so that an unreferenced stream is
         # collected (and leaves the group) instead of living on in a cycle with its consumer.
         ref = weakref.ref(self)
+
+        def on_assign(consumer, partitions):
+            s = ref()
+            if s is not None:
+                s._assigned = s._assigned | {(tp.topic, tp.partition) for tp in partitions}
 
         def on_revoke(consumer, partitions):
             s = ref()
@@ -130,7 +137,7 @@ class SampleStream:
 
         policy = []
         self._closer = weakref.finalize(self, _close, self._consumer, policy)
-        self._consumer.subscribe([topic], on_revoke=on_revoke)
+        self._consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         if max_policy_lag is not None:
             self._policy = PolicyWatcher(brokers, topic=policy_topic, **client_config)
             policy.append(self._policy)
@@ -143,11 +150,14 @@ class SampleStream:
         return self._policy.version if self._policy is not None else None
 
     def assignment(self):
-        """The (topic, partition) pairs this reader owns now in its consumer group, sorted."""
-        return sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
+        """The (topic, partition) pairs this reader owns in its consumer group, sorted, as of
+        its last rebalance. Safe from any thread (it does not call into the consumer, which
+        a thread other than the reading one must not do while it reads)."""
+        return sorted(self._assigned)
 
     def _on_revoke(self, consumer, partitions):
         gone = {(tp.topic, tp.partition) for tp in partitions}
+        self._assigned = self._assigned - gone
         if self._buf:  # fetched, not handled: the partitions' next owner reads them
             self._buf = collections.deque(m for m in self._buf if (m.topic(), m.partition()) not in gone)
         for tp in partitions:

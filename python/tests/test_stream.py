@@ -53,8 +53,8 @@ class ScriptedConsumer:
     def __init__(self, conf):
         self.conf, self.queue, self.commits, self.closed = conf, [], [], 0
 
-    def subscribe(self, topics, on_revoke=None):
-        self.topics, self.on_revoke = topics, on_revoke
+    def subscribe(self, topics, on_assign=None, on_revoke=None):
+        self.topics, self.on_assign, self.on_revoke = topics, on_assign, on_revoke
 
     def _rebalance(self):
         while self.queue and isinstance(self.queue[0], Revoke):
