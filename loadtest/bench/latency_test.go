@@ -32,8 +32,9 @@ func TestWatcherCountsWholeSamples(t *testing.T) {
 	var msgs []producers.Message
 	for i := 0; i < benchGroupSize; i++ {
 		v := make([]byte, 200<<10)
-		_, _ = rng.Read(v)                                                               // random: no codec shortens it below four chunks
-		msgs = append(msgs, producers.Message{Topic: topic, Key: []byte("p"), Value: v}) // keyed by prompt id, as the stage writes samples
+		_, _ = rng.Read(v) // random: no codec shortens it below four chunks
+		// keyed by prompt id, as the advantage stage writes samples
+		msgs = append(msgs, producers.Message{Topic: topic, Key: []byte("p"), Value: v})
 	}
 	sent := time.Now()
 	if err := prod.Produce(ctx, msgs...); err != nil {
