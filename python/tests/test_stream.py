@@ -49,6 +49,10 @@ class Revoke:
         self.partitions = [kafka.TopicPartition(topic, p) for p in partitions]
 
 
+class Assign(Revoke):
+    """A scripted rebalance: the consumer calls the stream's on_assign with these partitions."""
+
+
 class ScriptedConsumer:
     def __init__(self, conf):
         self.conf, self.queue, self.commits, self.closed = conf, [], [], 0
@@ -58,7 +62,8 @@ class ScriptedConsumer:
 
     def _rebalance(self):
         while self.queue and isinstance(self.queue[0], Revoke):
-            self.on_revoke(self, self.queue.pop(0).partitions)
+            r = self.queue.pop(0)
+            (self.on_assign if isinstance(r, Assign) else self.on_revoke)(self, r.partitions)
 
     def poll(self, timeout):
         self._rebalance()
@@ -177,6 +182,14 @@ class Stream(unittest.TestCase):
         self.assertEqual((s.duplicates, s.yielded), (0, 4))
         s.commit()
         self.assertEqual(s._consumer.commits[-1], [(0, 2), (1, 2)])
+
+    def test_assignment_follows_the_rebalances(self):
+        s = self.stream([Assign(0, 1, 2), Revoke(0, 1, 2), Assign(2, 3)])
+        s.poll(0.01)
+        self.assertEqual(s.assignment(), [("creditflow.samples", 2), ("creditflow.samples", 3)])
+        s._consumer.queue.append(Revoke(3))
+        s.poll(0.01)
+        self.assertEqual(s.assignment(), [("creditflow.samples", 2)])
 
     def test_close_leaves_the_group_once(self):
         s = self.stream([])
