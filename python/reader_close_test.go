@@ -13,12 +13,21 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 )
 
-// firstReader reads one sample in consumer group "restart" and then, by
-// argv[3], ends without close() ("exit") or waits to be killed ("hang").
-const firstReader = `import sys, time, creditflow
+// firstReader reads a sample in consumer group "restart" and then, by
+// argv[3], ends without close() ("exit"), ends without close() while a
+// daemon thread is still reading ("thread"), or waits to be killed ("hang").
+const firstReader = `import sys, threading, time, creditflow
 s = creditflow.SampleStream(sys.argv[1], "restart", topic=sys.argv[2])
-while s.poll(1.0) is None:
-    pass
+if sys.argv[3] == "thread":
+    got = threading.Event()
+    def read():
+        for _ in s:
+            got.set()
+    threading.Thread(target=read, daemon=True).start()
+    got.wait(60)
+else:
+    while s.poll(1.0) is None:
+        pass
 print("read", flush=True)
 if sys.argv[3] == "hang":
     time.sleep(600)
@@ -36,14 +45,16 @@ with creditflow.SampleStream(sys.argv[1], "restart", topic=sys.argv[2]) as s:
 
 // TestReaderRestartInSameGroup: a reader that ends without close() leaves
 // its consumer group anyway (at interpreter exit), so the next reader of the
-// group starts at once; one that is killed holds its partitions only until
-// its session times out (6 s), not librdkafka's default 45 s.
+// group starts at once — also when a daemon thread was still reading (the
+// process exits instead of hanging in the consumer's close); one that is
+// killed holds its partitions only until its session times out (6 s), not
+// librdkafka's default 45 s.
 func TestReaderRestartInSameGroup(t *testing.T) {
 	py := pythonWith(t, "confluent_kafka", "numpy")
 	for _, c := range []struct {
 		how   string
 		bound time.Duration
-	}{{"exit", 10 * time.Second}, {"hang", 15 * time.Second}} {
+	}{{"exit", 10 * time.Second}, {"thread", 10 * time.Second}, {"hang", 15 * time.Second}} {
 		t.Run(c.how, func(t *testing.T) {
 			const topic = "restart.samples"
 			b, err := broker.Start(broker.WithTopics(4, topic))
@@ -88,7 +99,7 @@ func TestReaderRestartInSameGroup(t *testing.T) {
 					t.Fatalf("the first reader read nothing\n%s", first.out.String())
 				}
 			}
-			if c.how == "exit" {
+			if c.how != "hang" {
 				if err := first.wait(t, 30*time.Second); err != nil {
 					t.Fatalf("the first reader: %v\n%s", err, first.out.String())
 				}
@@ -109,7 +120,7 @@ func TestReaderRestartInSameGroup(t *testing.T) {
 			if took < 0 {
 				t.Fatalf("the next reader's output: %q", next.out.String())
 			}
-			t.Logf("first reader %s: the next one read its first sample after %.1fs", map[string]string{"exit": "ended without close()", "hang": "SIGKILLed"}[c.how], took)
+			t.Logf("first reader %s: the next one read its first sample after %.1fs", map[string]string{"exit": "ended without close()", "thread": "ended without close() while a thread read", "hang": "SIGKILLed"}[c.how], took)
 			if d := time.Duration(took * float64(time.Second)); d > c.bound {
 				t.Fatalf("the next reader waited %v for the group, want at most %v", d, c.bound)
 			}

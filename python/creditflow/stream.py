@@ -15,6 +15,7 @@ Guarantees:
 
 import collections
 import logging
+import threading
 import time
 import weakref
 
@@ -60,14 +61,24 @@ def _prefetch_config():
     return {"queued.max.messages.kbytes": 512 << 10}
 
 
-def _close(consumer, policy):
+def _close(consumer, policy, lock):
     """Leaves the group (close(), the end of a with block, garbage collection, interpreter
-    exit: whichever comes first, once)."""
+    exit: whichever comes first, once). A consumer must not be closed while another thread is
+    inside one of its calls (at interpreter exit a daemon thread may still be reading): the
+    reader's calls hold `lock`, so closing waits for the current one to return; when it does
+    not within 5 s, the consumer is left to its session timeout instead."""
     try:
         if policy:
             policy[0].close()
     finally:
-        consumer.close()
+        if lock.acquire(timeout=5):
+            try:
+                consumer.close()
+            finally:
+                lock.release()
+        else:
+            log.warning("a SampleStream was not closed: a thread is still reading it; its consumer group "
+                        "takes its partitions back after its session timeout")
 
 
 class SampleStream:
@@ -136,7 +147,8 @@ class SampleStream:
                 s._on_revoke(consumer, partitions)
 
         policy = []
-        self._closer = weakref.finalize(self, _close, self._consumer, policy)
+        self._lock = threading.Lock()  # held by every call into the consumer (see _close)
+        self._closer = weakref.finalize(self, _close, self._consumer, policy, self._lock)
         self._consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         if max_policy_lag is not None:
             self._policy = PolicyWatcher(brokers, topic=policy_topic, **client_config)
@@ -187,11 +199,13 @@ class SampleStream:
             # What librdkafka already holds, in bulk (one call for up to _BULK messages, not
             # one each); when it holds nothing, wait for one message as before (consume with a
             # timeout would wait the whole timeout for a full bulk).
-            self._buf.extend(self._consumer.consume(num_messages=_BULK, timeout=0))
+            with self._lock:
+                self._buf.extend(self._consumer.consume(num_messages=_BULK, timeout=0))
         if self._buf:
             msg = self._buf.popleft()
         else:
-            msg = self._consumer.poll(timeout)
+            with self._lock:
+                msg = self._consumer.poll(timeout)
         if msg is None:
             return None
         if msg.error():
@@ -341,7 +355,8 @@ class SampleStream:
             nxt = self._chunks.commit_offset(p, nxt)  # never past the first chunk of a sample being put together
             offsets.append(TopicPartition(t, p, min([nxt] + list(pend or ()))))
         if offsets:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            with self._lock:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
 
     def close(self):
         """Leaves the consumer group: its other readers take over this reader's partitions at
