@@ -103,7 +103,7 @@ type AttnSRDiag struct {
 	Budget     float64 // B_i
 }
 
-// Sample is one ready-to-train record (topic "samples", key trajectory_id).
+// Sample is one ready-to-train record (topic "samples", key prompt_id).
 type Sample struct {
 	TrajectoryID     string
 	PromptID         string

@@ -94,7 +94,11 @@ func samplesOf(t *testing.T, brokers []string, prefix string, parts int) map[str
 	out := map[string][]byte{}
 	for p := 0; p < parts; p++ {
 		if _, err := consumers.ReadPartitionRange(context.Background(), brokers, kafkasec.Config{}, Topics(prefix).Samples, p, 0, func(r consumers.Record) error {
-			out[string(r.Key)] = r.Value
+			s, err := schemas.Samples().Decode(r.Value)
+			if err != nil {
+				t.Fatalf("%s/%d offset %d: %v", r.Topic, r.Partition, r.Offset, err)
+			}
+			out[s.TrajectoryID] = r.Value
 			return nil
 		}); err != nil {
 			t.Fatal(err)

@@ -39,6 +39,7 @@ import (
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
 )
 
 // Methods: GRPO is outcome advantages only (LAPO's advantage with λ = 0).
@@ -528,13 +529,15 @@ func counts(v any) map[string]int {
 	return out
 }
 
-// drain waits until every published trajectory is found (by key) in the
+// drain waits until every published trajectory is found (by the
+// trajectory id in the sample; samples are keyed by prompt id) in the
 // samples or the stale topic, or until it has found nothing new for
 // patience; it returns the trajectory ids found and the number of stale
 // samples.
 func (r *run) drain(ctx context.Context, brokers []string, published map[string]bool, patience time.Duration) (map[string]bool, int64, error) {
 	found := map[string]bool{}
 	next := map[string]int64{} // "topic/partition" -> next offset to read
+	asm := map[string]*consumers.Assembler{}
 	var stale int64
 	deadline := time.Now().Add(patience)
 	lastMissing := len(published) + 1
@@ -546,8 +549,19 @@ func (r *run) drain(ctx context.Context, brokers []string, published map[string]
 			}
 			for _, p := range parts {
 				k := fmt.Sprintf("%s/%d", topic, p)
-				end, err := consumers.ReadPartitionRange(ctx, brokers, kafkasec.Config{}, topic, p, next[k], func(rec consumers.Record) error {
-					found[string(rec.Key)] = true
+				if asm[k] == nil {
+					asm[k] = consumers.NewAssembler(consumers.ReassemblyConfig{})
+				}
+				end, err := consumers.ReadPartitionRange(ctx, brokers, kafkasec.Config{}, topic, p, next[k], func(raw consumers.Record) error {
+					rec, _ := asm[k].Add(raw)
+					if rec == nil {
+						return nil
+					}
+					s, err := schemas.Samples().Decode(rec.Value)
+					if err != nil {
+						return nil // not a sample: nothing published is found in it
+					}
+					found[s.TrajectoryID] = true
 					if topic == r.o.Topics.SamplesStale {
 						stale++
 					}

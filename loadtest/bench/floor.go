@@ -31,7 +31,7 @@ const floorRecords = 512
 type floorRecord []producers.Message
 
 // readFloorRecords reads about floorRecords records of topic, as many of
-// each partition, a chunked record's chunks put back under it (by key and
+// each partition, a chunked record's chunks put back under it (by checksum and
 // the chunk header's count; chunks of one record are written in order). The
 // partitions' records alternate, so that their keys spread over the
 // partitions as the stage's output does.
@@ -53,7 +53,7 @@ func (e *benchEnv) readFloorRecords(ctx context.Context, topic string) ([]floorR
 				per[i] = append(per[i], floorRecord{m})
 				return nil
 			}
-			k := string(r.Key)
+			k := info.Of // chunks of one record share its key and its checksum
 			rec := append(open[k], m)
 			if len(rec) < info.Count {
 				open[k] = rec

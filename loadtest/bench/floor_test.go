@@ -45,7 +45,7 @@ func TestFloorWriterWritesWholeRecordsInTurn(t *testing.T) {
 	}
 }
 
-// readFloorRecords puts a record's chunks back under it (they share its key;
+// readFloorRecords puts a record's chunks back under it (they share its checksum;
 // the chunk header counts them) and keeps at most floorRecords records.
 func TestReadFloorRecordsGroupsChunks(t *testing.T) {
 	ctx, b := testBroker(t)

@@ -131,8 +131,7 @@ func watchGroups(ctx context.Context, brokers []string, topic, id string) (*grou
 		_ = g.Run(wctx, func(ctx context.Context, c consumers.Claim, _ consumers.CommitFunc) error {
 			for rec := range c.Records {
 				now := time.Now()
-				id := string(rec.Key) // trajectory id "<prompt id>-<i>"
-				prompt := id[:max(0, strings.LastIndexByte(id, '-'))]
+				prompt := string(rec.Key) // samples are keyed by prompt id
 				w.mu.Lock()
 				if w.seen[prompt]++; w.seen[prompt] == benchGroupSize {
 					w.done[prompt] = now

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -34,7 +33,8 @@ func TestWatcherCountsWholeSamples(t *testing.T) {
 	for i := 0; i < benchGroupSize; i++ {
 		v := make([]byte, 200<<10)
 		_, _ = rng.Read(v) // random: no codec shortens it below four chunks
-		msgs = append(msgs, producers.Message{Topic: topic, Key: []byte(fmt.Sprintf("p-%d", i)), Value: v})
+		// keyed by prompt id, as the advantage stage writes samples
+		msgs = append(msgs, producers.Message{Topic: topic, Key: []byte("p"), Value: v})
 	}
 	sent := time.Now()
 	if err := prod.Produce(ctx, msgs...); err != nil {

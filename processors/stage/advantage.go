@@ -426,6 +426,11 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	var msgs []producers.Message
 	pending := 0
 	route := p.a.router()
+	// Keyed by prompt_id, as trajectories and scored records are: a group's
+	// samples share a partition (fresh and stale alike), so that trainers
+	// reading the samples topic with one consumer group each get whole
+	// groups (docs/trainers.md, "Several trainers in one consumer group").
+	key := []byte(g.PromptID)
 	for i, r := range results {
 		smp := sample(scs[i], cms[i], r, cfg.Credit, &p.scratch)
 		b, err := schemas.Samples().AppendEncode(p.a.buffers.get(), &smp)
@@ -434,7 +439,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 			continue
 		}
 		msgs = append(msgs, producers.Message{
-			Topic: route.topic(smp.PolicyVersion, m), Key: []byte(r.TrajectoryID), Value: b,
+			Topic: route.topic(smp.PolicyVersion, m), Key: key, Value: b,
 			Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.Samples().Name())}},
 		})
 		p.observe(r)

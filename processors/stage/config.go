@@ -18,11 +18,11 @@ import (
 type Topics struct {
 	Trajectories string // input of the score stage (key prompt_id)
 	Scored       string // score stage → advantage stage (key prompt_id)
-	Samples      string // output (key trajectory_id)
+	Samples      string // output (key prompt_id)
 	DeadLetters  string // bad input with reason and original bytes
 	State        string // compacted changelog of the advantage stage's partition snapshots
 	Policy       string // compacted policy announcements (followed, never written by the stages); "" to not follow
-	SamplesStale string // samples more than MaxPolicyLag versions behind (key trajectory_id)
+	SamplesStale string // samples more than MaxPolicyLag versions behind (key prompt_id)
 }
 
 // DefaultTopics are the topic names used when none are configured.

@@ -282,10 +282,11 @@ func samplesByID(t *testing.T, brokers []string, topic string, n int) map[string
 		out := map[string][]byte{}
 		for _, recs := range readTopic(t, brokers, topic) {
 			for _, r := range recs {
-				if prev, ok := out[string(r.Key)]; ok && !bytes.Equal(prev, r.Value) {
-					t.Fatalf("two different samples for %s", r.Key)
+				id := sampleID(t, r)
+				if prev, ok := out[id]; ok && !bytes.Equal(prev, r.Value) {
+					t.Fatalf("two different samples for %s", id)
 				}
-				out[string(r.Key)] = r.Value
+				out[id] = r.Value
 			}
 		}
 		if len(out) >= n || time.Now().After(deadline) {
@@ -369,10 +370,24 @@ func samplesByIDNow(t *testing.T, brokers []string, topic string) map[string]boo
 	out := map[string]bool{}
 	for _, recs := range readTopic(t, brokers, topic) {
 		for _, r := range recs {
-			out[string(r.Key)] = true
+			out[sampleID(t, r)] = true
 		}
 	}
 	return out
+}
+
+// sampleID is the trajectory id of a sample record, which must be keyed by
+// its prompt id (a group's samples share a partition, docs/stream.md).
+func sampleID(t *testing.T, r consumers.Record) string {
+	t.Helper()
+	s, err := schemas.Samples().Decode(r.Value)
+	if err != nil {
+		t.Fatalf("%s/%d offset %d: not a sample: %v", r.Topic, r.Partition, r.Offset, err)
+	}
+	if string(r.Key) != s.PromptID {
+		t.Fatalf("sample %s is keyed %q, want its prompt id %q", s.TrajectoryID, r.Key, s.PromptID)
+	}
+	return s.TrajectoryID
 }
 
 // TestPipelineAttnSRMatchesCompute runs the AttnSR pipeline with step graphs

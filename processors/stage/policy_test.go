@@ -38,13 +38,17 @@ func metricWhere(t *testing.T, reg *prometheus.Registry, name string, want map[s
 	return promreg.Sum(mfs, name, want)
 }
 
-// keysOn returns the trajectory ids (record keys) on topic, failing on a
-// key written twice with different bytes.
+// keysOn counts the records on topic by trajectory id (samples, which must
+// be keyed by their prompt id) or by key (other records).
 func keysOn(t *testing.T, brokers []string, topic string) map[string]int {
 	out := map[string]int{}
 	for _, recs := range readTopic(t, brokers, topic) {
 		for _, r := range recs {
-			out[string(r.Key)]++
+			if _, err := schemas.Samples().Decode(r.Value); err != nil {
+				out[string(r.Key)]++
+				continue
+			}
+			out[sampleID(t, r)]++
 		}
 	}
 	return out

@@ -6,22 +6,21 @@ Guarantees:
   (librdkafka's ``murmur2_random``, the Java client's and kafka-go's hash), so Go and Python
   producers sharing a topic put a group in one partition. A failed delivery raises
   DeliveryError from the next publish() or flush(); nothing is only logged.
-- SampleStream is at-least-once: commit() commits the offsets of what has been yielded (and
-  of what was skipped as a duplicate or as stale), never of samples still buffered. Copies of
-  a sample (after a processor restart) are dropped by trajectory_id within a bounded window.
+- SampleStream (stream.py) is at-least-once: commit() commits the offsets of what has been
+  yielded (and of what was skipped as a duplicate or as stale), never of samples still
+  buffered. Copies of a sample (after a processor restart) are dropped by trajectory_id
+  within a bounded window. Trainers sharing a consumer group each get whole groups.
 - The newest announced policy version is the maximum version ever read from the policy
   topic; an older announcement never moves it back.
 """
 
-import collections
 import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition, libversion
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from .chunks import CHUNK, Reassembler
-from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, decode_sample, encode_policy, encode_trajectory
+from .wire import HEADER_SCHEMA, WireError, codec, decode_policy, encode_policy, encode_trajectory
 from .trajectory import InvalidTrajectory, Limits, validate_trajectory
 
 log = logging.getLogger("creditflow")
@@ -318,267 +317,9 @@ class PolicyWatcher:
         """Called when reading the topic failed; the thread retries (subclasses log it)."""
 
 
-# ----- trainers ------------------------------------------------------------------------------
-
-_BULK = 256  # messages SampleStream takes from librdkafka per call
-# Per partition and per fetch request: librdkafka's defaults, said here because larger ones
-# were tried and measured slower. A fetch's answer is handed to the trainer only once all of
-# it has arrived, and one is in flight per broker at a time: with 16 MiB per partition the
-# trainer waited for each answer, up to 40% of its time at 32k tokens, and read 0.46-0.48 of
-# a bare consumer's rate at 32k and 0.44-0.51 at search-QA size against 0.59-0.73 and
-# 0.56-0.61 with 1 MiB (docs/performance-passes.md, eighteenth pass).
-_FETCH_PARTITION_BYTES = 1 << 20
-_FETCH_BYTES = 50 << 20
-
-
-def _prefetch_config():
-    """How librdkafka refills the prefetch queue once it was over its bound
-    (queued.max.messages.kbytes, 64 MiB by default). Until v2.2.0 it waits a fixed second
-    before fetching again; a trainer that drains 64 MiB of samples in less (≈ 4,000 search-QA
-    samples, a quarter of a second) then waits for data most of that second, which measured
-    up to 0.8 s of a 1.3 s run (docs/performance-passes.md, "The trainer's end stalls"). From
-    v2.2.0 the wait is fetch.queue.backoff.ms, set short here; before, the bound is raised
-    to 512 MiB so that a trainer needs more than a second to drain it."""
-    if libversion()[1] >= 0x020200FF:
-        return {"fetch.queue.backoff.ms": 10}
-    return {"queued.max.messages.kbytes": 512 << 10}
-
-
-class SampleStream:
-    """Reads training samples with a consumer group; iterate for single samples.
-
-    - duplicates (same trajectory_id within the last `dedupe_window` samples) are dropped and
-      counted in ``duplicates``;
-    - with `max_policy_lag`, a sample whose policy_version is more than that many versions
-      behind the newest announced version (the policy topic) is skipped and counted in
-      ``stale``;
-    - iteration ends after `idle_timeout` seconds without a sample (None: never);
-    - commit() commits what has been yielded so far;
-    - samples larger than one Kafka message (written as chunks) are put back together;
-      broken chunk sequences are counted in ``broken_chunks``.
-
-    Extra keyword arguments are librdkafka consumer settings (underscores for dots).
-    """
-
-    def __init__(self, brokers, group_id, topic=TOPIC_SAMPLES, max_policy_lag=None, policy_topic=TOPIC_POLICY,
-                 dedupe_window=100000, idle_timeout=None, group_timeout=30.0, **client_config):
-        conf = {"group.id": group_id, "enable.auto.commit": False, "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                # a trainer started before the samples topic exists finds it within seconds
-                "topic.metadata.refresh.interval.ms": 2000,
-                # fetches small enough for the trainer to read one while the next arrives (_FETCH_PARTITION_BYTES)
-                "max.partition.fetch.bytes": _FETCH_PARTITION_BYTES, "fetch.max.bytes": _FETCH_BYTES,
-                **_prefetch_config()}
-        conf.update(_config(brokers, client_config))
-        self.topic, self.max_policy_lag = topic, max_policy_lag
-        self.idle_timeout, self.group_timeout = idle_timeout, group_timeout
-        self._consumer = Consumer(conf)
-        self._consumer.subscribe([topic], on_revoke=self._on_revoke)
-        self._window = collections.OrderedDict()
-        self._window_size = dedupe_window
-        self.duplicates = self.stale = self.undecodable = self.yielded = 0
-        # records larger than one message arrive as chunks (docs/wire-format.md)
-        self._chunks = Reassembler()
-        self.broken_chunks = 0
-        # messages fetched from librdkafka in bulk (consume) and not handled yet
-        self._buf = collections.deque()
-        # offsets: per (topic, partition) the next offset consumed and the offsets still buffered
-        self._next = {}
-        self._pending = collections.defaultdict(set)
-        self._policy = None
-        self._waiting_for_topic = False
-        if max_policy_lag is not None:
-            self._policy = PolicyWatcher(brokers, topic=policy_topic, **client_config)
-            self._policy.catch_up(10.0)
-            self._policy.start()
-
-    @property
-    def newest_policy_version(self):
-        """The newest announced policy version (None without max_policy_lag or before any)."""
-        return self._policy.version if self._policy is not None else None
-
-    def _on_revoke(self, consumer, partitions):
-        gone = {(tp.topic, tp.partition) for tp in partitions}
-        if self._buf:  # fetched, not handled: the partitions' next owner reads them
-            self._buf = collections.deque(m for m in self._buf if (m.topic(), m.partition()) not in gone)
-        for tp in partitions:
-            self._next.pop((tp.topic, tp.partition), None)
-            self._pending.pop((tp.topic, tp.partition), None)
-            self._chunks.forget(tp.partition)
-
-    def _poll(self, timeout):
-        """One sample that passed the filters, as (sample, (topic, partition, offset)), or None."""
-        if not self._buf:
-            # What librdkafka already holds, in bulk (one call for up to _BULK messages, not
-            # one each); when it holds nothing, wait for one message as before (consume with a
-            # timeout would wait the whole timeout for a full bulk).
-            self._buf.extend(self._consumer.consume(num_messages=_BULK, timeout=0))
-        if self._buf:
-            msg = self._buf.popleft()
-        else:
-            msg = self._consumer.poll(timeout)
-        if msg is None:
-            return None
-        if msg.error():
-            code = msg.error().code()
-            if code == KafkaError._PARTITION_EOF:
-                return None
-            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                # The trainer started before the processor created the topic: wait for it.
-                if not self._waiting_for_topic:
-                    log.warning("topic %s does not exist yet; waiting for it (creditflow run --create-topics "
-                                "creates it)", self.topic)
-                    self._waiting_for_topic = True
-                return None
-            raise KafkaException(msg.error())
-        if self._waiting_for_topic:
-            log.warning("topic %s exists now; reading it", self.topic)
-            self._waiting_for_topic = False
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        self._next[(topic, partition)] = offset + 1
-        headers = msg.headers()
-        if headers and any(k == CHUNK for k, _ in headers):  # a chunk: the reassembler puts it together
-            rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
-            self.broken_chunks += len(broken)
-            if rec is None:
-                return None
-            value, first = rec["value"], rec["first"]
-        else:  # a whole record, with no headers or a producer's own (creditflow-schema)
-            value, first = msg.value(), offset
-        try:
-            s = decode_sample(value)
-        except WireError:
-            self.undecodable += 1
-            return None
-        tid = s["trajectory_id"]
-        if tid in self._window:
-            self._window.move_to_end(tid)
-            self.duplicates += 1
-            return None
-        self._window[tid] = True
-        if len(self._window) > self._window_size:
-            self._window.popitem(last=False)
-        if self.max_policy_lag is not None:
-            newest = self._policy.version
-            if newest is not None and newest - s["policy_version"] > self.max_policy_lag:
-                self.stale += 1
-                s["_skipped"] = True
-        # a chunked sample is pending from its first chunk on
-        return s, (topic, partition, first)
-
-    def poll(self, timeout=1.0):
-        """The next fresh, non-duplicate sample, or None when none arrived within `timeout`."""
-        end = time.monotonic() + timeout
-        while True:
-            r = self._poll(max(0.0, end - time.monotonic()))
-            if r is not None and not r[0].get("_skipped"):
-                self.yielded += 1
-                return r[0]
-            if time.monotonic() >= end:
-                return None
-
-    def __iter__(self):
-        last = time.monotonic()
-        while True:
-            s = self.poll(0.5)
-            if s is not None:
-                last = time.monotonic()
-                yield s
-            elif self.idle_timeout is not None and time.monotonic() - last > self.idle_timeout:
-                return
-
-    def batches(self, n, whole_groups=True, max_wait=None):
-        """Yields lists of at least `n` samples; smaller only when iteration ends
-        (idle_timeout) or, with `max_wait`, when a non-empty batch has waited that many
-        seconds for more. With whole_groups, a prompt's samples are kept together: a group
-        is released once group_size of its members arrived (stale members skipped count),
-        or `group_timeout` seconds after its first member (a partial group)."""
-        if not whole_groups:
-            batch, since = [], None
-            last = time.monotonic()
-            while True:
-                s = self.poll(0.5)
-                now = time.monotonic()
-                if s is not None:
-                    batch.append(s)
-                    last = now
-                    since = since or now
-                if batch and (len(batch) >= n or (max_wait is not None and now - since >= max_wait)):
-                    yield batch
-                    batch, since = [], None
-                if s is None and self.idle_timeout is not None and now - last > self.idle_timeout:
-                    if batch:
-                        yield batch
-                    return
-        groups = collections.OrderedDict()  # prompt_id -> [first_seen, seen_count, [(sample, tpo)]], oldest first
-        batch, since = [], None
-        last = time.monotonic()
-
-        def release(pid, now):
-            nonlocal since
-            g = groups.pop(pid)
-            for s, (t, p, o) in g[2]:
-                self._pending[(t, p)].discard(o)
-                batch.append(s)
-                self.yielded += 1
-            since = since or now
-
-        while True:
-            # Wait no longer than a pending batch may (max_wait), so that it leaves on time.
-            wait = 0.5 if not batch or max_wait is None else min(0.5, max(0.0, since + max_wait - time.monotonic()))
-            r = self._poll(wait)
-            now = time.monotonic()
-            if r is not None:
-                last = now
-                s, (t, p, o) = r
-                pid = s["prompt_id"]
-                g = groups.get(pid)
-                if g is None:
-                    g = groups[pid] = [now, 0, []]
-                g[1] += 1
-                if not s.get("_skipped"):
-                    g[2].append((s, (t, p, o)))
-                    self._pending[(t, p)].add(o)
-                if g[2] and g[1] >= g[2][0][0]["group_size"]:  # only this group can have completed
-                    release(pid, now)
-            while groups:  # partial groups time out oldest first
-                pid, g = next(iter(groups.items()))
-                if now - g[0] <= self.group_timeout:
-                    break
-                release(pid, now)
-            if batch and (len(batch) >= n or (max_wait is not None and now - since >= max_wait)):
-                yield batch
-                batch, since = [], None
-            if r is None and self.idle_timeout is not None and now - last > self.idle_timeout:
-                for g in groups.values():
-                    for s, (t, p, o) in g[2]:
-                        self._pending[(t, p)].discard(o)
-                        batch.append(s)
-                        self.yielded += 1
-                groups.clear()
-                if batch:
-                    yield batch
-                return
-
-    def commit(self):
-        """Commits synchronously what has been yielded (and skipped) so far: per partition,
-        up to the first sample still buffered in batches()."""
-        offsets = []
-        for (t, p), nxt in self._next.items():
-            pend = self._pending.get((t, p))
-            nxt = self._chunks.commit_offset(p, nxt)  # never past the first chunk of a sample being put together
-            offsets.append(TopicPartition(t, p, min([nxt] + list(pend or ()))))
-        if offsets:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
-
-    def close(self):
-        """Leaves the group (uncommitted samples are redelivered to the next reader)."""
-        if self._policy is not None:
-            self._policy.close()
-        self._consumer.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+def __getattr__(name):
+    # SampleStream (trainers) lives in stream.py, which imports this module.
+    if name == "SampleStream":
+        from .stream import SampleStream
+        return SampleStream
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

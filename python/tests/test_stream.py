@@ -7,9 +7,9 @@ from unittest import mock
 
 try:
     import confluent_kafka  # noqa: F401
-    from creditflow import kafka
+    from creditflow import kafka, stream
 except ImportError:
-    kafka = None
+    kafka = stream = None
 
 from creditflow import wire
 
@@ -42,21 +42,40 @@ class Msg:
         return None
 
 
+class Revoke:
+    """A scripted rebalance: the consumer calls the stream's on_revoke with these partitions."""
+
+    def __init__(self, *partitions, topic="creditflow.samples"):
+        self.partitions = [kafka.TopicPartition(topic, p) for p in partitions]
+
+
+class Assign(Revoke):
+    """A scripted rebalance: the consumer calls the stream's on_assign with these partitions."""
+
+
 class ScriptedConsumer:
     def __init__(self, conf):
-        self.conf, self.queue, self.commits = conf, [], []
+        self.conf, self.queue, self.commits, self.closed = conf, [], [], 0
 
-    def subscribe(self, topics, on_revoke=None):
-        self.topics = topics
+    def subscribe(self, topics, on_assign=None, on_revoke=None):
+        self.topics, self.on_assign, self.on_revoke = topics, on_assign, on_revoke
+
+    def _rebalance(self):
+        while self.queue and isinstance(self.queue[0], Revoke):
+            r = self.queue.pop(0)
+            (self.on_assign if isinstance(r, Assign) else self.on_revoke)(self, r.partitions)
 
     def poll(self, timeout):
+        self._rebalance()
         if self.queue:
             return self.queue.pop(0)
         time.sleep(min(timeout, 0.005))
         return None
 
     def consume(self, num_messages=1, timeout=-1):
-        out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
+        self._rebalance()
+        n = next((i for i, m in enumerate(self.queue[:num_messages]) if isinstance(m, Revoke)), num_messages)
+        out, self.queue = self.queue[:n], self.queue[n:]
         if not out and timeout:
             time.sleep(min(timeout, 0.005))
         return out
@@ -65,7 +84,7 @@ class ScriptedConsumer:
         self.commits.append(sorted((tp.partition, tp.offset) for tp in offsets))
 
     def close(self):
-        pass
+        self.closed += 1
 
 
 def sample(tid, pid, group_size=2, version=5):
@@ -85,7 +104,7 @@ class FakePolicy:
 @unittest.skipIf(kafka is None, "confluent-kafka not installed")
 class Stream(unittest.TestCase):
     def stream(self, msgs, **kw):
-        with mock.patch.object(kafka, "Consumer", ScriptedConsumer):
+        with mock.patch.object(stream, "Consumer", ScriptedConsumer):
             s = kafka.SampleStream("127.0.0.1:1", "g", idle_timeout=0.2, **kw)
         s._consumer.queue.extend(msgs)
         return s
@@ -140,6 +159,53 @@ class Stream(unittest.TestCase):
         # Released by max_wait, not by the end of iteration: the stream goes on.
         s._consumer.queue.append(Msg(0, 1, sample("B0", "B", group_size=1)))
         self.assertEqual([x["trajectory_id"] for x in next(it)], ["B0"])
+
+    def test_a_revoked_partition_leaves_no_partial_group_behind(self):
+        # Group A's first member was read from partition 0, which then went to another reader
+        # (a trainer joined): A is that reader's now, whole; here it must not leave as a
+        # partial group at group_timeout.
+        s = self.stream([Msg(0, 0, sample("A0", "A")), Msg(1, 0, sample("B0", "B")), Revoke(0),
+                         Msg(1, 1, sample("B1", "B"))], group_timeout=0.1)
+        s.idle_timeout = 0.5
+        self.assertEqual([[x["trajectory_id"] for x in b] for b in s.batches(1)], [["B0", "B1"]])
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(1, 2)])
+
+    def test_a_partition_that_comes_back_is_read_again_whole(self):
+        # An eager rebalance revokes every partition and assigns some back: the samples held
+        # in unreleased groups are read again from the last commit, and are not copies.
+        s = self.stream([Msg(0, 0, sample("A0", "A")), Msg(1, 0, sample("B0", "B")), Revoke(0, 1),
+                         Msg(0, 0, sample("A0", "A")), Msg(0, 1, sample("A1", "A")),
+                         Msg(1, 0, sample("B0", "B")), Msg(1, 1, sample("B1", "B"))], group_timeout=10)
+        got = [sorted(x["trajectory_id"] for x in b) for b in s.batches(1)]
+        self.assertEqual(got, [["A0", "A1"], ["B0", "B1"]])
+        self.assertEqual((s.duplicates, s.yielded), (0, 4))
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(0, 2), (1, 2)])
+
+    def test_assignment_follows_the_rebalances(self):
+        s = self.stream([Assign(0, 1, 2), Revoke(0, 1, 2), Assign(2, 3)])
+        s.poll(0.01)
+        self.assertEqual(s.assignment(), [("creditflow.samples", 2), ("creditflow.samples", 3)])
+        s._consumer.queue.append(Revoke(3))
+        s.poll(0.01)
+        self.assertEqual(s.assignment(), [("creditflow.samples", 2)])
+
+    def test_close_leaves_the_group_once(self):
+        s = self.stream([])
+        with s:
+            pass
+        s.close()
+        self.assertEqual(s._consumer.closed, 1)
+
+    def test_an_unreferenced_stream_leaves_the_group(self):
+        # Without close(): the stream and its consumer form no cycle, so dropping the last
+        # reference closes the consumer (the interpreter's exit does the same, atexit).
+        s = self.stream([])
+        consumer = s._consumer
+        del s
+        self.assertEqual(consumer.closed, 1)
+
 
 @unittest.skipIf(kafka is None, "confluent-kafka not installed")
 class Watcher(unittest.TestCase):
