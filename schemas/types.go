@@ -174,4 +174,5 @@ const (
 	ReasonScorerRejected    = "scorer_rejected"  // the scorer refused the record's rows as invalid
 	ReasonChunkIncomplete   = "chunk_incomplete" // a record written as chunks lost chunks (consumers.ReasonChunkIncomplete)
 	ReasonChunkCorrupt      = "chunk_corrupt"    // chunk headers or reassembled bytes do not check out (consumers.ReasonChunkCorrupt)
+	ReasonUnencodable       = "unencodable"      // the advantage stage could not encode the member's sample (an internal fault; the scored record is kept)
 )

@@ -433,9 +433,18 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	key := []byte(g.PromptID)
 	for i, r := range results {
 		smp := sample(scs[i], cms[i], r, cfg.Credit, &p.scratch)
-		b, err := schemas.Samples().AppendEncode(p.a.buffers.get(), &smp)
+		b, err := encodeSample(p.a.buffers.get(), &smp)
 		if err != nil {
-			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample")
+			// Never lost: the member's scored record goes to the dead-letter topic
+			// with the reason, in the same emission as the group's samples, so the
+			// offsets are committed only once it is acknowledged too.
+			p.log.Error().Err(err).Str("trajectory_id", r.TrajectoryID).Msg("encode sample: dead-lettered")
+			dl, dlErr := cfg.deadLetter("advantage", members[i].Value.rec, schemas.ReasonUnencodable, "sample "+r.TrajectoryID+": "+err.Error())
+			if dlErr != nil {
+				p.log.Error().Err(dlErr).Int64("offset", members[i].Value.rec.Offset).Msg("encode dead letter")
+				continue
+			}
+			p.send([]producers.Message{dl}, e, false)
 			continue
 		}
 		msgs = append(msgs, producers.Message{
@@ -454,6 +463,10 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 	}
 	p.send(msgs, e, true)
 }
+
+// encodeSample encodes a sample for the samples topic (a variable so that a
+// test can make it fail).
+var encodeSample = func(dst []byte, s *schemas.Sample) ([]byte, error) { return schemas.Samples().AppendEncode(dst, s) }
 
 // emitEachBytes: once a group's samples built and not yet handed to the
 // producer reach this many bytes, they are written before the next sample is
