@@ -44,7 +44,7 @@ func runAnnounce(args []string) error {
 		return err
 	}
 	if *version < 0 {
-		return fmt.Errorf("--version is required (a policy version >= 0)")
+		return usagef("--version is required (a policy version >= 0)")
 	}
 	sec, err := kf.security()
 	if err != nil {

@@ -76,6 +76,9 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		return err
 	}
 	o.Credit.Method = o.Method
+	if err := o.Validate(); err != nil { // refused before anything starts (exit status 2)
+		return asUsage(err)
+	}
 	o.Brokers = splitList(*brokers)
 	tty := isTerminal(os.Stderr)
 	last := time.Time{}

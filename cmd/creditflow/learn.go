@@ -79,6 +79,19 @@ python3-confluent-kafka and python3-numpy.`)
 	if o.Logger, err = newLogger(*logLevel); err != nil {
 		return err
 	}
+	if err := o.Validate(); err != nil { // before looking for Python or starting anything
+		return asUsage(err)
+	}
+	for _, m := range splitList(*compare) {
+		oo := o
+		oo.Method = m
+		if err := oo.Validate(); err != nil {
+			return usagef("--compare: %w", err)
+		}
+	}
+	if *compare != "" && *seeds < 1 {
+		return usagef("--seeds %d: want at least 1", *seeds)
+	}
 	if o.Exe, err = os.Executable(); err != nil {
 		return err
 	}

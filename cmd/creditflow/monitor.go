@@ -85,6 +85,12 @@ func runMonitor(args []string) error {
 		return err
 	}
 	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, Policy: *pol, From: *from, Scored: *scored}
+	if err := cfg.Check(); err != nil { // flag values: refused before anything starts
+		return asUsage(err)
+	}
+	if err := src.Check(); err != nil {
+		return asUsage(err)
+	}
 	opts := []monitor.Option{monitor.WithLogger(log)}
 	if *tok != "" {
 		dec, err := tokenizer.Load(*tok)

@@ -67,6 +67,43 @@ type Options struct {
 	StartMs int64
 }
 
+// Validate reports options a run cannot work with, naming the flag of
+// `creditflow demo` to change; it looks at the options only, so a command
+// can refuse them before it starts anything.
+func (o Options) Validate() error {
+	switch {
+	case o.Groups < 1:
+		return fmt.Errorf("demo: --groups %d: want at least 1", o.Groups)
+	case o.GroupSize < 1:
+		return fmt.Errorf("demo: --group-size %d: want at least 1", o.GroupSize)
+	case o.Partitions < 1:
+		return fmt.Errorf("demo: --partitions %d: want at least 1", o.Partitions)
+	case o.Scorers < 1:
+		return fmt.Errorf("demo: --scorers %d: want at least 1", o.Scorers)
+	case o.Bad < 0:
+		return fmt.Errorf("demo: --bad %d: want 0 or more", o.Bad)
+	case o.MaxAhead < 0:
+		return fmt.Errorf("demo: --max-ahead %d: want 0 or more", o.MaxAhead)
+	case o.Timeout <= 0:
+		return fmt.Errorf("demo: --timeout %v: want a positive duration", o.Timeout)
+	case o.Method != credit.MethodLAPO && o.Method != credit.MethodAttnSR:
+		return fmt.Errorf("demo: --method %q: use %s or %s", o.Method, credit.MethodLAPO, credit.MethodAttnSR)
+	case o.Direction != stage.Backward && o.Direction != stage.Forward:
+		return fmt.Errorf("demo: --direction %q: use %s or %s", o.Direction, stage.Backward, stage.Forward)
+	}
+	if o.LAPOStatistic != "" {
+		if err := credit.CheckStatistic(o.LAPOStatistic); err != nil {
+			return fmt.Errorf("demo: --lapo-statistic: %w", err)
+		}
+	}
+	c := o.Credit
+	c.Method = o.Method
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
+}
+
 // Defaults is the demo's default size.
 func Defaults() Options {
 	return Options{Groups: 24, GroupSize: 5, Method: credit.MethodLAPO, Credit: credit.DefaultConfig(),
@@ -146,8 +183,8 @@ type Summary struct {
 // timeout passes) and returns the summary. A run that did not see every
 // sample returns the summary and an error.
 func Run(ctx context.Context, o Options) (Summary, error) {
-	if o.Groups <= 0 || o.GroupSize <= 0 {
-		return Summary{}, fmt.Errorf("demo: --groups and the group size must be positive")
+	if err := o.Validate(); err != nil {
+		return Summary{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -171,7 +208,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	var endpoints []string
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The servers stop on cancellation: cancel before waiting for them, on
+	// every return (a deferred Wait alone ran before the deferred cancel).
+	defer func() { cancel(); wg.Wait() }()
 	for i := 0; i < max(1, o.Scorers); i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
