@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -83,6 +84,13 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	tty := isTerminal(os.Stderr)
 	last := time.Time{}
 	o.Progress = func(p demo.Progress) {
+		if p.Measuring {
+			if tty {
+				fmt.Fprintln(os.Stderr)
+			}
+			fmt.Fprintln(os.Stderr, "every sample arrived; measuring where credit lands (forward direction, random-weight model; Ctrl-C stops)")
+			return
+		}
 		line := fmt.Sprintf("groups in %d/%d  out %d  samples %d/%d  dead letters %d  %.1fs",
 			p.GroupsIn, o.Groups, p.GroupsOut, p.SamplesOut, p.Expected, p.DeadLetters, p.Elapsed.Seconds())
 		if tty {
@@ -144,6 +152,9 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fmt.Fprintln(os.Stderr)
 	}
 	printSummary(sum)
+	if errors.Is(runErr, demo.ErrInterrupted) { // Ctrl-C: the summary covers the run so far; exit status 130
+		runErr = interrupted{runErr}
+	}
 	return endRun(ctx, sum, *asJSON, mon.set, monitorURL, runErr)
 }
 
@@ -153,7 +164,9 @@ func printSummary(s demo.Summary) {
 	fmt.Fprintf(w, "groups            %d in, %d out\n", s.GroupsIn, s.GroupsOut)
 	fmt.Fprintf(w, "trajectories      %d\n", s.Trajectories)
 	fmt.Fprintf(w, "samples           %d (lost %d, invalid %d, duplicates %d)\n", s.SamplesOut, s.Lost, s.Invalid, s.Duplicates)
-	if s.Interrupted {
+	if s.Interrupted && s.Pending+s.NotProduced == 0 {
+		fmt.Fprintf(w, "interrupted       while measuring where credit lands: every sample had arrived\n")
+	} else if s.Interrupted {
 		fmt.Fprintf(w, "interrupted       before the end: %d trajectories produced and not yet trained on, %d never produced (none lost)\n", s.Pending, s.NotProduced)
 	}
 	fmt.Fprintf(w, "rewards           mean %.4f, success rate %.1f%% (reward ≥ 1)\n", s.RewardMean, 100*s.SuccessRate)
@@ -183,8 +196,10 @@ func printSummary(s demo.Summary) {
 		if s.LAPOHitRate != nil {
 			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ (%s) on the informative turn (chance %.1f%%)\n",
 				100**s.LAPOHitRate, s.LAPOHitMeasured, s.LAPOStatistic, 100**s.LAPOHitChance)
-			fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
-				100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+			if s.LAPOHitForward != nil && s.LAPOHitRandom != nil { // left out when interrupted
+				fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
+					100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+			}
 		}
 	}
 	fmt.Fprintf(w, "throughput        %.1f trajectories/s, %.0f sample tokens/s over %.1fs\n", s.TrajPerSecond, s.TokensPerSec, s.Seconds)

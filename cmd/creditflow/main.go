@@ -65,5 +65,17 @@ func main() {
 	if errors.As(err, &ue) {
 		os.Exit(2) // a command line that cannot be parsed
 	}
+	var stopped interrupted
+	if errors.As(err, &stopped) {
+		os.Exit(130) // stopped by Ctrl-C (or SIGTERM), as a shell reports SIGINT
+	}
 	os.Exit(1)
 }
+
+// interrupted is the error of a run the user stopped (Ctrl-C or SIGTERM)
+// after it had started: exit status 130, after what the command reports
+// of the run so far.
+type interrupted struct{ err error }
+
+func (e interrupted) Error() string { return e.err.Error() + " (Ctrl-C)" }
+func (e interrupted) Unwrap() error { return e.err }

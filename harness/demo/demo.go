@@ -7,6 +7,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -73,35 +74,32 @@ type Options struct {
 func (o Options) Validate() error {
 	switch {
 	case o.Groups < 1:
-		return fmt.Errorf("demo: --groups %d: want at least 1", o.Groups)
+		return fmt.Errorf("--groups %d: want at least 1", o.Groups)
 	case o.GroupSize < 1:
-		return fmt.Errorf("demo: --group-size %d: want at least 1", o.GroupSize)
+		return fmt.Errorf("--group-size %d: want at least 1", o.GroupSize)
 	case o.Partitions < 1:
-		return fmt.Errorf("demo: --partitions %d: want at least 1", o.Partitions)
+		return fmt.Errorf("--partitions %d: want at least 1", o.Partitions)
 	case o.Scorers < 1:
-		return fmt.Errorf("demo: --scorers %d: want at least 1", o.Scorers)
+		return fmt.Errorf("--scorers %d: want at least 1", o.Scorers)
 	case o.Bad < 0:
-		return fmt.Errorf("demo: --bad %d: want 0 or more", o.Bad)
+		return fmt.Errorf("--bad %d: want 0 or more", o.Bad)
 	case o.MaxAhead < 0:
-		return fmt.Errorf("demo: --max-ahead %d: want 0 or more", o.MaxAhead)
+		return fmt.Errorf("--max-ahead %d: want 0 or more", o.MaxAhead)
 	case o.Timeout <= 0:
-		return fmt.Errorf("demo: --timeout %v: want a positive duration", o.Timeout)
+		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	case o.Method != credit.MethodLAPO && o.Method != credit.MethodAttnSR:
-		return fmt.Errorf("demo: --method %q: use %s or %s", o.Method, credit.MethodLAPO, credit.MethodAttnSR)
+		return fmt.Errorf("--method %q: use %s or %s", o.Method, credit.MethodLAPO, credit.MethodAttnSR)
 	case o.Direction != stage.Backward && o.Direction != stage.Forward:
-		return fmt.Errorf("demo: --direction %q: use %s or %s", o.Direction, stage.Backward, stage.Forward)
+		return fmt.Errorf("--direction %q: use %s or %s", o.Direction, stage.Backward, stage.Forward)
 	}
 	if o.LAPOStatistic != "" {
 		if err := credit.CheckStatistic(o.LAPOStatistic); err != nil {
-			return fmt.Errorf("demo: --lapo-statistic: %w", err)
+			return fmt.Errorf("--lapo-statistic: %w", err)
 		}
 	}
 	c := o.Credit
 	c.Method = o.Method
-	if err := c.Validate(); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	return nil
+	return c.Validate()
 }
 
 // Defaults is the demo's default size.
@@ -115,7 +113,15 @@ func Defaults() Options {
 type Progress struct {
 	GroupsIn, GroupsOut, SamplesOut, DeadLetters, Expected int
 	Elapsed                                                time.Duration
+	// Measuring: every sample has arrived and the run now measures where
+	// credit lands (the offline passes of Summary.LAPOHitForward and
+	// LAPOHitRandom; seconds on a CPU). Sent once.
+	Measuring bool
 }
+
+// ErrInterrupted is the error of a run whose context was cancelled (Ctrl-C)
+// before it finished; the summary then holds what the run got to.
+var ErrInterrupted = errors.New("interrupted")
 
 // Summary is what a run measured. JSON names are stable.
 type Summary struct {
@@ -133,8 +139,10 @@ type Summary struct {
 	InjectedBad  int            `json:"injected_bad"` // malformed records injected on purpose (Options.Bad)
 	Lost         int            `json:"lost"`
 	// Interrupted: the run was stopped (Ctrl-C) before every sample
-	// arrived. Nothing is counted as lost then: Pending trajectories were
-	// produced and their samples not yet consumed, NotProduced never were.
+	// arrived, or while it measured where credit lands (then the forward and
+	// random-model rates are left out). Nothing is counted as lost: Pending
+	// trajectories were produced and their samples not yet consumed,
+	// NotProduced never were.
 	Interrupted bool `json:"interrupted,omitempty"`
 	Pending     int  `json:"pending,omitempty"`
 	NotProduced int  `json:"not_produced,omitempty"`
@@ -186,6 +194,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := o.Validate(); err != nil {
 		return Summary{}, err
 	}
+	parent := ctx // cancelled by the caller (Ctrl-C): also ends the measuring after the run
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := o.Logger
@@ -377,7 +386,7 @@ wait:
 			runErr = fmt.Errorf("demo: timed out after %v waiting for samples", o.Timeout)
 			break wait
 		case <-ctx.Done():
-			runErr = ctx.Err()
+			runErr = fmt.Errorf("%w before every sample arrived", ErrInterrupted)
 			interrupted = true
 			break wait
 		}
@@ -391,7 +400,15 @@ wait:
 		tr.mu.Lock()
 		h := tr.hits
 		tr.mu.Unlock()
-		if err := h.finish(context.Background(), &sum, o, m); err != nil {
+		if o.Progress != nil {
+			p := tr.progress(time.Since(start))
+			p.Measuring = true
+			o.Progress(p)
+		}
+		if err := h.finish(parent, &sum, o, m); parent.Err() != nil {
+			sum.Interrupted = true
+			runErr = fmt.Errorf("%w while measuring where credit lands (every sample had arrived)", ErrInterrupted)
+		} else if err != nil {
 			runErr = fmt.Errorf("demo: measuring where credit lands: %w", err)
 		}
 	}

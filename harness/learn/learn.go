@@ -106,24 +106,24 @@ func (o Options) resolved() Options {
 // `creditflow learn` to change; it looks at the options only.
 func (o Options) Validate() error {
 	if o.Method != MethodLAPO && o.Method != MethodGRPO && o.Method != MethodAttnSR {
-		return fmt.Errorf("learn: --method %q: use lapo, grpo or attnsr", o.Method)
+		return fmt.Errorf("--method %q: use lapo, grpo or attnsr", o.Method)
 	}
 	switch o.resolved().World {
 	case "searchqa", "widesearch", "household":
 	default:
-		return fmt.Errorf("learn: --world %q: use searchqa, widesearch or household (docs/learn.md)", o.World)
+		return fmt.Errorf("--world %q: use searchqa, widesearch or household (docs/learn.md)", o.World)
 	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
-		return fmt.Errorf("learn: --workers, --steps and --groups-per-step must be positive and the group size at least 2")
+		return fmt.Errorf("--workers, --steps and --groups-per-step must be positive and the group size at least 2")
 	}
 	if o.JudgeNoise < 0 || o.JudgeNoise >= 0.5 || math.IsNaN(o.JudgeNoise) {
-		return fmt.Errorf("learn: --judge-noise %v: want a probability in [0, 0.5) (at 0.5 the reward says nothing)", o.JudgeNoise)
+		return fmt.Errorf("--judge-noise %v: want a probability in [0, 0.5) (at 0.5 the reward says nothing)", o.JudgeNoise)
 	}
 	if o.Partitions < 1 {
-		return fmt.Errorf("learn: --partitions %d: want at least 1", o.Partitions)
+		return fmt.Errorf("--partitions %d: want at least 1", o.Partitions)
 	}
 	if o.Timeout <= 0 {
-		return fmt.Errorf("learn: --timeout %v: want a positive duration", o.Timeout)
+		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	}
 	return nil
 }
