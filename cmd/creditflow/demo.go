@@ -39,7 +39,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject on purpose (they must end as dead letters)")
 		fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
 		fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
-		fs.Int64Var(&o.StartMs, "start-ms", 0, "event time (Unix ms) of the first trajectory (0: now); the same --start-ms and --seed reproduce the output bytes (the summary prints the value used)")
+		fs.Int64Var(&o.StartMs, "start-ms", 0, "event time (Unix ms) of the first trajectory, the next ones 10 ms apart: the same --start-ms and --seed reproduce the output bytes (0: each trajectory carries the wall clock when it is published, so sample ages are real)")
 		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	})
@@ -160,7 +160,11 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 
 func printSummary(s demo.Summary) {
 	w := os.Stdout
-	fmt.Fprintf(w, "method            %s (--start-ms %d reproduces these samples)\n", s.Method, s.StartMs)
+	if s.WallClock {
+		fmt.Fprintf(w, "method            %s (event times: the wall clock at publish; --start-ms %d gives reproducible ones)\n", s.Method, s.StartMs)
+	} else {
+		fmt.Fprintf(w, "method            %s (--start-ms %d reproduces these samples)\n", s.Method, s.StartMs)
+	}
 	fmt.Fprintf(w, "groups            %d in, %d out\n", s.GroupsIn, s.GroupsOut)
 	fmt.Fprintf(w, "trajectories      %d\n", s.Trajectories)
 	fmt.Fprintf(w, "samples           %d (lost %d, invalid %d, duplicates %d)\n", s.SamplesOut, s.Lost, s.Invalid, s.Duplicates)

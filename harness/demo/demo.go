@@ -61,10 +61,11 @@ type Options struct {
 	Prefix string
 	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
 	Model *model.Model
-	// StartMs is the event time (created_at_ms, Unix ms) of the first
-	// trajectory; later ones follow 10 ms apart. 0: the wall clock when the
-	// run starts, so sample ages and event-time charts are real. The same
-	// StartMs and Seed give the same output bytes.
+	// StartMs, when set, is the event time (created_at_ms, Unix ms) of the
+	// first trajectory; later ones follow 10 ms apart, so the same StartMs
+	// and Seed give the same output bytes. 0: each trajectory carries the
+	// wall clock when it is published, so sample ages and event-time charts
+	// are real (and the output bytes differ from run to run).
 	StartMs int64
 }
 
@@ -126,9 +127,12 @@ var ErrInterrupted = errors.New("interrupted")
 // Summary is what a run measured. JSON names are stable.
 type Summary struct {
 	Method string `json:"method"`
-	// StartMs is the first trajectory's event time: pass it as
-	// Options.StartMs (--start-ms) to reproduce the run's output bytes.
+	// StartMs is the first trajectory's event time. WallClock: the event
+	// times were the wall clock at publish time (no Options.StartMs); else
+	// they were StartMs + i × 10 ms, and the same StartMs (--start-ms)
+	// reproduces the run's output bytes.
 	StartMs      int64          `json:"start_ms"`
+	WallClock    bool           `json:"wall_clock_event_time"`
 	GroupsIn     int            `json:"groups_in"`
 	GroupsOut    int            `json:"groups_out"`
 	Trajectories int            `json:"trajectories"`
@@ -332,6 +336,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			var msgs []producers.Message
 			for i := 0; i < gen.GroupSize; i++ {
 				t, truth := gen.Generate(g, i)
+				if o.StartMs == 0 { // the wall clock when it is published (Options.StartMs)
+					t.CreatedAtMs = time.Now().UnixMilli()
+				}
 				tr.addTruth(t, truth)
 				b, err := schemas.Trajectories().Encode(&t)
 				if err != nil {
@@ -393,7 +400,7 @@ wait:
 	}
 	elapsed := time.Since(start)
 	sum := tr.summary(elapsed, interrupted)
-	sum.StartMs = startMs
+	sum.StartMs, sum.WallClock = startMs, o.StartMs == 0
 	sum.ScorerRequests = scorerClient.Stats().Requests
 	cancel()
 	if runErr == nil {
