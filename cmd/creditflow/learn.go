@@ -137,6 +137,9 @@ python3-confluent-kafka and python3-numpy.`)
 	o.Dir = *dir
 	sum, runErr := runOne(ctx, o)
 	printLearnSummary(sum)
+	if runErr != nil && ctx.Err() != nil { // Ctrl-C: exit status 130 after the summary so far
+		runErr = interrupted{runErr}
+	}
 	return endRun(ctx, sum, *asJSON, mon.set, monitorURL, runErr)
 }
 
