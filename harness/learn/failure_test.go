@@ -15,9 +15,6 @@ import (
 // exists when Run has returned (the temporary run folder of a failed run is
 // kept, and the error says so); a successful run's folder is removed.
 func TestFailedRunKeepsTheLogItNames(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the embedded broker")
-	}
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // the run folder is made here
 	bin := t.TempDir()
