@@ -33,7 +33,8 @@ func listTopics(t *testing.T, brokers []string) []string {
 	return out
 }
 
-// TestReadOnlyToolsCreateNoTopic: inspect and monitor on a cluster that
+// TestReadOnlyToolsCreateNoTopic: inspect, monitor and replay (which
+// reads the scored topic before it writes anything) on a cluster that
 // creates topics on demand (as the embedded broker does) leave its topics
 // as they were: a missing samples topic is an error naming it, a missing
 // optional topic (scored, dead letters, policy) is left out.
@@ -58,6 +59,8 @@ func TestReadOnlyToolsCreateNoTopic(t *testing.T) {
 		{[]string{"inspect", "--trajectory", "x"}, "x"}, // the samples topic exists (empty): not found, and no scored topic made
 		{[]string{"monitor", "--once", "--topics", "no.such.topic"}, "topic no.such.topic does not exist"},
 		{[]string{"monitor", "--once", "--json"}, ""}, // dead letters, scored and policy topics missing: left out
+		{[]string{"replay", "--jsonl"}, "scored topic creditflow.scored does not exist"},
+		{[]string{"replay", "--topic-samples", "creditflow.samples.replay-1"}, "scored topic creditflow.scored does not exist"},
 	} {
 		args := append(c.args, "--brokers", addr)
 		var err error

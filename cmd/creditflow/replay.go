@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -104,9 +105,13 @@ func runReplay(args []string) error {
 	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
 		return err
 	}
-	ends, err := consumers.EndOffsets(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored)
+	// Looked up without auto-creation: a replay never creates the topic it reads.
+	ends, err := consumers.TopicEnds(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored)
 	if err != nil {
 		return err
+	}
+	if ends == nil {
+		return fmt.Errorf("scored topic %s does not exist on %s (check --topic-scored and --brokers)", cfg.Topics.Scored, strings.Join(cfg.Brokers, ","))
 	}
 	if *jsonl {
 		return exportJSONL(ctx, cfg, ends)
