@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/creditflow/creditflow/internal/gcpolicy"
 )
@@ -60,11 +61,12 @@ func main() {
 	if err == nil || errors.Is(err, flag.ErrHelp) { // -h printed the help already
 		return
 	}
-	fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
 	var ue usageError
-	if errors.As(err, &ue) {
-		os.Exit(2) // a command line that cannot be parsed
+	if errors.As(err, &ue) { // a command line the command refuses: one line, exit status 2
+		fmt.Fprintf(os.Stderr, "creditflow %s: %s\n", os.Args[1], strings.Join(strings.Fields(err.Error()), " "))
+		os.Exit(2)
 	}
+	fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
 	var stopped interrupted
 	if errors.As(err, &stopped) {
 		os.Exit(130) // stopped by Ctrl-C (or SIGTERM), as a shell reports SIGINT
