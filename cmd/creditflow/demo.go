@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,7 +21,7 @@ func init() {
 	register("demo", "the whole pipeline on an embedded broker with the CPU scorer and synthetic rollouts", runDemo)
 }
 
-func runDemo(args []string) error {
+func runDemo(args []string) (err error) {
 	o := demo.Defaults()
 	fs := newFlagSet("demo", `usage: creditflow demo [--groups N] [--method lapo|attnsr] [--json] [flags]
 
@@ -72,7 +71,6 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	if err := credit(); err != nil {
 		return err
 	}
-	var err error
 	if o.Logger, err = newLogger(*logLevel); err != nil {
 		return err
 	}
@@ -112,6 +110,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer func() { err = stoppedBy(ctx, err) }() // Ctrl-C at any point: exit status 130
 	if len(o.Brokers) > 0 {
 		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {
 			return err
@@ -152,9 +151,6 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fmt.Fprintln(os.Stderr)
 	}
 	printSummary(sum)
-	if errors.Is(runErr, demo.ErrInterrupted) { // Ctrl-C: the summary covers the run so far; exit status 130
-		runErr = interrupted{runErr}
-	}
 	return endRun(ctx, sum, *asJSON, mon.set, monitorURL, runErr)
 }
 

@@ -67,7 +67,7 @@ func TestDemoCtrlC(t *testing.T) {
 			if status != 130 || !strings.HasPrefix(last, "creditflow demo: interrupted") || strings.Contains(strings.Join(stderr, "\n"), "context canceled") {
 				t.Errorf("exit status %d (want 130), stderr:\n%s", status, strings.Join(stderr, "\n"))
 			}
-			if took > 5*time.Second {
+			if took > 10*time.Second { // generous for a busy machine; a run that ignores SIGINT goes on for its whole length
 				t.Errorf("exited %v after SIGINT", took)
 			}
 			if !strings.Contains(stdout.String(), tc.summary) {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,5 +80,21 @@ func main() {
 // of the run so far.
 type interrupted struct{ err error }
 
-func (e interrupted) Error() string { return e.err.Error() + " (Ctrl-C)" }
+func (e interrupted) Error() string {
+	if errors.Is(e.err, context.Canceled) { // stopped while waiting: nothing more to say
+		return "interrupted (Ctrl-C)"
+	}
+	return e.err.Error() + " (Ctrl-C)"
+}
+
 func (e interrupted) Unwrap() error { return e.err }
+
+// stoppedBy returns err as interrupted when ctx, a command's signal
+// context, has been cancelled (Ctrl-C or SIGTERM), else err.
+func stoppedBy(ctx context.Context, err error) error {
+	var already interrupted
+	if err == nil || ctx.Err() == nil || errors.As(err, &already) {
+		return err
+	}
+	return interrupted{err}
+}
