@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,7 +22,8 @@ func runAnnounce(args []string) error {
 	fs := newFlagSet("announce", "usage: creditflow announce --version N [--checkpoint DIR] [flags]\n\n"+
 		"Writes one PolicyAnnouncement to the compacted policy topic (key \"policy\"). The advantage stage\n"+
 		"measures staleness against the newest announced version; scorers started with --follow-policy\n"+
-		"load the checkpoint folder. Trainers announce after each weight update (docs/stream.md).")
+		"load the checkpoint folder. Trainers announce after each weight update (docs/stream.md). The topic\n"+
+		"must exist: --create-topic creates it; without it a missing topic is an error at once.")
 	var topic, checkpoint *string
 	var version *int64
 	var create *bool
@@ -44,7 +46,7 @@ func runAnnounce(args []string) error {
 		return err
 	}
 	if *version < 0 {
-		return fmt.Errorf("--version is required (a policy version >= 0)")
+		return usagef("--version is required (a policy version >= 0)")
 	}
 	sec, err := kf.security()
 	if err != nil {
@@ -62,6 +64,11 @@ func runAnnounce(args []string) error {
 		if err := producers.EnsureTopics(ctx, brokers, sec, policy.TopicSpec(*topic)); err != nil {
 			return err
 		}
+	} else if missing, err := producers.MissingTopics(ctx, brokers, sec, *topic); err != nil {
+		return err
+	} else if len(missing) > 0 { // a produce would wait out --timeout for it
+		return fmt.Errorf("policy topic %s does not exist on %s: add --create-topic to create it (one partition, compacted), or check --topic-policy",
+			*topic, strings.Join(brokers, ","))
 	}
 	prod, err := producers.New(producers.Config{Brokers: brokers, Security: sec})
 	if err != nil {

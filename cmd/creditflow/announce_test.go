@@ -42,3 +42,23 @@ func TestAnnounceCommand(t *testing.T) {
 		t.Fatalf("read back %+v (%v)", a, ok)
 	}
 }
+
+// TestAnnounceToAMissingTopic: announcing to a policy topic that does not
+// exist fails within seconds with an error that names the topic and
+// --create-topic, and creates nothing.
+func TestAnnounceToAMissingTopic(t *testing.T) {
+	b := brokertest.Start(t)
+	before := listTopics(t, b.Addrs())
+	start := time.Now()
+	err := runAnnounce([]string{"--brokers", strings.Join(b.Addrs(), ","), "--version", "1", "--topic-policy", "no.such.policy"})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "no.such.policy") || !strings.Contains(err.Error(), "--create-topic") {
+		t.Fatalf("announce to a missing topic: %v", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the error came after %v", took)
+	}
+	if after := listTopics(t, b.Addrs()); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("topics %v, before %v", after, before)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -51,6 +50,16 @@ SIGINT or SIGTERM. See docs/kafka.md.`)
 	if err != nil {
 		return err
 	}
+	switch {
+	case *partitions < 1:
+		return usagef("--partitions %d: want at least 1", *partitions)
+	case *brokers < 1:
+		return usagef("--brokers %d: want at least 1", *brokers)
+	case (*tlsCert == "") != (*tlsKey == ""):
+		return usagef("--tls-cert and --tls-key go together; give both or neither")
+	case *tlsCA != "" && *tlsCert == "":
+		return usagef("--tls-ca needs --tls-cert and --tls-key")
+	}
 	opts := []broker.Option{broker.WithAddr(*addr), broker.WithBrokers(*brokers),
 		broker.WithDefaultPartitions(*partitions), broker.WithLogger(log)}
 	if *topics != "" {
@@ -83,8 +92,6 @@ SIGINT or SIGTERM. See docs/kafka.md.`)
 			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
 		opts = append(opts, broker.WithTLS(tc))
-	} else if *tlsCA != "" {
-		return errors.New("--tls-ca needs --tls-cert and --tls-key")
 	}
 	if *saslUser != "" {
 		pass := *saslPass

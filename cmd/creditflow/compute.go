@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/creditflow/creditflow/processors/credit"
@@ -40,14 +39,11 @@ is documented in docs/method.md.`)
 	if err := fs.parse(args, true); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: input is read from stdin", fs.Args())
-	}
 	if *direction != "backward" && *direction != "forward" {
-		return fmt.Errorf("--direction %q: use backward or forward", *direction)
+		return usagef("--direction %q: use backward or forward", *direction)
 	}
 	if err := credit.CheckStatistic(*statistic); err != nil {
-		return fmt.Errorf("--lapo-statistic: %w", err)
+		return usagef("--lapo-statistic: %w", err)
 	}
 	if err := apply(); err != nil {
 		return err

@@ -114,7 +114,7 @@ func badValue(f *flag.Flag, name, value string, err error) string {
 func newLogger(level string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
-		return zerolog.Nop(), fmt.Errorf("--log-level %q: %w (use debug, info, warn or error)", level, err)
+		return zerolog.Nop(), usagef("--log-level %q: %w (use debug, info, warn or error)", level, err)
 	}
 	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(), nil
 }

@@ -21,7 +21,7 @@ func init() {
 	register("demo", "the whole pipeline on an embedded broker with the CPU scorer and synthetic rollouts", runDemo)
 }
 
-func runDemo(args []string) error {
+func runDemo(args []string) (err error) {
 	o := demo.Defaults()
 	fs := newFlagSet("demo", `usage: creditflow demo [--groups N] [--method lapo|attnsr] [--json] [flags]
 
@@ -38,7 +38,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fs.IntVar(&o.Bad, "bad", o.Bad, "malformed records to inject on purpose (they must end as dead letters)")
 		fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")
 		fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
-		fs.Int64Var(&o.StartMs, "start-ms", 0, "event time (Unix ms) of the first trajectory (0: now); the same --start-ms and --seed reproduce the output bytes (the summary prints the value used)")
+		fs.Int64Var(&o.StartMs, "start-ms", 0, "event time (Unix ms) of the first trajectory, the next ones 10 ms apart: the same --start-ms and --seed reproduce the output bytes (0: each trajectory carries the wall clock when it is published, so sample ages are real)")
 		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	})
@@ -71,15 +71,24 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	if err := credit(); err != nil {
 		return err
 	}
-	var err error
 	if o.Logger, err = newLogger(*logLevel); err != nil {
 		return err
 	}
 	o.Credit.Method = o.Method
+	if err := o.Validate(); err != nil { // refused before anything starts (exit status 2)
+		return asUsage(err)
+	}
 	o.Brokers = splitList(*brokers)
 	tty := isTerminal(os.Stderr)
 	last := time.Time{}
 	o.Progress = func(p demo.Progress) {
+		if p.Measuring {
+			if tty {
+				fmt.Fprintln(os.Stderr)
+			}
+			fmt.Fprintln(os.Stderr, "every sample arrived; measuring where credit lands (forward direction, random-weight model; Ctrl-C stops)")
+			return
+		}
 		line := fmt.Sprintf("groups in %d/%d  out %d  samples %d/%d  dead letters %d  %.1fs",
 			p.GroupsIn, o.Groups, p.GroupsOut, p.SamplesOut, p.Expected, p.DeadLetters, p.Elapsed.Seconds())
 		if tty {
@@ -101,6 +110,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer func() { err = stoppedBy(ctx, err) }() // Ctrl-C at any point: exit status 130
 	if len(o.Brokers) > 0 {
 		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {
 			return err
@@ -146,11 +156,17 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 
 func printSummary(s demo.Summary) {
 	w := os.Stdout
-	fmt.Fprintf(w, "method            %s (--start-ms %d reproduces these samples)\n", s.Method, s.StartMs)
+	if s.WallClock {
+		fmt.Fprintf(w, "method            %s (event times: the wall clock at publish; --start-ms %d gives reproducible ones)\n", s.Method, s.StartMs)
+	} else {
+		fmt.Fprintf(w, "method            %s (--start-ms %d reproduces these samples)\n", s.Method, s.StartMs)
+	}
 	fmt.Fprintf(w, "groups            %d in, %d out\n", s.GroupsIn, s.GroupsOut)
 	fmt.Fprintf(w, "trajectories      %d\n", s.Trajectories)
 	fmt.Fprintf(w, "samples           %d (lost %d, invalid %d, duplicates %d)\n", s.SamplesOut, s.Lost, s.Invalid, s.Duplicates)
-	if s.Interrupted {
+	if s.Interrupted && s.Pending+s.NotProduced == 0 {
+		fmt.Fprintf(w, "interrupted       while measuring where credit lands: every sample had arrived\n")
+	} else if s.Interrupted {
 		fmt.Fprintf(w, "interrupted       before the end: %d trajectories produced and not yet trained on, %d never produced (none lost)\n", s.Pending, s.NotProduced)
 	}
 	fmt.Fprintf(w, "rewards           mean %.4f, success rate %.1f%% (reward ≥ 1)\n", s.RewardMean, 100*s.SuccessRate)
@@ -180,8 +196,10 @@ func printSummary(s demo.Summary) {
 		if s.LAPOHitRate != nil {
 			fmt.Fprintf(w, "credit hit rate   %.1f%% of %d trajectories have their largest Δ (%s) on the informative turn (chance %.1f%%)\n",
 				100**s.LAPOHitRate, s.LAPOHitMeasured, s.LAPOStatistic, 100**s.LAPOHitChance)
-			fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
-				100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+			if s.LAPOHitForward != nil && s.LAPOHitRandom != nil { // left out when interrupted
+				fmt.Fprintf(w, "                  same trajectories: forward direction %.1f%%, random-weight model %.1f%%\n",
+					100**s.LAPOHitForward, 100**s.LAPOHitRandom)
+			}
 		}
 	}
 	fmt.Fprintf(w, "throughput        %.1f trajectories/s, %.0f sample tokens/s over %.1fs\n", s.TrajPerSecond, s.TokensPerSec, s.Seconds)

@@ -13,7 +13,7 @@ import (
 // creditFlags defines a flag for every default of both methods
 // (docs/method.md; not --method, which each command defines itself) in the
 // LAPO, AttnSR and credit assignment groups, and returns the function that
-// applies the flags that need it after parsing.
+// applies the flags that need it after parsing (its error is a usageError).
 func creditFlags(fs *flagSet, cfg *credit.Config) func() error {
 	fs.inGroup(groupCredit, func() {
 		fs.Float64Var(&cfg.EpsR, "eps-r", cfg.EpsR, "ε_R of the outcome advantage (both methods)")
@@ -50,7 +50,7 @@ func creditFlags(fs *flagSet, cfg *credit.Config) func() error {
 				cfg.EligibleKinds = append(cfg.EligibleKinds, k)
 			}
 		}
-		return cfg.Validate()
+		return asUsage(cfg.Validate())
 	}
 }
 

@@ -49,6 +49,20 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// usagef is a usageError with a formatted message: a flag value or a
+// combination of flags the command refuses before it starts anything.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// asUsage makes err, when not nil, a usageError: the error of a check that
+// looks only at the command line (flag values and their combinations).
+func asUsage(err error) error {
+	var ue usageError
+	if err == nil || errors.As(err, &ue) {
+		return err
+	}
+	return usageError{err}
+}
+
 // newFlagSet starts the flags of command name. usage holds the usage
 // line(s), a blank line and a short description.
 func newFlagSet(name, usage string) *flagSet {
@@ -121,7 +135,8 @@ func printFlag(w io.Writer, fl *flag.Flag) {
 
 // parse parses args (through loadSettings when settings is set: config
 // file and environment too). -h prints the help and returns flag.ErrHelp;
-// any other error is a usageError with one line pointing to -h.
+// any other error, and an argument that is not a flag, is a usageError with
+// one line pointing to -h.
 func (f *flagSet) parse(args []string, settings bool) error {
 	if settings {
 		return f.parseWith(args, func(a []string) error { return loadSettings(f.FlagSet, a) })
@@ -140,6 +155,9 @@ func (f *flagSet) parseWith(args []string, parse func([]string) error) error {
 		f.printHelp()
 		return err
 	}
+	if err == nil && f.NArg() > 0 { // no command takes positional arguments
+		err = fmt.Errorf("unexpected argument %q (flags start with --)", f.Arg(0))
+	}
 	if err != nil {
 		return usageError{fmt.Errorf("%s; run 'creditflow %s -h' for the flags", asGiven(err.Error(), args), f.Name())}
 	}
@@ -147,8 +165,9 @@ func (f *flagSet) parseWith(args []string, parse func([]string) error) error {
 }
 
 // flagInError finds the flag the flag package names in its error messages
-// ("flag provided but not defined: -x", "invalid value … for flag -x: …").
-var flagInError = regexp.MustCompile(`(defined: |flag )-([^\s:=]+)`)
+// ("flag provided but not defined: -x", "invalid value … for flag -x: …",
+// "flag needs an argument: -x").
+var flagInError = regexp.MustCompile(`(defined: |flag |argument: )-([^\s:=]+)`)
 
 // asGiven rewrites the flag package's error so that the flag reads as the
 // user typed it (--bogus, not -bogus), and "unknown flag" for one that does

@@ -64,7 +64,7 @@ func inspectCmd(w io.Writer, term bool, args []string) error {
 	}
 	switch {
 	case n != 1:
-		return usageError{errors.New("give exactly one of --trajectory ID, --best N, --worst N\nRun 'creditflow inspect -h' for the flags.")}
+		return usageError{errors.New("give exactly one of --trajectory ID, --best N, --worst N; run 'creditflow inspect -h' for the flags")}
 	case *best < 0 || *worst < 0:
 		return usageError{errors.New("--best and --worst take a positive number")}
 	case *compare != "" && *traj == "":

@@ -22,7 +22,7 @@ func init() {
 	register("learn", "close the training loop: a policy learns through creditflow on the CPU (workers, processor, trainer)", runLearn)
 }
 
-func runLearn(args []string) error {
+func runLearn(args []string) (err error) {
 	o := learn.Defaults()
 	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr] [--seed S] [--json] [flags]
        creditflow learn --compare lapo,grpo --seeds 3 [--out docs/img/learn] [flags]
@@ -75,9 +75,21 @@ python3-confluent-kafka and python3-numpy.`)
 	if err := fs.parseWith(args, func(a []string) error { return mon.parse(fs.FlagSet, a) }); err != nil {
 		return err
 	}
-	var err error
 	if o.Logger, err = newLogger(*logLevel); err != nil {
 		return err
+	}
+	if err := o.Validate(); err != nil { // before looking for Python or starting anything
+		return asUsage(err)
+	}
+	for _, m := range splitList(*compare) {
+		oo := o
+		oo.Method = m
+		if err := oo.Validate(); err != nil {
+			return usagef("--compare: %w", err)
+		}
+	}
+	if *compare != "" && *seeds < 1 {
+		return usagef("--seeds %d: want at least 1", *seeds)
 	}
 	if o.Exe, err = os.Executable(); err != nil {
 		return err
@@ -87,6 +99,7 @@ python3-confluent-kafka and python3-numpy.`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer func() { err = stoppedBy(ctx, err) }() // Ctrl-C at any point: exit status 130
 	o.Brokers = splitList(*brokers)
 	if len(o.Brokers) > 0 {
 		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {

@@ -5,11 +5,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/creditflow/creditflow/internal/gcpolicy"
 )
@@ -60,10 +62,39 @@ func main() {
 	if err == nil || errors.Is(err, flag.ErrHelp) { // -h printed the help already
 		return
 	}
-	fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
 	var ue usageError
-	if errors.As(err, &ue) {
-		os.Exit(2) // a command line that cannot be parsed
+	if errors.As(err, &ue) { // a command line the command refuses: one line, exit status 2
+		fmt.Fprintf(os.Stderr, "creditflow %s: %s\n", os.Args[1], strings.Join(strings.Fields(err.Error()), " "))
+		os.Exit(2)
+	}
+	fmt.Fprintf(os.Stderr, "creditflow %s: %v\n", os.Args[1], err)
+	var stopped interrupted
+	if errors.As(err, &stopped) {
+		os.Exit(130) // stopped by Ctrl-C (or SIGTERM), as a shell reports SIGINT
 	}
 	os.Exit(1)
+}
+
+// interrupted is the error of a run the user stopped (Ctrl-C or SIGTERM)
+// after it had started: exit status 130, after what the command reports
+// of the run so far.
+type interrupted struct{ err error }
+
+func (e interrupted) Error() string {
+	if errors.Is(e.err, context.Canceled) { // stopped while waiting: nothing more to say
+		return "interrupted (Ctrl-C)"
+	}
+	return e.err.Error() + " (Ctrl-C)"
+}
+
+func (e interrupted) Unwrap() error { return e.err }
+
+// stoppedBy returns err as interrupted when ctx, a command's signal
+// context, has been cancelled (Ctrl-C or SIGTERM), else err.
+func stoppedBy(ctx context.Context, err error) error {
+	var already interrupted
+	if err == nil || ctx.Err() == nil || errors.As(err, &already) {
+		return err
+	}
+	return interrupted{err}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/producers"
 )
 
 func init() {
@@ -85,6 +87,12 @@ func runMonitor(args []string) error {
 		return err
 	}
 	src := monitor.Source{Brokers: splitList(*kf.brokers), Security: sec, Topics: splitList(*topicList), DeadLetters: *dead, Policy: *pol, From: *from, Scored: *scored}
+	if err := cfg.Check(); err != nil { // flag values: refused before anything starts
+		return asUsage(err)
+	}
+	if err := src.Check(); err != nil {
+		return asUsage(err)
+	}
 	opts := []monitor.Option{monitor.WithLogger(log)}
 	if *tok != "" {
 		dec, err := tokenizer.Load(*tok)
@@ -93,13 +101,16 @@ func runMonitor(args []string) error {
 		}
 		opts = append(opts, monitor.WithTokenizer(dec))
 	}
-	m, err := monitor.New(src, cfg, opts...)
-	if err != nil {
-		return err
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := sec.WaitReachable(ctx, src.Brokers, *startup); err != nil {
+		return err
+	}
+	if err := existingTopics(ctx, &src); err != nil {
+		return err
+	}
+	m, err := monitor.New(src, cfg, opts...)
+	if err != nil {
 		return err
 	}
 	if *once {
@@ -124,6 +135,48 @@ func runMonitor(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "creditflow monitor: %s (topics %v, dead letters %q, from %s); stop with Ctrl-C\n", url, src.Topics, src.DeadLetters, src.From)
 	return m.Follow(ctx)
+}
+
+// existingTopics makes sure the monitor creates no topic: the topics of
+// src are looked up without letting the brokers create them (reading a
+// missing one would, on a cluster that auto-creates topics). A missing
+// samples topic is an error naming it; a missing dead-letter, scored or
+// policy topic is left out, with a line on stderr.
+func existingTopics(ctx context.Context, src *monitor.Source) error {
+	names := append([]string(nil), src.Topics...)
+	optional := map[string]*string{}
+	for flag, t := range map[string]*string{"--topic-dead-letters": &src.DeadLetters, "--topic-scored": &src.Scored, "--topic-policy": &src.Policy} {
+		if *t != "" {
+			names = append(names, *t)
+			optional[flag] = t
+		}
+	}
+	missing, err := producers.MissingTopics(ctx, src.Brokers, src.Security, names...)
+	if err != nil {
+		return err
+	}
+	where := strings.Join(src.Brokers, ",")
+	gone := map[string]bool{}
+	for _, m := range missing {
+		gone[m] = true
+	}
+	for _, t := range src.Topics {
+		if gone[t] {
+			return fmt.Errorf("topic %s does not exist on %s (check --topics and --brokers; the monitor creates nothing)", t, where)
+		}
+	}
+	flags := make([]string, 0, len(optional))
+	for f := range optional {
+		flags = append(flags, f)
+	}
+	sort.Strings(flags)
+	for _, f := range flags {
+		if t := optional[f]; gone[*t] {
+			fmt.Fprintf(os.Stderr, "creditflow monitor: %s %s does not exist on %s: left out\n", f, *t, where)
+			*t = ""
+		}
+	}
+	return nil
 }
 
 // startMonitorServer listens on addr and serves m until ctx ends; it

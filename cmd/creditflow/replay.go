@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
@@ -65,7 +67,7 @@ func runReplay(args []string) error {
 	})
 	var sf scorerFlags
 	fs.inGroup(groupScorer, func() { sf = addScorerFlags(fs) })
-	credit := creditFlags(fs, &cfg.Credit)
+	applyCredit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
 	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
@@ -74,7 +76,7 @@ func runReplay(args []string) error {
 	if err := fs.parse(args, true); err != nil {
 		return err
 	}
-	if err := credit(); err != nil {
+	if err := applyCredit(); err != nil {
 		return err
 	}
 	var err error
@@ -87,23 +89,32 @@ func runReplay(args []string) error {
 	if cfg.Security, err = kf.security(); err != nil {
 		return err
 	}
+	switch { // flag combinations: refused before anything is read
+	case *jsonl && *statistic != "":
+		return usagef("--jsonl writes the scored topic as it is: replay with --lapo-statistic first, then export its <topic-samples>.scored with --jsonl --topic-scored")
+	case !*jsonl && cfg.Topics.Samples == "":
+		return usagef("--topic-samples is required: a replay writes to a new samples topic")
+	}
+	if *statistic != "" {
+		if err := credit.CheckStatistic(*statistic); err != nil {
+			return usagef("--lapo-statistic: %w", err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
 		return err
 	}
-	ends, err := consumers.EndOffsets(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored)
+	// Looked up without auto-creation: a replay never creates the topic it reads.
+	ends, err := consumers.TopicEnds(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored)
 	if err != nil {
 		return err
 	}
-	if *jsonl {
-		if *statistic != "" {
-			return fmt.Errorf("--jsonl writes the scored topic as it is: replay with --lapo-statistic first, then export its <topic-samples>.scored with --jsonl --topic-scored")
-		}
-		return exportJSONL(ctx, cfg, ends)
+	if ends == nil {
+		return fmt.Errorf("scored topic %s does not exist on %s (check --topic-scored and --brokers)", cfg.Topics.Scored, strings.Join(cfg.Brokers, ","))
 	}
-	if cfg.Topics.Samples == "" {
-		return fmt.Errorf("--topic-samples is required: a replay writes to a new samples topic")
+	if *jsonl {
+		return exportJSONL(ctx, cfg, ends)
 	}
 	rescoreTo := ""
 	if *statistic != "" {
@@ -120,7 +131,7 @@ func runReplay(args []string) error {
 		cfg.Topics.SamplesStale = cfg.Topics.Samples + ".stale"
 	}
 	if err := cfg.Check(); err != nil {
-		return err
+		return asUsage(err)
 	}
 	if err := checkReplayOutputs(ctx, cfg, rescoreTo, *appendOut); err != nil {
 		return err

@@ -170,19 +170,19 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	for _, l := range splitList(*layers) {
 		n, err := strconv.Atoi(l)
 		if err != nil {
-			return fmt.Errorf("--layers: %q is not a layer index", l)
+			return usagef("--layers: %q is not a layer index", l)
 		}
 		cfg.Layers = append(cfg.Layers, n)
 	}
 	runScore, runAdv := *which == "both" || *which == "score", *which == "both" || *which == "advantage"
 	if !runScore && !runAdv {
-		return fmt.Errorf("--stage %q: use score, advantage or both", *which)
+		return usagef("--stage %q: use score, advantage or both", *which)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Metrics = stage.NewMetrics(reg)
 	if err := cfg.Check(); err != nil {
-		return err
+		return asUsage(err)
 	}
 	start := log.Info().Strs("brokers", cfg.Brokers).Str("security", cfg.Security.String()).Str("stage", *which).
 		Str("method", cfg.Credit.Method)

@@ -60,11 +60,8 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 	if err := fs.parse(args, true); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; see creditflow scorer -h", fs.Args())
-	}
 	if (*certFile == "") != (*keyFile == "") {
-		return fmt.Errorf("--tls-cert and --tls-key go together; give both or neither")
+		return usagef("--tls-cert and --tls-key go together; give both or neither")
 	}
 	log, err := newLogger(*level)
 	if err != nil {

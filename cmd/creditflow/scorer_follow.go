@@ -23,7 +23,8 @@ const followCatchUp = 30 * time.Second
 // started with; later ones answer with the new version). Loads run one at
 // a time; when several versions are announced during a load, only the
 // newest is loaded next. An announcement without a checkpoint, or whose
-// checkpoint does not load, keeps the current weights and version (logged).
+// checkpoint does not load, keeps the current weights and version (logged
+// once; that version is not tried again).
 // Before it returns, it waits (at most followCatchUp) until the topic has
 // been read to its end and loads the newest version announced by then, so
 // that the first request is answered with the announced weights. It
@@ -42,11 +43,13 @@ func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec k
 	if info, err := sc.Info(ctx); err == nil {
 		loaded = info.PolicyVersion
 	}
+	tried := loaded // the newest version tried: one that did not load is not tried (nor logged) again
 	load := func() {
 		a, ok := f.Latest()
-		if !ok || a.Version <= loaded {
+		if !ok || a.Version <= loaded || a.Version <= tried {
 			return
 		}
+		tried = a.Version
 		if a.Checkpoint == "" {
 			log.Warn().Int64("version", a.Version).Msg("announced policy version has no checkpoint; keeping the current weights")
 			return

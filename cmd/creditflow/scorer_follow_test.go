@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,3 +154,68 @@ var errNoVersion = errorString("answer without a policy version")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestScorerLogsAFailedCheckpointOnce: a checkpoint that does not load is
+// logged once per announced version, whether it was announced before the
+// scorer started (read at catch-up, then woken again) or while it runs.
+func TestScorerLogsAFailedCheckpointOnce(t *testing.T) {
+	b := brokertest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, policy.TopicSpec("")); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	missing := t.TempDir() + "/missing"
+	if err := policy.Announce(ctx, prod, "", schemas.PolicyAnnouncement{Version: 3, Checkpoint: missing}); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	sc := local.New(model.Tiny(), local.WithPolicyVersion(0))
+	follower := followPolicy(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.New(&logs), policy.WithPollInterval(20*time.Millisecond))
+	count := func() int { return strings.Count(logs.String(), "announced checkpoint not loaded") }
+	time.Sleep(500 * time.Millisecond) // polls and wake-ups after the catch-up
+	if n := count(); n != 1 {
+		t.Fatalf("version 3 logged %d times, want once:\n%s", n, logs.String())
+	}
+	if err := policy.Announce(ctx, prod, "", schemas.PolicyAnnouncement{Version: 4, Checkpoint: missing}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if v, _ := follower.Newest(); v == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not read version 4")
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := count(); n != 2 {
+		t.Fatalf("versions 3 and 4 logged %d times, want once each:\n%s", n, logs.String())
+	}
+	if got, _ := sc.Info(ctx); got.PolicyVersion != 0 {
+		t.Fatalf("scorer reports version %d after failed loads, want 0", got.PolicyVersion)
+	}
+}

@@ -70,9 +70,6 @@ embeds (the commit is known for binaries built with go build or go install in a 
 	if err := fs.parse(args, false); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
-	}
 	v, c, g := versionInfo()
 	fmt.Printf("creditflow %s\ncommit     %s\ngo         %s\n", v, c, g)
 	return nil

@@ -7,6 +7,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -60,11 +61,46 @@ type Options struct {
 	Prefix string
 	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
 	Model *model.Model
-	// StartMs is the event time (created_at_ms, Unix ms) of the first
-	// trajectory; later ones follow 10 ms apart. 0: the wall clock when the
-	// run starts, so sample ages and event-time charts are real. The same
-	// StartMs and Seed give the same output bytes.
+	// StartMs, when set, is the event time (created_at_ms, Unix ms) of the
+	// first trajectory; later ones follow 10 ms apart, so the same StartMs
+	// and Seed give the same output bytes. 0: each trajectory carries the
+	// wall clock when it is published, so sample ages and event-time charts
+	// are real (and the output bytes differ from run to run).
 	StartMs int64
+}
+
+// Validate reports options a run cannot work with, naming the flag of
+// `creditflow demo` to change; it looks at the options only, so a command
+// can refuse them before it starts anything.
+func (o Options) Validate() error {
+	switch {
+	case o.Groups < 1:
+		return fmt.Errorf("--groups %d: want at least 1", o.Groups)
+	case o.GroupSize < 1:
+		return fmt.Errorf("--group-size %d: want at least 1", o.GroupSize)
+	case o.Partitions < 1:
+		return fmt.Errorf("--partitions %d: want at least 1", o.Partitions)
+	case o.Scorers < 1:
+		return fmt.Errorf("--scorers %d: want at least 1", o.Scorers)
+	case o.Bad < 0:
+		return fmt.Errorf("--bad %d: want 0 or more", o.Bad)
+	case o.MaxAhead < 0:
+		return fmt.Errorf("--max-ahead %d: want 0 or more", o.MaxAhead)
+	case o.Timeout <= 0:
+		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)
+	case o.Method != credit.MethodLAPO && o.Method != credit.MethodAttnSR:
+		return fmt.Errorf("--method %q: use %s or %s", o.Method, credit.MethodLAPO, credit.MethodAttnSR)
+	case o.Direction != stage.Backward && o.Direction != stage.Forward:
+		return fmt.Errorf("--direction %q: use %s or %s", o.Direction, stage.Backward, stage.Forward)
+	}
+	if o.LAPOStatistic != "" {
+		if err := credit.CheckStatistic(o.LAPOStatistic); err != nil {
+			return fmt.Errorf("--lapo-statistic: %w", err)
+		}
+	}
+	c := o.Credit
+	c.Method = o.Method
+	return c.Validate()
 }
 
 // Defaults is the demo's default size.
@@ -78,14 +114,25 @@ func Defaults() Options {
 type Progress struct {
 	GroupsIn, GroupsOut, SamplesOut, DeadLetters, Expected int
 	Elapsed                                                time.Duration
+	// Measuring: every sample has arrived and the run now measures where
+	// credit lands (the offline passes of Summary.LAPOHitForward and
+	// LAPOHitRandom; seconds on a CPU). Sent once.
+	Measuring bool
 }
+
+// ErrInterrupted is the error of a run whose context was cancelled (Ctrl-C)
+// before it finished; the summary then holds what the run got to.
+var ErrInterrupted = errors.New("interrupted")
 
 // Summary is what a run measured. JSON names are stable.
 type Summary struct {
 	Method string `json:"method"`
-	// StartMs is the first trajectory's event time: pass it as
-	// Options.StartMs (--start-ms) to reproduce the run's output bytes.
+	// StartMs is the first trajectory's event time. WallClock: the event
+	// times were the wall clock at publish time (no Options.StartMs); else
+	// they were StartMs + i × 10 ms, and the same StartMs (--start-ms)
+	// reproduces the run's output bytes.
 	StartMs      int64          `json:"start_ms"`
+	WallClock    bool           `json:"wall_clock_event_time"`
 	GroupsIn     int            `json:"groups_in"`
 	GroupsOut    int            `json:"groups_out"`
 	Trajectories int            `json:"trajectories"`
@@ -96,8 +143,10 @@ type Summary struct {
 	InjectedBad  int            `json:"injected_bad"` // malformed records injected on purpose (Options.Bad)
 	Lost         int            `json:"lost"`
 	// Interrupted: the run was stopped (Ctrl-C) before every sample
-	// arrived. Nothing is counted as lost then: Pending trajectories were
-	// produced and their samples not yet consumed, NotProduced never were.
+	// arrived, or while it measured where credit lands (then the forward and
+	// random-model rates are left out). Nothing is counted as lost: Pending
+	// trajectories were produced and their samples not yet consumed,
+	// NotProduced never were.
 	Interrupted bool `json:"interrupted,omitempty"`
 	Pending     int  `json:"pending,omitempty"`
 	NotProduced int  `json:"not_produced,omitempty"`
@@ -146,9 +195,10 @@ type Summary struct {
 // timeout passes) and returns the summary. A run that did not see every
 // sample returns the summary and an error.
 func Run(ctx context.Context, o Options) (Summary, error) {
-	if o.Groups <= 0 || o.GroupSize <= 0 {
-		return Summary{}, fmt.Errorf("demo: --groups and the group size must be positive")
+	if err := o.Validate(); err != nil {
+		return Summary{}, err
 	}
+	parent := ctx // cancelled by the caller (Ctrl-C): also ends the measuring after the run
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := o.Logger
@@ -171,7 +221,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	var endpoints []string
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The servers stop on cancellation: cancel before waiting for them, on
+	// every return (a deferred Wait alone ran before the deferred cancel).
+	defer func() { cancel(); wg.Wait() }()
 	for i := 0; i < max(1, o.Scorers); i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -284,6 +336,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			var msgs []producers.Message
 			for i := 0; i < gen.GroupSize; i++ {
 				t, truth := gen.Generate(g, i)
+				if o.StartMs == 0 { // the wall clock when it is published (Options.StartMs)
+					t.CreatedAtMs = time.Now().UnixMilli()
+				}
 				tr.addTruth(t, truth)
 				b, err := schemas.Trajectories().Encode(&t)
 				if err != nil {
@@ -338,21 +393,29 @@ wait:
 			runErr = fmt.Errorf("demo: timed out after %v waiting for samples", o.Timeout)
 			break wait
 		case <-ctx.Done():
-			runErr = ctx.Err()
+			runErr = fmt.Errorf("%w before every sample arrived", ErrInterrupted)
 			interrupted = true
 			break wait
 		}
 	}
 	elapsed := time.Since(start)
 	sum := tr.summary(elapsed, interrupted)
-	sum.StartMs = startMs
+	sum.StartMs, sum.WallClock = startMs, o.StartMs == 0
 	sum.ScorerRequests = scorerClient.Stats().Requests
 	cancel()
 	if runErr == nil {
 		tr.mu.Lock()
 		h := tr.hits
 		tr.mu.Unlock()
-		if err := h.finish(context.Background(), &sum, o, m); err != nil {
+		if o.Progress != nil {
+			p := tr.progress(time.Since(start))
+			p.Measuring = true
+			o.Progress(p)
+		}
+		if err := h.finish(parent, &sum, o, m); parent.Err() != nil {
+			sum.Interrupted = true
+			runErr = fmt.Errorf("%w while measuring where credit lands (every sample had arrived)", ErrInterrupted)
+		} else if err != nil {
 			runErr = fmt.Errorf("demo: measuring where credit lands: %w", err)
 		}
 	}

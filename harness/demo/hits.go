@@ -97,6 +97,9 @@ func offlineLAPO(ctx context.Context, m *model.Model, direction, stat string, cc
 	scorer := local.New(m)
 	hit, n := 0, 0
 	for _, tr := range set {
+		if err := ctx.Err(); err != nil { // between trajectories: Ctrl-C ends the pass at once
+			return 0, err
+		}
 		ts, err := scoring.GainsStatistic(ctx, scorer, &tr.t, direction, stat, cc, m.Info().PlaceholderIDs)
 		if err != nil {
 			return 0, err

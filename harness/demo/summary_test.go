@@ -107,9 +107,11 @@ func samplesOf(t *testing.T, brokers []string, prefix string, parts int) map[str
 	return out
 }
 
-// TestDemoEventTimeIsWallClock: the demo stamps its trajectories with the
-// wall clock (so sample ages and event-time charts are real), and a second
-// run given the first's start time (--start-ms) writes the same bytes.
+// TestDemoEventTimeIsWallClock: without a start time the demo stamps each
+// trajectory with the wall clock when it is published (so sample ages and
+// event-time charts are real; a group the producer held back behind
+// --max-ahead is stamped when it goes out, not at start + i × 10 ms), and
+// two runs given the same start time (--start-ms) write the same bytes.
 func TestDemoEventTimeIsWallClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
@@ -120,37 +122,66 @@ func TestDemoEventTimeIsWallClock(t *testing.T) {
 	}
 	defer b.Close()
 	o := Defaults()
-	o.Brokers, o.Groups, o.Partitions, o.Bad, o.Timeout, o.Prefix = b.Addrs(), 2, 2, 0, 3*time.Minute, "first"
+	o.Brokers, o.Groups, o.Partitions, o.Bad, o.Timeout, o.Prefix = b.Addrs(), 6, 2, 0, 3*time.Minute, "first"
+	o.MaxAhead = 0 // each group waits for the one before: publish times spread over the run
 	before := time.Now().UnixMilli()
 	s, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := time.Now().UnixMilli()
-	if s.StartMs < before || s.StartMs > after {
-		t.Fatalf("start_ms %d outside the run's wall-clock span [%d, %d]", s.StartMs, before, after)
+	if s.StartMs < before || s.StartMs > after || !s.WallClock {
+		t.Fatalf("start_ms %d outside the run's wall-clock span [%d, %d], wall clock %v", s.StartMs, before, after, s.WallClock)
 	}
-	first := samplesOf(t, b.Addrs(), "first", 2)
-	for id, v := range first {
+	n, spread := 0, int64(0)
+	for p := 0; p < 2; p++ {
+		if _, err := consumers.ReadPartitionRange(context.Background(), b.Addrs(), kafkasec.Config{}, Topics("first").Trajectories, p, 0, func(r consumers.Record) error {
+			tr, err := schemas.Trajectories().Decode(r.Value)
+			if err != nil {
+				return err
+			}
+			n++
+			spread = max(spread, tr.CreatedAtMs-s.StartMs)
+			if d := r.Time.UnixMilli() - tr.CreatedAtMs; d < -50 || d > 2000 { // a stamp at start + i × 10 ms is seconds off for the later groups
+				t.Errorf("%s: created_at_ms %d, published at %d (%+d ms): not the wall clock at publish time",
+					tr.TrajectoryID, tr.CreatedAtMs, r.Time.UnixMilli(), d)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 30 {
+		t.Fatalf("%d trajectories on the topic, want 30", n)
+	}
+	t.Logf("event times span %d ms over a %d ms run", spread, after-before)
+
+	o.Groups, o.MaxAhead, o.StartMs = 2, Defaults().MaxAhead, s.StartMs
+	var runs []map[string][]byte
+	for _, prefix := range []string{"second", "third"} {
+		o.Prefix = prefix
+		r, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.StartMs != s.StartMs || r.WallClock {
+			t.Fatalf("--start-ms %d run: start_ms %d, wall clock %v", s.StartMs, r.StartMs, r.WallClock)
+		}
+		runs = append(runs, samplesOf(t, b.Addrs(), prefix, 2))
+	}
+	if len(runs[0]) != 10 || len(runs[1]) != len(runs[0]) {
+		t.Fatalf("%d and %d samples, want 10 each", len(runs[0]), len(runs[1]))
+	}
+	for id, v := range runs[0] {
+		if string(runs[1][id]) != string(v) {
+			t.Fatalf("sample %s differs between two runs with the same --start-ms", id)
+		}
 		smp, err := schemas.Samples().Decode(v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if smp.CreatedAtMs < before || smp.CreatedAtMs > after {
-			t.Fatalf("sample %s created_at_ms %d outside [%d, %d]", id, smp.CreatedAtMs, before, after)
-		}
-	}
-	o.Prefix, o.StartMs = "second", s.StartMs
-	if _, err := Run(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	second := samplesOf(t, b.Addrs(), "second", 2)
-	if len(first) != 10 || len(second) != len(first) {
-		t.Fatalf("%d and %d samples, want 10 each", len(first), len(second))
-	}
-	for id, v := range first {
-		if string(second[id]) != string(v) {
-			t.Fatalf("sample %s differs between two runs with the same --start-ms", id)
+		if smp.CreatedAtMs < s.StartMs || smp.CreatedAtMs >= s.StartMs+100 {
+			t.Fatalf("sample %s of a --start-ms %d run: created_at_ms %d, want start + i × 10 ms", id, s.StartMs, smp.CreatedAtMs)
 		}
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,67 +40,6 @@ import (
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 )
-
-// Methods: GRPO is outcome advantages only (LAPO's advantage with λ = 0).
-const (
-	MethodLAPO   = "lapo"
-	MethodGRPO   = "grpo"
-	MethodAttnSR = "attnsr"
-)
-
-// Options configure one run of the loop.
-type Options struct {
-	Method        string // lapo | grpo | attnsr
-	World         string // searchqa | widesearch | household ("" : household for attnsr, searchqa otherwise)
-	Seed          int
-	Workers       int
-	Steps         int // trainer steps (policy versions after the start)
-	GroupsPerStep int
-	GroupSize     int
-	// GroupsPerVersion bounds what a worker produces under one version
-	// before it waits for the next (0: GroupsPerStep/Workers + 1).
-	GroupsPerVersion int
-	MaxPolicyLag     int64
-	LR               float64
-	EvalEpisodes     int
-	Partitions       int
-	Brokers          []string // empty: the embedded broker
-	Topics           stage.Topics
-	GroupID          string // the processor's consumer group prefix
-	Dir              string // run folder (checkpoints, logs); "" : a temporary one, removed after
-	Exe              string // the creditflow binary the processor runs from
-	Python           string // "" : FindPython
-	Chaos            bool   // SIGKILL the processor and one worker mid-run
-	// JudgeNoise is the probability that the outcome reward the workers
-	// publish is wrong (a flaky judge; held-out success counts true answers).
-	JudgeNoise float64
-	Timeout    time.Duration
-	Logger     zerolog.Logger
-	// OnEval, when set, sees each version's evaluation as it arrives.
-	OnEval func(Eval)
-}
-
-// Defaults is a run that shows a clear rise on two cores in minutes.
-func Defaults() Options {
-	return Options{Method: MethodLAPO, Seed: 1, Workers: 2, Steps: 16, GroupsPerStep: 8, GroupSize: 5,
-		MaxPolicyLag: 1, LR: 2e-4, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
-		GroupID: "creditflow-learn", Timeout: 20 * time.Minute, Logger: zerolog.Nop()}
-}
-
-// resolved is o with the defaults that depend on other options filled in:
-// the method's world, and the groups a worker plays under one version.
-func (o Options) resolved() Options {
-	if o.World == "" {
-		o.World = "searchqa"
-		if o.Method == MethodAttnSR {
-			o.World = "household"
-		}
-	}
-	if o.GroupsPerVersion <= 0 && o.Workers > 0 {
-		o.GroupsPerVersion = (o.GroupsPerStep+o.Workers-1)/o.Workers + 1
-	}
-	return o
-}
 
 // Eval is the held-out evaluation of one policy version.
 type Eval struct {
@@ -184,26 +122,14 @@ type run struct {
 
 // Run runs the loop until the trainer has taken o.Steps steps (or the
 // timeout passes) and returns the summary.
-func Run(ctx context.Context, o Options) (Summary, error) {
-	if o.Method != MethodLAPO && o.Method != MethodGRPO && o.Method != MethodAttnSR {
-		return Summary{}, fmt.Errorf("learn: --method %q: use lapo, grpo or attnsr", o.Method)
+func Run(ctx context.Context, o Options) (sum Summary, err error) {
+	if err := o.Validate(); err != nil {
+		return Summary{}, err
 	}
 	o = o.resolved()
-	switch o.World {
-	case "searchqa", "widesearch", "household":
-	default:
-		return Summary{}, fmt.Errorf("learn: --world %q: use searchqa, widesearch or household (docs/learn.md)", o.World)
-	}
-	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
-		return Summary{}, fmt.Errorf("learn: --workers, --steps and --groups-per-step must be positive and the group size at least 2")
-	}
-	if o.JudgeNoise < 0 || o.JudgeNoise >= 0.5 || math.IsNaN(o.JudgeNoise) {
-		return Summary{}, fmt.Errorf("learn: --judge-noise %v: want a probability in [0, 0.5) (at 0.5 the reward says nothing)", o.JudgeNoise)
-	}
 	if o.Exe == "" {
 		return Summary{}, errors.New("learn: the creditflow binary to run the processor from is not set")
 	}
-	var err error
 	if o.Python == "" {
 		if o.Python, err = FindPython(); err != nil {
 			return Summary{}, err
@@ -217,7 +143,14 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		if dir, err = os.MkdirTemp("", "creditflow-learn-"); err != nil {
 			return Summary{}, err
 		}
-		defer os.RemoveAll(dir)
+		// A failed run keeps its folder: its errors point to the logs in it.
+		defer func() {
+			if err == nil {
+				os.RemoveAll(dir)
+			} else {
+				err = fmt.Errorf("%w (the run folder %s with its logs is kept; remove it when done)", err, dir)
+			}
+		}()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Summary{}, err
 	}
@@ -307,7 +240,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	defer stopWorkers()
 
-	sum := Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o)}
+	sum = Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o)}
 	var runErr error
 wait:
 	for {
@@ -490,19 +423,34 @@ func (r *run) fill(s *Summary, procCPU float64) {
 	s.Bound = bound(s.Shares, r.o.Workers)
 }
 
-// bound names what limits the loop: the trainer waits for samples most of
-// the time when the producers (workers, processor) are the bottleneck.
+// bound names what limits the loop: the part with the largest busy share of
+// the wall time (sampling counted per worker, scoring as the processor's
+// CPU, training and evaluation as the trainer and the evaluator report
+// them), followed by the other shares and how long the trainer waits.
 func bound(sh map[string]float64, workers int) string {
-	if sh["waiting"] < 0.5 {
-		return "training (the trainer waits for samples " + pct(sh["waiting"]) + " of the time)"
+	parts := []struct {
+		name  string
+		share float64
+	}{ // ties go to the earlier part
+		{"training", sh["training"]},
+		{"scoring", sh["scoring"]},
+		{"sampling", sh["sampling"] / float64(max(1, workers))},
+		{"evaluation", sh["evaluation"]},
 	}
-	sampling := sh["sampling"] / float64(max(1, workers))
-	if sampling >= sh["scoring"] {
-		return fmt.Sprintf("sampling (each worker plays episodes %s of the time; the processor's CPU is %s; the trainer waits %s)",
-			pct(sampling), pct(sh["scoring"]), pct(sh["waiting"]))
+	top := 0
+	for i, p := range parts {
+		if p.share > parts[top].share {
+			top = i
+		}
 	}
-	return fmt.Sprintf("scoring (the processor's CPU is %s of the time; each worker samples %s; the trainer waits %s)",
-		pct(sh["scoring"]), pct(sampling), pct(sh["waiting"]))
+	var others []string
+	for i, p := range parts {
+		if i != top {
+			others = append(others, p.name+" "+pct(p.share))
+		}
+	}
+	return fmt.Sprintf("%s (%s of the time; %s; the trainer waits for samples %s; sampling is per worker)",
+		parts[top].name, pct(parts[top].share), strings.Join(others, ", "), pct(sh["waiting"]))
 }
 
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }

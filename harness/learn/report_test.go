@@ -67,4 +67,13 @@ func TestBoundNamesTheBusiestPart(t *testing.T) {
 	if b := bound(map[string]float64{"waiting": 0.8, "sampling": 0.4, "scoring": 0.9}, 2); !strings.HasPrefix(b, "scoring") {
 		t.Errorf("processor busy: %q", b)
 	}
+	// The trainer rarely waits, but the evaluator is busier than the
+	// trainer: the largest share is named, not training.
+	sh := map[string]float64{"waiting": 0.12, "training": 0.43, "evaluation": 0.93, "scoring": 0.3, "sampling": 0.5}
+	if b := bound(sh, 2); !strings.HasPrefix(b, "evaluation (93%") {
+		t.Errorf("evaluation busiest: %q", b)
+	}
+	if b := bound(map[string]float64{"waiting": 0.3, "training": 0.65, "evaluation": 0.2}, 2); !strings.HasPrefix(b, "training (65%") {
+		t.Errorf("training busiest: %q", b)
+	}
 }

@@ -3,8 +3,8 @@
 // text turn by turn, every policy token colored by its advantage (or token
 // reward), each turn's diagnostics; `creditflow inspect` is its command.
 //
-// Guarantees: reading commits nothing and joins no consumer group (it goes
-// through monitor.Store); the JSON form of a view is exactly what the
+// Guarantees: reading commits nothing, joins no consumer group (it goes
+// through monitor.Store) and creates no topic (a missing one is named); the JSON form of a view is exactly what the
 // monitor answers on GET /api/v1/samples/{trajectory_id}; escape sequences
 // are written only when asked for (color), and token text never sends a
 // control character to the terminal (shown as \xHH).
@@ -22,6 +22,7 @@ import (
 
 	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/monitor"
+	"github.com/creditflow/creditflow/producers"
 )
 
 // Query names the samples to read: one trajectory (and, with Compare, the
@@ -40,6 +41,9 @@ type Query struct {
 // with dec. A scored record that cannot be read is reported on warn and
 // left out of its view.
 func Read(ctx context.Context, st *monitor.Store, q Query, dec *tokenizer.Decoder, warn io.Writer) ([]*monitor.SampleView, error) {
+	if err := checkTopics(ctx, st, &q, warn); err != nil {
+		return nil, err
+	}
 	var views []*monitor.SampleView
 	if q.Trajectory != "" {
 		s, rec, err := st.Find(ctx, q.Topic, q.Trajectory)
@@ -82,6 +86,38 @@ func Read(ctx context.Context, st *monitor.Store, q Query, dec *tokenizer.Decode
 		}
 	}
 	return views, nil
+}
+
+// checkTopics makes sure reading q creates nothing: every topic q names is
+// looked up first without letting the brokers create it (a partition
+// lookup of a missing topic would, on a cluster that auto-creates topics).
+// A missing samples topic (Topic, Compare) is an error naming it; a missing
+// scored topic is reported on warn and left out.
+func checkTopics(ctx context.Context, st *monitor.Store, q *Query, warn io.Writer) error {
+	names := []string{q.Topic}
+	if q.Compare != "" {
+		names = append(names, q.Compare)
+	}
+	if q.Scored != "" {
+		names = append(names, q.Scored)
+	}
+	missing, err := producers.MissingTopics(ctx, st.Brokers, st.Security, names...)
+	if err != nil {
+		return err
+	}
+	where := strings.Join(st.Brokers, ",")
+	for _, m := range missing {
+		switch m {
+		case q.Topic:
+			return fmt.Errorf("topic %s does not exist on %s (check --topic and --brokers; inspect creates nothing)", m, where)
+		case q.Compare:
+			return fmt.Errorf("--compare topic %s does not exist on %s (inspect creates nothing)", m, where)
+		case q.Scored:
+			fmt.Fprintf(warn, "creditflow inspect: scored topic %s does not exist on %s: S with and without each turn left out\n", m, where)
+			q.Scored = ""
+		}
+	}
+	return nil
 }
 
 // Print writes views to w: with asJSON one JSON object a line, else each

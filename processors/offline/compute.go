@@ -254,14 +254,14 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 				return fmt.Errorf("reading line %d: %w", lineNo, rerr)
 			}
 			if t := bytes.TrimSpace(line); len(t) > 0 {
+				if err := checkLineJSON(t); err != nil {
+					return fmt.Errorf("line %d: %w", lineNo, err)
+				}
 				var in Input
 				dec := json.NewDecoder(bytes.NewReader(t))
 				dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
 				if err := dec.Decode(&in); err != nil {
 					return fmt.Errorf("line %d: not a scored trajectory object: %v (the fields are listed in docs/offline.md)", lineNo, err)
-				}
-				if _, err := dec.Token(); err != io.EOF {
-					return fmt.Errorf("line %d: more than one JSON value on the line; write one scored trajectory object per line", lineNo)
 				}
 				if in.GroupSize == nil || *in.GroupSize < 1 {
 					return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
@@ -337,4 +337,36 @@ func withinTokens(m credit.Member, limit int) bool {
 		}
 	}
 	return true
+}
+
+// checkLineJSON reports, in words, an input line that is not one JSON
+// object: not JSON at all, a JSON value of another kind, or more than one
+// value.
+func checkLineJSON(line []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		snippet := string(line)
+		if len(snippet) > 40 {
+			snippet = snippet[:40] + "…"
+		}
+		return fmt.Errorf("not JSON: %q; write one scored trajectory object per line (docs/offline.md)", snippet)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value on the line; write one scored trajectory object per line")
+	}
+	kind := "number"
+	switch raw[0] {
+	case '{':
+		return nil
+	case '[':
+		kind = "array"
+	case '"':
+		kind = "string"
+	case 'n':
+		kind = "null"
+	case 't', 'f':
+		kind = "boolean"
+	}
+	return fmt.Errorf("a JSON %s, not an object; write one scored trajectory object per line (docs/offline.md)", kind)
 }

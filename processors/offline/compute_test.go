@@ -93,6 +93,21 @@ func TestMalformedLines(t *testing.T) {
 			}
 		}
 	}
+	// A line that is not JSON, or JSON but not an object, says so in words
+	// (not the JSON decoder's "invalid character 'o' in literal null").
+	for bad, want := range map[string]string{
+		`not json`:          "line 2: not JSON",
+		`{"trajectory_id":`: "line 2: not JSON",
+		`[1,2]`:             "line 2: a JSON array, not an object",
+		`"text"`:            "line 2: a JSON string, not an object",
+		`null`:              "line 2: a JSON null, not an object",
+		`12`:                "line 2: a JSON number, not an object",
+	} {
+		err := Compute(strings.NewReader(good+"\n"+bad+"\n"), &bytes.Buffer{}, &bytes.Buffer{}, credit.DefaultConfig())
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "invalid character") {
+			t.Errorf("%s: err = %v, want one starting %q", bad, err, want)
+		}
+	}
 	// AttnSR needs graphs for K ≥ 2.
 	cfg := credit.DefaultConfig()
 	cfg.Method = credit.MethodAttnSR

@@ -6,6 +6,7 @@ passes here is not dead-lettered for its content by the score stage.
 """
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +53,43 @@ def _ids(x):
     if isinstance(x, (bytes, bytearray, memoryview)):
         return np.frombuffer(x, dtype="<i4").astype(np.int64)
     return np.asarray(x, dtype=np.int64).reshape(-1)
+
+
+def _int_arg(name, v):
+    """v as an int, or InvalidTrajectory naming the argument: a bool, a float or a str is
+    refused, not rounded or parsed."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise InvalidTrajectory("invalid", name, "%s must be an integer, got %r (%s)" % (name, v, type(v).__name__))
+    return int(v)
+
+
+def _token_ids(field_, what, x):
+    """Token ids given to build_trajectory as an int64 array: a sequence or array of integers,
+    or little-endian int32 bytes; None is no tokens. A str, a float, a bool or bytes that are
+    not whole int32 values raise InvalidTrajectory naming the field."""
+    if x is None:
+        return np.zeros(0, dtype=np.int64)
+    if isinstance(x, str):
+        raise InvalidTrajectory("invalid", field_, "%s must be token ids, not a str (tokenize the text first)" % what)
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        if len(x) % 4:
+            raise InvalidTrajectory("invalid", field_, "%s as bytes must be little-endian int32 ids (a multiple of 4 "
+                                    "bytes), got %d bytes" % (what, len(x)))
+        return np.frombuffer(x, dtype="<i4").astype(np.int64)
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "iu":
+            raise InvalidTrajectory("invalid", field_, "%s must be integer token ids, got an array of %s" % (what, x.dtype))
+        return x.astype(np.int64).reshape(-1)
+    try:
+        xs = list(x)
+    except TypeError:
+        raise InvalidTrajectory("invalid", field_, "%s must be a sequence of token ids, got %s" % (what, type(x).__name__)) from None
+    if not all(type(v) is int for v in xs):  # the common case in one pass; else find the offender
+        for k, v in enumerate(xs):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise InvalidTrajectory("invalid", field_, "%s must be integer token ids: item %d is %r (%s)"
+                                        % (what, k, v, type(v).__name__))
+    return np.asarray(xs, dtype=np.int64)
 
 
 def _check_ids(tid, field_, ids, vocab):
@@ -200,24 +238,33 @@ def build_trajectory(*, trajectory_id, prompt_id, group_size, sample_index, prom
     - `rollout_logprobs`: one per action token over all turns, in order.
 
     Raises InvalidTrajectory (with .reason and .field) for anything the processor would
-    dead-letter.
+    dead-letter, and for arguments of the wrong kind: counts (`group_size`, `sample_index`,
+    `policy_version`) that are not integers, a `sample_index` not below `group_size`, token
+    ids that are not integers (floats, bools) or given as a str.
     """
+    group_size = _int_arg("group_size", group_size)
+    sample_index = _int_arg("sample_index", sample_index)
+    policy_version = _int_arg("policy_version", policy_version)
+    if group_size >= 1 and sample_index >= group_size:
+        raise InvalidTrajectory("invalid", "sample_index", "trajectory %s: sample_index %d must be < group_size %d "
+                                "(members are numbered 0..group_size-1)" % (trajectory_id, sample_index, group_size))
+    prompt = _token_ids("prompt", "prompt_ids", prompt_ids)
     ts = []
     for i, tu in enumerate(turns):
         if isinstance(tu, dict):
             kind, act, obs = tu.get("kind"), tu.get("action"), tu.get("observation")
         else:
-            if len(tu) not in (2, 3):
+            if isinstance(tu, str) or len(tu) not in (2, 3):
                 raise InvalidTrajectory("invalid", "turns[%d]" % i, "a turn is (kind, action_ids[, observation_ids])")
             kind, act, obs = tu[0], tu[1], (tu[2] if len(tu) == 3 else None)
-        ts.append({"kind": kind, "action": _ids(act).tolist() if not isinstance(act, np.ndarray) else act,
-                   "observation": [] if obs is None else obs})
+        ts.append({"kind": kind, "action": _token_ids("turns[%d].action" % i, "the action", act),
+                   "observation": _token_ids("turns[%d].observation" % i, "the observation", obs)})
     t = {
         "trajectory_id": trajectory_id, "prompt_id": prompt_id,
-        "group_size": int(group_size), "sample_index": int(sample_index),
-        "policy_version": int(policy_version),
+        "group_size": group_size, "sample_index": sample_index,
+        "policy_version": policy_version,
         "created_at_ms": int(time.time() * 1000) if created_at_ms is None else int(created_at_ms),
-        "prompt": prompt_ids, "turns": ts,
+        "prompt": prompt, "turns": ts,
         "reward": None if reward is None else float(reward),
         "pred_answer": pred_answer, "gold_answers": list(gold_answers or []),
         "gold_target": [], "gold_span": (0, 0),

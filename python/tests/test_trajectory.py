@@ -131,5 +131,48 @@ class Validation(unittest.TestCase):
         np.testing.assert_array_equal(d["turns"][1]["action"], [8, 9])
 
 
+class BuildArguments(unittest.TestCase):
+    """build_trajectory refuses arguments of the wrong type or range with InvalidTrajectory
+    naming the field, before anything is encoded."""
+
+    CASES = [
+        ("sample_index", dict(group_size=2, sample_index=5), "sample_index 5"),
+        ("sample_index", dict(group_size=2, sample_index=2), "group_size 2"),
+        ("sample_index", dict(sample_index=1.5), "integer"),
+        ("group_size", dict(group_size=True), "integer"),
+        ("policy_version", dict(policy_version="3"), "integer"),
+        ("prompt", dict(prompt_ids="hello"), "prompt_ids"),
+        ("prompt", dict(prompt_ids=b"hello"[:3]), "prompt_ids"),  # 3 bytes: not whole int32 ids
+        ("prompt", dict(prompt_ids=[1, 2.0, 3]), "2.0"),
+        ("prompt", dict(prompt_ids=[1, True, 3]), "True"),
+        ("prompt", dict(prompt_ids=np.array([1.0, 2.0])), "float"),
+        ("turns[0].action", dict(turns=[("search", [4, 5.5], [6, 7]), ("answer", [8, 9])]), "5.5"),
+        ("turns[0].observation", dict(turns=[("search", [4, 5], [6.0, 7]), ("answer", [8, 9])]), "6.0"),
+        ("turns[1].action", dict(turns=[("search", [4, 5], [6, 7]), ("answer", "ab")]), "str"),
+        ("turns[0].observation", dict(turns=[dict(kind="search", action=[4, 5], observation=[False]),
+                                             ("answer", [8, 9])]), "False"),
+    ]
+
+    def test_each_argument(self):
+        for field, kw, detail in self.CASES:
+            with self.subTest(field=field, kw=str(kw)[:60]):
+                with self.assertRaises(InvalidTrajectory) as cm:
+                    build_trajectory(**base(**kw))
+                self.assertEqual(cm.exception.reason, "invalid")
+                self.assertEqual(cm.exception.field, field)
+                self.assertIn(field, str(cm.exception))
+                self.assertIn(detail, str(cm.exception))
+
+    def test_integer_types_are_accepted(self):
+        t = build_trajectory(**base(group_size=np.int64(5), sample_index=np.int32(4),
+                                    prompt_ids=np.array([1, 2, 3], dtype=np.int32),
+                                    turns=[("search", np.array([4, 5], dtype=np.uint16), (6, 7)),
+                                           ("answer", [np.int64(8), 9])]))
+        self.assertEqual(t["sample_index"], 4)
+        d = creditflow.decode_trajectory(creditflow.encode_trajectory(t))
+        np.testing.assert_array_equal(d["prompt"], [1, 2, 3])
+        np.testing.assert_array_equal(d["turns"][0]["observation"], [6, 7])
+
+
 if __name__ == "__main__":
     unittest.main()
