@@ -10,7 +10,7 @@
 //   - A group's window is driven by event time (the members' creation time), so
 //     a replay of a partition closes the same groups at the same records and
 //     reproduces every EMA baseline R̄_t. Only when a partition is idle does
-//     processing time close a window (see Groups.Expire).
+//     processing time close a window (see Groups.AdvanceIdle).
 //   - The Snapshot of a partition records the EMA baseline and the groups
 //     already emitted whose members lie beyond the committed offset, so that a
 //     restarted processor skips what it already emitted and applies their EMA

@@ -3,6 +3,7 @@ package stage
 import (
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/producers"
@@ -45,9 +46,14 @@ func (c *Config) deadLetter(stage string, rec consumers.Record, reason, detail s
 	}, nil
 }
 
+// truncate cuts s to at most n bytes without splitting a UTF-8 character
+// (a header or log field must stay valid UTF-8).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }
