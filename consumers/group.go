@@ -164,6 +164,8 @@ type Group struct {
 	closed  bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	health healthState
 }
 
 // NewGroup validates cfg. It does not connect; Run does.
@@ -213,6 +215,8 @@ func NewGroup(cfg Config, opts ...Option) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.assigned.WithLabelValues(cfg.GroupID).Set(0) // exported from the start
+	m.rebalances.WithLabelValues(cfg.GroupID)
 	if cfg.Reassembly != nil {
 		rc := *cfg.Reassembly
 		if rc.metrics, err = newChunkMetrics(o.reg); err != nil {
@@ -313,9 +317,28 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 // of them returned and the generation is over.
 func (g *Group) runGeneration(runCtx context.Context, gen *kafka.Generation, fn ClaimFunc) {
 	n := 0
-	for _, as := range gen.Assignments {
+	var parts []string
+	for topic, as := range gen.Assignments {
 		n += len(as)
+		for _, a := range as {
+			parts = append(parts, topic+"/"+itoa(a.ID))
+		}
 	}
+	g.health.startGeneration(gen.ID, parts)
+	g.m.rebalances.WithLabelValues(g.cfg.GroupID).Inc()
+	g.m.assigned.WithLabelValues(g.cfg.GroupID).Set(float64(n))
+	defer func() {
+		// The partitions may move to other members: their committed
+		// offsets are reported by their new owners (and, from the
+		// brokers' data, by the lag exporter).
+		g.health.endGeneration()
+		g.m.assigned.WithLabelValues(g.cfg.GroupID).Set(0)
+		for topic, as := range gen.Assignments {
+			for _, a := range as {
+				g.m.committed.DeleteLabelValues(topic, itoa(a.ID))
+			}
+		}
+	}()
 	g.log.Info().Int32("generation", gen.ID).Str("member", gen.MemberID).Int("partitions", n).Msg("generation started")
 	finished := make(chan struct{})
 	// drained is closed on shutdown once every handler has flushed and
@@ -372,6 +395,7 @@ func (g *Group) runGeneration(runCtx context.Context, gen *kafka.Generation, fn 
 							return fmt.Errorf("consumers: commit %s/%d@%d: %w", topic, a.ID, next, err)
 						}
 						g.m.committed.WithLabelValues(topic, itoa(a.ID)).Set(float64(next))
+						g.health.committed(topic+"/"+itoa(a.ID), next)
 						return nil
 					}
 					err := g.runClaim(ctx, gen, topic, a, fn, commit)
@@ -417,6 +441,7 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 		}
 		return err
 	}
+	g.health.started(topic+"/"+itoa(a.ID), start)
 	ch := make(chan Record, g.cfg.Buffer)
 	claim := Claim{Topic: topic, Partition: a.ID, Generation: gen.ID, StartOffset: start, Records: ch}
 	if g.cfg.Reassembly != nil {
@@ -496,6 +521,7 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 		return
 	}
 	part := itoa(partition)
+	healthKey := topic + "/" + part
 	recs := g.m.records.WithLabelValues(topic)
 	lag := g.m.lag.WithLabelValues(topic, part)
 	// The partition may move to another member: drop its lag series then.
@@ -535,6 +561,7 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 			return
 		}
 		recs.Inc()
+		g.health.delivered(healthKey, rec.Offset+1)
 		if l := r.Lag(); l >= 0 {
 			lag.Set(float64(l + int64(len(ch))))
 		}

@@ -163,7 +163,11 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 		baseline: nopGauge{},
 	}
 	if a.cfg.Credit.Method == credit.MethodAttnSR {
-		p.baseline = a.cfg.Metrics.attnBaseline.WithLabelValues(strconv.Itoa(claim.Partition))
+		part := strconv.Itoa(claim.Partition)
+		p.baseline = a.cfg.Metrics.attnBaseline.WithLabelValues(part)
+		// The partition may move to another member, which exports its
+		// baseline from then on.
+		defer a.cfg.Metrics.attnBaseline.DeleteLabelValues(part)
 	}
 	emitCtx, cancelEmit := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEmit()
