@@ -167,7 +167,9 @@ func NewLagExporter(brokers []string, sec kafkasec.Config, interval time.Duratio
 }
 
 // Watch adds groupID's lag on topic to the series read.
-func (e *LagExporter) Watch(groupID, topic string) { e.targets = append(e.targets, [2]string{groupID, topic}) }
+func (e *LagExporter) Watch(groupID, topic string) {
+	e.targets = append(e.targets, [2]string{groupID, topic})
+}
 
 // Run reads the lag every interval until ctx ends; call Watch before.
 func (e *LagExporter) Run(ctx context.Context) {
