@@ -45,6 +45,7 @@ type AdvantageStage struct {
 	// with its decoded value until its group closes, so the bytes outlive
 	// every use of the arrays, and nothing here writes into them.
 	scored schemas.Codec[schemas.Scored]
+	groupRef
 }
 
 // Position is where a partition of the advantage stage stands.
@@ -91,6 +92,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
+	a.g.Store(g)
 	return g.Run(ctx, a.claim)
 }
 

@@ -45,6 +45,7 @@ type ScoreStage struct {
 	// bytes (schemas.WithSharedInput): the job holds its record until the
 	// scored record is written, and nothing here writes into the arrays.
 	trajectories schemas.Codec[schemas.Trajectory]
+	groupRef
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
@@ -99,6 +100,7 @@ func (s *ScoreStage) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
+	s.g.Store(g)
 	return g.Run(ctx, s.claim)
 }
 

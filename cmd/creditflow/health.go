@@ -1,0 +1,203 @@
+package main
+
+// Readiness and liveness of `creditflow run` (docs/operations.md):
+//   - /readyz answers 200 when a broker answered within the last check,
+//     every stage has started (the score stage once a scorer answered), its
+//     member is in a consumer group generation, and no partition has had
+//     records delivered and uncommitted for longer than the readiness
+//     window; 503 with the reasons otherwise.
+//   - /livez answers 503 when a partition has had input pending and its
+//     committed offset has not moved for --liveness-stall: the process is
+//     stuck and a restart helps. It does not fail while the process waits
+//     for brokers or scorers (that is readiness).
+//   - /healthz stays what it was: 200 while the process serves HTTP.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+)
+
+// groupHealth is what a stage reports: its consumer group's health, ok
+// false before the group exists.
+type groupHealth interface {
+	Health() (consumers.Health, bool)
+}
+
+// stageCheck is one stage of the process as the checks see it.
+type stageCheck struct {
+	name    string
+	mu      sync.Mutex
+	waiting string // what the stage waits for before it starts ("" once started)
+	group   groupHealth
+}
+
+func (s *stageCheck) wait(what string) {
+	s.mu.Lock()
+	s.waiting = what
+	s.mu.Unlock()
+}
+
+func (s *stageCheck) start(g groupHealth) {
+	s.mu.Lock()
+	s.waiting, s.group = "", g
+	s.mu.Unlock()
+}
+
+// health holds the state behind /readyz and /livez.
+type health struct {
+	readyWindow time.Duration // uncommitted input older than this: not ready
+	stall       time.Duration // uncommitted input older than this: not live (0: never)
+
+	mu         sync.Mutex
+	brokersErr error // last broker check (errNotChecked before the first)
+	stages     []*stageCheck
+}
+
+var errNotChecked = fmt.Errorf("not checked yet")
+
+// newHealth is the checks of a process committing every commitInterval:
+// ready while uncommitted input is younger than ten commit intervals (at
+// least 10 s), live while it is younger than stall.
+func newHealth(commitInterval, stall time.Duration) *health {
+	return &health{readyWindow: max(10*commitInterval, 10*time.Second), stall: stall, brokersErr: errNotChecked}
+}
+
+func (h *health) stage(name, waiting string) *stageCheck {
+	s := &stageCheck{name: name, waiting: waiting}
+	h.mu.Lock()
+	h.stages = append(h.stages, s)
+	h.mu.Unlock()
+	return s
+}
+
+func (h *health) setBrokers(err error) {
+	h.mu.Lock()
+	h.brokersErr = err
+	h.mu.Unlock()
+}
+
+// watchBrokers checks the brokers every interval until ctx ends.
+func (h *health) watchBrokers(ctx context.Context, sec kafkasec.Config, brokers []string, interval time.Duration) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
+		err := sec.Check(cctx, brokers)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		h.setBrokers(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+// ready returns the reasons the process is not ready (none: ready) and,
+// either way, a line per stage on how it stands.
+func (h *health) ready() (reasons, info []string) {
+	h.mu.Lock()
+	brokersErr, stages := h.brokersErr, append([]*stageCheck(nil), h.stages...)
+	h.mu.Unlock()
+	if brokersErr != nil {
+		reasons = append(reasons, "brokers: "+brokersErr.Error())
+	}
+	for _, s := range stages {
+		s.mu.Lock()
+		waiting, g := s.waiting, s.group
+		s.mu.Unlock()
+		if waiting != "" {
+			reasons = append(reasons, s.name+" stage: "+waiting)
+			continue
+		}
+		gh, ok := consumers.Health{}, false
+		if g != nil {
+			gh, ok = g.Health()
+		}
+		switch {
+		case !ok:
+			reasons = append(reasons, s.name+" stage: starting")
+		case !gh.Joined:
+			reasons = append(reasons, fmt.Sprintf("%s stage: joining consumer group %s", s.name, gh.GroupID))
+		default:
+			if st, pending := gh.Oldest(); pending && st.For > h.readyWindow {
+				reasons = append(reasons, fmt.Sprintf("%s stage: %s has %d records uncommitted for %v (more than %v)",
+					s.name, st.Partition, st.Pending, st.For.Round(time.Second), h.readyWindow))
+			}
+			line := fmt.Sprintf("%s stage: group %s generation %d, %d partitions", s.name, gh.GroupID, gh.Generation, len(gh.Partitions))
+			if len(gh.Partitions) == 0 {
+				line += " (a spare member: more members than partitions)"
+			}
+			info = append(info, line)
+		}
+	}
+	return reasons, info
+}
+
+// live returns the reasons the process is stuck (none: live).
+func (h *health) live() []string {
+	if h.stall <= 0 {
+		return nil
+	}
+	h.mu.Lock()
+	stages := append([]*stageCheck(nil), h.stages...)
+	h.mu.Unlock()
+	var reasons []string
+	for _, s := range stages {
+		s.mu.Lock()
+		g := s.group
+		s.mu.Unlock()
+		if g == nil {
+			continue
+		}
+		gh, ok := g.Health()
+		if !ok {
+			continue
+		}
+		if st, pending := gh.Oldest(); pending && st.For > h.stall {
+			reasons = append(reasons, fmt.Sprintf("%s stage: %s has had %d records uncommitted without progress for %v (--liveness-stall %v)",
+				s.name, st.Partition, st.Pending, st.For.Round(time.Second), h.stall))
+		}
+	}
+	return reasons
+}
+
+// routes are the handlers of /readyz and /livez.
+func (h *health) routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"/readyz": func(w http.ResponseWriter, _ *http.Request) {
+			reasons, info := h.ready()
+			answer(w, reasons, info)
+		},
+		"/livez": func(w http.ResponseWriter, _ *http.Request) { answer(w, h.live(), nil) },
+	}
+}
+
+// answer writes 200 "ok" or 503 "not ok", then one line per reason and
+// per info line.
+func answer(w http.ResponseWriter, reasons, info []string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	var b strings.Builder
+	if len(reasons) == 0 {
+		b.WriteString("ok\n")
+	} else {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		b.WriteString("not ok\n")
+		for _, r := range reasons {
+			b.WriteString("- " + r + "\n")
+		}
+	}
+	for _, l := range info {
+		b.WriteString("  " + l + "\n")
+	}
+	_, _ = w.Write([]byte(b.String()))
+}

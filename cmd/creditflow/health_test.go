@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/gpu/local"
+	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/internal/broker"
+	"github.com/creditflow/creditflow/internal/broker/brokertest"
+)
+
+// get returns the status and body of GET url (0 when it did not answer).
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRunWaitsForItsScorerNotReady: `creditflow run` started before its
+// scorer keeps running past --startup-timeout, answers 503 on /readyz
+// saying it waits for a scorer (and 200 on /livez and /healthz) while the
+// scorer is down, and 200 on /readyz soon after the scorer comes up. Its
+// metrics have the build information, the assigned partitions and the
+// group lag read from the brokers.
+func TestRunWaitsForItsScorerNotReady(t *testing.T) {
+	b := brokertest.Start(t, broker.WithDefaultPartitions(2))
+	scorerAddr, metrics := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- runStages(ctx, []string{"--brokers", strings.Join(b.Addrs(), ","), "--create-topics", "2",
+			"--scorers", "http://" + scorerAddr, "--startup-timeout", "1s", "--commit-interval", "200ms",
+			"--lag-interval", "500ms", "--metrics-addr", metrics, "--log-level", "error"})
+	}()
+	base := "http://" + metrics
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get(base + "/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for a scorer") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz while the scorer is down: %d %q", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // three times --startup-timeout
+	select {
+	case err := <-done:
+		t.Fatalf("run exited while waiting for its scorer: %v", err)
+	default:
+	}
+	if code, body := get(base + "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for a scorer") {
+		t.Fatalf("/readyz after --startup-timeout with the scorer down: %d %q", code, body)
+	}
+	for _, path := range []string{"/livez", "/healthz"} {
+		if code, body := get(base + path); code != http.StatusOK {
+			t.Fatalf("%s while waiting for the scorer: %d %q", path, code, body)
+		}
+	}
+
+	// The scorer comes up (the server `creditflow scorer` runs).
+	sctx, stopScorer := context.WithCancel(context.Background())
+	defer stopScorer()
+	go func() { _ = server.New(local.New(model.Tiny())).ListenAndServe(sctx, scorerAddr) }()
+	up := time.Now()
+	for {
+		code, body := get(base + "/readyz")
+		if code == http.StatusOK {
+			t.Logf("ready %v after the scorer started:\n%s", time.Since(up).Round(time.Millisecond), body)
+			break
+		}
+		if time.Since(up) > time.Minute {
+			t.Fatalf("/readyz a minute after the scorer came up: %d %q", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		_, m := get(base + "/metrics")
+		if strings.Contains(m, "creditflow_build_info{") && strings.Contains(m, `go_version="go`) &&
+			strings.Contains(m, `creditflow_consumer_assigned_partitions{group="creditflow.score"} 2`) &&
+			strings.Contains(m, `creditflow_consumer_group_lag_records{group="creditflow.advantage",partition="1",topic="creditflow.scored"}`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack build_info, assigned partitions or group lag:\n%s", grepLines(m, "creditflow_build_info", "creditflow_consumer_"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("run exited: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func grepLines(text string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestRunNeedsAnExplicitScorer: `run` with its score stage and no
+// --scorers is a usage error that names --scorers local, instead of
+// scoring with the built-in toy model unasked; the advantage stage alone
+// needs no scorer.
+func TestRunNeedsAnExplicitScorer(t *testing.T) {
+	err := runStages(context.Background(), []string{"--brokers", freeAddr(t), "--metrics-addr", "", "--log-level", "error"})
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--scorers local") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("run without --scorers: %v (want a one-line usage error naming --scorers local)", err)
+	}
+	err = runStages(context.Background(), []string{"--stage", "advantage", "--brokers", freeAddr(t), "--startup-timeout", "500ms",
+		"--metrics-addr", "", "--log-level", "error"})
+	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "no Kafka broker reachable") {
+		t.Fatalf("run --stage advantage without --scorers: %v (want it to go on to the brokers)", err)
+	}
+}
+
+// stubGroup is a stage whose consumer-group health is set by the test.
+type stubGroup struct{ h consumers.Health }
+
+func (s stubGroup) Health() (consumers.Health, bool) { return s.h, true }
+
+// TestReadyAndLiveFromProgress: uncommitted input makes the process not
+// ready after ten commit intervals (at least 10 s) and not live after
+// --liveness-stall; a member outside a generation or a failed broker
+// check is not ready; input committed in time is both.
+func TestReadyAndLiveFromProgress(t *testing.T) {
+	h := newHealth(200*time.Millisecond, time.Minute)
+	if r, _ := h.ready(); len(r) == 0 {
+		t.Fatal("ready before the first broker check")
+	}
+	h.setBrokers(nil)
+	s := h.stage("score", "waiting for a scorer")
+	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "waiting for a scorer") {
+		t.Fatalf("waiting stage: %q", r)
+	}
+	g := &stubGroup{h: consumers.Health{GroupID: "g.score"}}
+	s.start(g)
+	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "joining consumer group g.score") {
+		t.Fatalf("outside a generation: %q", r)
+	}
+	g.h.Joined, g.h.Partitions = true, []string{"t/0", "t/1"}
+	g.h.Stalled = []consumers.Stall{{Partition: "t/1", For: 9 * time.Second, Pending: 4}}
+	if r, _ := h.ready(); len(r) != 0 || len(h.live()) != 0 {
+		t.Fatalf("input pending for 9s: not ready %q or not live %q", r, h.live())
+	}
+	g.h.Stalled[0].For = 11 * time.Second
+	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "t/1 has 4 records uncommitted") {
+		t.Fatalf("input pending for 11s: %q", r)
+	}
+	if l := h.live(); len(l) != 0 {
+		t.Fatalf("not live after 11s of a one-minute stall limit: %q", l)
+	}
+	g.h.Stalled[0].For = 61 * time.Second
+	if l := h.live(); len(l) != 1 || !strings.Contains(l[0], "--liveness-stall 1m0s") {
+		t.Fatalf("stalled for 61s: live %q", l)
+	}
+	h.setBrokers(errors.New("connection refused"))
+	g.h.Stalled = nil
+	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "brokers: connection refused") {
+		t.Fatalf("brokers down: %q", r)
+	}
+	if off := newHealth(time.Second, 0); len(off.live()) != 0 {
+		t.Fatal("--liveness-stall 0 failed a check")
+	}
+}
