@@ -10,7 +10,9 @@ import (
 )
 
 // groupRef holds the consumer group of a running stage.
-type groupRef struct{ g atomic.Pointer[consumers.Group] }
+type groupRef struct {
+	g atomic.Pointer[consumers.Group]
+}
 
 // Health is the stage's consumer group health; ok is false before Run
 // created the group.
@@ -23,7 +25,9 @@ func (r *groupRef) Health() (h consumers.Health, ok bool) {
 }
 
 // ScoreGroup is the consumer group of the score stage and the topic it reads.
-func (c Config) ScoreGroup() (group, topic string) { return c.GroupID + ".score", c.Topics.Trajectories }
+func (c Config) ScoreGroup() (group, topic string) {
+	return c.GroupID + ".score", c.Topics.Trajectories
+}
 
 // AdvantageGroup is the consumer group of the advantage stage and the topic it reads.
 func (c Config) AdvantageGroup() (group, topic string) {
