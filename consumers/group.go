@@ -287,6 +287,7 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 	}()
 
 	backoff := 100 * time.Millisecond
+	var refusedSince time.Time // first refusal of the credentials in a row
 	for {
 		gen, err := cg.Next(ctx)
 		if err != nil {
@@ -295,7 +296,16 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 			}
 			if g.cfg.Security.SASLMechanism != "" || g.cfg.Security.TLS != nil {
 				if cerr := g.cfg.Security.Check(ctx, g.cfg.Brokers); errors.Is(cerr, kafkasec.ErrAuthentication) {
-					return fmt.Errorf("consumers: %w", cerr)
+					if refusedSince.IsZero() {
+						refusedSince = time.Now()
+					}
+					if !g.cfg.Security.Reloads() || time.Since(refusedSince) > kafkasec.RotationGrace {
+						return fmt.Errorf("consumers: %w", cerr)
+					}
+					g.log.Warn().Err(cerr).Dur("retrying_for", kafkasec.RotationGrace).
+						Msg("the brokers refuse the credentials; they are read from files that may be mid-rotation: retrying")
+				} else {
+					refusedSince = time.Time{}
 				}
 			}
 			g.log.Warn().Err(err).Msg("joining the consumer group failed; retrying")
@@ -308,7 +318,7 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		backoff, refusedSince = 100*time.Millisecond, time.Time{}
 		g.runGeneration(ctx, gen, fn)
 	}
 }
