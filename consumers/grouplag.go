@@ -5,7 +5,7 @@ package consumers
 // Unlike creditflow_consumer_lag_records, which the fetcher of the member
 // that holds a partition computes and which leaves with the partition,
 // this lag exists while no member holds the partition: when consumers are
-// dead or rebalancing (docs/operations.md).
+// dead or rebalancing (docs/stream.md, "Health").
 
 import (
 	"context"

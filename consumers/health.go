@@ -3,7 +3,7 @@ package consumers
 // What a Group reports about its own health: whether it is in a
 // generation, which partitions it holds, and, per partition, whether
 // records were delivered that are not committed yet and since when. The
-// process's /readyz and /livez (docs/operations.md) are computed from it.
+// process's /readyz and /livez (docs/stream.md, "Health") are computed from it.
 
 import (
 	"sort"

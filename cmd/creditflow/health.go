@@ -1,6 +1,6 @@
 package main
 
-// Readiness and liveness of `creditflow run` (docs/operations.md):
+// Readiness and liveness of `creditflow run` (docs/stream.md, "Health"):
 //   - /readyz answers 200 when a broker answered within the last check,
 //     every stage has started (the score stage once a scorer answered), its
 //     member is in a consumer group generation, and no partition has had

@@ -152,7 +152,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	})
 	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
-		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics, /readyz, /livez and /healthz here (empty: off; docs/operations.md)")
+		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics, /readyz, /livez and /healthz here (empty: off; docs/stream.md)")
 		livenessStall = fs.Duration("liveness-stall", 5*time.Minute, "/livez fails when a partition has had records uncommitted for this long without its committed offset moving (0: never)")
 		lagInterval = fs.Duration("lag-interval", 15*time.Second, "read the stages' consumer-group lag from the brokers this often (creditflow_consumer_group_lag_records; 0: off)")
 		logLevel = fs.String("log-level", "info", "log level (JSON logs on stderr)")
@@ -220,7 +220,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	}
 	// Brokers and topics are waited for at most --startup-timeout, then
 	// the process exits: a wrong address or a missing topic is a mistake
-	// to see, not a condition that passes (docs/operations.md).
+	// to see, not a condition that passes (docs/stream.md, "Health").
 	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
 		return err
 	}

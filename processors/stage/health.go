@@ -1,7 +1,7 @@
 package stage
 
 // The consumer group each stage runs, for the process's readiness and
-// liveness checks (docs/operations.md) and its lag exporter.
+// liveness checks (docs/stream.md, "Health") and its lag exporter.
 
 import (
 	"sync/atomic"
