@@ -75,7 +75,7 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	}
 	cfg.Metrics.forMethod(cfg.Credit.Method)
 	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
-	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
+	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(), groupRef: newGroupRef(),
 		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes),
 		scored: schemas.ScoredRecords(schemas.WithSharedInput())}, nil
 }
@@ -92,7 +92,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
-	a.g.Store(g)
+	a.store(g)
 	return g.Run(ctx, a.claim)
 }
 

@@ -9,14 +9,27 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 )
 
-// groupRef holds the consumer group of a running stage.
+// groupRef holds the consumer group of a running stage (shared by copies
+// of the stage; made by the stage's constructor).
 type groupRef struct {
-	g atomic.Pointer[consumers.Group]
+	g *atomic.Pointer[consumers.Group]
+}
+
+func newGroupRef() groupRef { return groupRef{g: new(atomic.Pointer[consumers.Group])} }
+
+func (r *groupRef) store(g *consumers.Group) {
+	if r.g == nil { // a stage built without its constructor (tests)
+		r.g = new(atomic.Pointer[consumers.Group])
+	}
+	r.g.Store(g)
 }
 
 // Health is the stage's consumer group health; ok is false before Run
 // created the group.
 func (r *groupRef) Health() (h consumers.Health, ok bool) {
+	if r.g == nil {
+		return consumers.Health{}, false
+	}
 	g := r.g.Load()
 	if g == nil {
 		return consumers.Health{}, false

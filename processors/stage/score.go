@@ -59,7 +59,7 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 	if err != nil {
 		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
 	}
-	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits,
+	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits, groupRef: newGroupRef(),
 		log: cfg.Logger.With().Str("stage", "score").Logger(), buffers: newBufferPool(outputBufferBytes),
 		trajectories: schemas.Trajectories(schemas.WithSharedInput())}
 	s.limits.VocabSize = info.VocabSize
@@ -100,7 +100,7 @@ func (s *ScoreStage) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
-	s.g.Store(g)
+	s.store(g)
 	return g.Run(ctx, s.claim)
 }
 
