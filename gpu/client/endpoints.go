@@ -19,14 +19,15 @@ type endpoint struct {
 	url         string
 	outstanding atomic.Int64 // tokens in flight
 	healthy     atomic.Bool
-	rowPieces   atomic.Bool // its /v1/info advertises protocol.FeatureRowPieces
-	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
-	statistics  atomic.Bool // its /v1/info advertises protocol.FeatureStatistics
-	lowerGraphs atomic.Bool // its /v1/info advertises protocol.FeatureLowerGraphs
-	binaryJobs  atomic.Bool // its /v1/info advertises protocol.FeatureBinaryJobs
-	answered    atomic.Bool // it has answered /v1/info (the flags above are its)
-	removed     atomic.Bool // dropped from the endpoints (its name no longer resolves to it)
-	dns         string      // the followed name it is an address of ("" for a URL given as such)
+	rowPieces   atomic.Bool  // its /v1/info advertises protocol.FeatureRowPieces
+	binary      atomic.Bool  // its /v1/info advertises protocol.FeatureBinary
+	statistics  atomic.Bool  // its /v1/info advertises protocol.FeatureStatistics
+	lowerGraphs atomic.Bool  // its /v1/info advertises protocol.FeatureLowerGraphs
+	binaryJobs  atomic.Bool  // its /v1/info advertises protocol.FeatureBinaryJobs
+	answered    atomic.Bool  // it has answered /v1/info (the flags above are its)
+	removed     atomic.Bool  // dropped from the endpoints (its name no longer resolves to it)
+	dns         string       // the followed name it is an address of ("" for a URL given as such)
+	infoWarned  atomic.Int64 // when an unanswered /v1/info was last logged as a warning (Unix ns)
 	mu          sync.Mutex
 	fails       int
 	probing     bool

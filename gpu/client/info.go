@@ -104,7 +104,14 @@ func (c *Client) Info(ctx context.Context) (gpu.ModelInfo, error) {
 				return gpu.ModelInfo{}, a.err
 			}
 			errs = append(errs, a.err)
-			c.cfg.log.Warn().Str("endpoint", eps[i].url).Str("error", a.err.Error()).Msg("scorer info unavailable")
+			// A caller waiting for pods to start asks every second: warn
+			// once a minute per endpoint, the rest at debug level.
+			ev := c.cfg.log.Debug()
+			if now := time.Now().UnixNano(); now-eps[i].infoWarned.Load() >= int64(time.Minute) {
+				eps[i].infoWarned.Store(now)
+				ev = c.cfg.log.Warn()
+			}
+			ev.Str("endpoint", eps[i].url).Str("error", a.err.Error()).Msg("scorer info unavailable")
 			continue
 		}
 		if ref == nil {
