@@ -6,10 +6,13 @@ package main
 //     member is in a consumer group generation, and no partition has had
 //     records delivered and uncommitted for longer than the readiness
 //     window; 503 with the reasons otherwise.
+//   - /readyz also answers 503 while every scorer call of the score stage
+//     has failed for longer than the readiness window.
 //   - /livez answers 503 when a partition has had input pending and its
 //     committed offset has not moved for --liveness-stall: the process is
 //     stuck and a restart helps. It does not fail while the process waits
-//     for brokers or scorers (that is readiness).
+//     for brokers or scorers, nor while its scorer calls fail (that is
+//     readiness).
 //   - /healthz stays what it was: 200 while the process serves HTTP.
 
 import (
@@ -30,12 +33,34 @@ type groupHealth interface {
 	Health() (consumers.Health, bool)
 }
 
+// scorerHealth is what the score stage reports about its scorer calls.
+type scorerHealth interface {
+	ScorerFailing() (failing bool, since time.Duration, lastErr string)
+}
+
 // stageCheck is one stage of the process as the checks see it.
 type stageCheck struct {
 	name    string
 	mu      sync.Mutex
 	waiting string // what the stage waits for before it starts ("" once started)
 	group   groupHealth
+}
+
+// scorerDown is the stage's scorer failure, when it has one that lasted
+// longer than d.
+func (s *stageCheck) scorerDown(d time.Duration) (string, bool) {
+	s.mu.Lock()
+	g := s.group
+	s.mu.Unlock()
+	sh, ok := g.(scorerHealth)
+	if !ok {
+		return "", false
+	}
+	failing, since, lastErr := sh.ScorerFailing()
+	if !failing || since <= d {
+		return "", false
+	}
+	return fmt.Sprintf("%s stage: every scorer call has failed for %v: %s", s.name, since.Round(time.Second), lastErr), true
 }
 
 func (s *stageCheck) wait(what string) {
@@ -128,6 +153,9 @@ func (h *health) ready() (reasons, info []string) {
 		case !gh.Joined:
 			reasons = append(reasons, fmt.Sprintf("%s stage: joining consumer group %s", s.name, gh.GroupID))
 		default:
+			if reason, down := s.scorerDown(h.readyWindow); down {
+				reasons = append(reasons, reason)
+			}
 			if st, pending := gh.Oldest(); pending && st.For > h.readyWindow {
 				reasons = append(reasons, fmt.Sprintf("%s stage: %s has %d records uncommitted for %v (more than %v)",
 					s.name, st.Partition, st.Pending, st.For.Round(time.Second), h.readyWindow))
@@ -161,6 +189,9 @@ func (h *health) live() []string {
 		gh, ok := g.Health()
 		if !ok {
 			continue
+		}
+		if _, down := s.scorerDown(0); down {
+			continue // stalled on its scorers: a restart does not bring them back (readiness says so)
 		}
 		if st, pending := gh.Oldest(); pending && st.For > h.stall {
 			reasons = append(reasons, fmt.Sprintf("%s stage: %s has had %d records uncommitted without progress for %v (--liveness-stall %v)",

@@ -13,6 +13,9 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/harness/synth"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
 )
@@ -101,6 +104,40 @@ func TestRunWaitsForItsScorerNotReady(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The scorer goes away while trajectories arrive: not ready (every
+	// scorer call fails), still live, still running.
+	stopScorer()
+	p, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var msgs []producers.Message
+	for _, tr := range synth.Default().Group(0) {
+		v, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, producers.Message{Topic: "creditflow.trajectories", Key: []byte(tr.PromptID), Value: v})
+	}
+	if err := p.Produce(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(45 * time.Second)
+	for {
+		code, body := get(base + "/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "every scorer call has failed") {
+			t.Logf("with the scorer gone:\n%s", body)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz with the scorer gone and input pending: %d %q", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, body := get(base + "/livez"); code != http.StatusOK {
+		t.Fatalf("/livez with the scorer gone: %d %q", code, body)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("run exited: %v", err)
@@ -142,10 +179,18 @@ func TestRunNeedsAnExplicitScorer(t *testing.T) {
 	}
 }
 
-// stubGroup is a stage whose consumer-group health is set by the test.
-type stubGroup struct{ h consumers.Health }
+// stubGroup is a stage whose consumer-group health and scorer calls are
+// set by the test.
+type stubGroup struct {
+	h           consumers.Health
+	scorerSince time.Duration // > 0: every scorer call failed for this long
+}
 
-func (s stubGroup) Health() (consumers.Health, bool) { return s.h, true }
+func (s *stubGroup) Health() (consumers.Health, bool) { return s.h, true }
+
+func (s *stubGroup) ScorerFailing() (bool, time.Duration, string) {
+	return s.scorerSince > 0, s.scorerSince, "connection refused"
+}
 
 // TestReadyAndLiveFromProgress: uncommitted input makes the process not
 // ready after ten commit intervals (at least 10 s) and not live after
@@ -186,6 +231,21 @@ func TestReadyAndLiveFromProgress(t *testing.T) {
 	g.h.Stalled = nil
 	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "brokers: connection refused") {
 		t.Fatalf("brokers down: %q", r)
+	}
+	// Stalled because its scorers fail: not ready, but live (a restart
+	// does not bring the scorers back).
+	h.setBrokers(nil)
+	g.h.Stalled = []consumers.Stall{{Partition: "t/1", For: 2 * time.Minute, Pending: 4}}
+	g.scorerSince = 5 * time.Second
+	if r, _ := h.ready(); len(r) != 1 || strings.Contains(r[0], "scorer") {
+		t.Fatalf("scorer failing for 5s: %q (want only the uncommitted input)", r)
+	}
+	g.scorerSince = 2 * time.Minute
+	if r, _ := h.ready(); len(r) != 2 || !strings.Contains(r[0], "every scorer call has failed for 2m0s: connection refused") {
+		t.Fatalf("scorer failing for 2m: %q", r)
+	}
+	if l := h.live(); len(l) != 0 {
+		t.Fatalf("stalled on failing scorers: not live %q", l)
 	}
 	if off := newHealth(time.Second, 0); len(off.live()) != 0 {
 		t.Fatal("--liveness-stall 0 failed a check")
