@@ -451,8 +451,8 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 		}
 		return err
 	}
-	g.health.started(topic+"/"+itoa(a.ID), start)
 	ch := make(chan Record, g.cfg.Buffer)
+	ph := g.health.started(topic+"/"+itoa(a.ID), start, ch)
 	claim := Claim{Topic: topic, Partition: a.ID, Generation: gen.ID, StartOffset: start, Records: ch}
 	if g.cfg.Reassembly != nil {
 		claim, commit, _ = Reassemble(ctx, claim, commit, *g.cfg.Reassembly)
@@ -462,7 +462,7 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 	go func() {
 		defer close(fetchDone)
 		defer close(ch)
-		g.fetch(fetchCtx, topic, a.ID, start, ch)
+		g.fetch(fetchCtx, topic, a.ID, start, ch, ph)
 	}()
 	err = fn(ctx, claim, commit)
 	// The handler is done with this claim: stop fetching. Draining keeps
@@ -508,7 +508,7 @@ func (g *Group) resolveStart(ctx context.Context, topic string, partition int, o
 
 // fetch reads the partition from start and sends records to ch until ctx
 // ends. kafka-go's Reader retries broker failures internally.
-func (g *Group) fetch(ctx context.Context, topic string, partition int, start int64, ch chan<- Record) {
+func (g *Group) fetch(ctx context.Context, topic string, partition int, start int64, ch chan<- Record, ph *partHealth) {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        g.cfg.Brokers,
 		Topic:          topic,
@@ -531,7 +531,6 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 		return
 	}
 	part := itoa(partition)
-	healthKey := topic + "/" + part
 	recs := g.m.records.WithLabelValues(topic)
 	lag := g.m.lag.WithLabelValues(topic, part)
 	// The partition may move to another member: drop its lag series then.
@@ -571,7 +570,7 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 			return
 		}
 		recs.Inc()
-		g.health.delivered(healthKey, rec.Offset+1)
+		ph.deliver(rec.Offset + 1)
 		if l := r.Lag(); l >= 0 {
 			lag.Set(float64(l + int64(len(ch))))
 		}

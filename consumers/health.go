@@ -2,12 +2,15 @@ package consumers
 
 // What a Group reports about its own health: whether it is in a
 // generation, which partitions it holds, and, per partition, whether
-// records were delivered that are not committed yet and since when. The
-// process's /readyz and /livez (docs/stream.md, "Health") are computed from it.
+// records wait for the handler and since when it last took one, and
+// whether records the handler took are not committed yet and since when
+// the committed offset last moved. The process's /readyz and /livez
+// (docs/stream.md, "Health") are computed from it.
 
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,38 +29,47 @@ type Health struct {
 	// LastCommit is when a commit of this member last succeeded (zero
 	// before the first).
 	LastCommit time.Time
-	// Stalled lists the partitions with records delivered and not yet
-	// committed, with how long they have gone without their committed
-	// offset moving (since the records became pending, or since the last
-	// commit that moved it, whichever is later). A partition that is
-	// caught up is not listed.
-	Stalled []Stall
+	// Uncommitted lists the partitions with records delivered and not yet
+	// committed, with how long their committed offset has not moved
+	// (since the records became pending, or since the last commit that
+	// moved it, whichever is later). A partition that is caught up is not
+	// listed.
+	Uncommitted []Stall
+	// Waiting lists the partitions with records waiting for the handler
+	// to take them, with how long the handler has taken none (a handler
+	// that keeps up is not listed).
+	Waiting []Stall
 }
 
-// Stall is one partition with uncommitted input.
+// Stall is one partition with input not yet handled.
 type Stall struct {
 	Partition string        // "topic/partition"
 	For       time.Duration // time without progress
-	Pending   int64         // records delivered and not committed
+	Records   int64         // records pending
 }
 
-// Oldest is the longest Stall.For of h (0 when nothing is pending).
-func (h Health) Oldest() (Stall, bool) {
-	var out Stall
-	found := false
-	for _, s := range h.Stalled {
-		if !found || s.For > out.For {
-			out, found = s, true
+// Oldest is the longest Stall.For of stalls (ok false when there is none).
+func Oldest(stalls []Stall) (s Stall, ok bool) {
+	for _, x := range stalls {
+		if !ok || x.For > s.For {
+			s, ok = x, true
 		}
 	}
-	return out, found
+	return s, ok
 }
 
-// partHealth is the progress of one claimed partition.
+// partHealth is the progress of one claimed partition. The fetcher
+// updates it with atomics only (it runs once per record).
 type partHealth struct {
-	delivered int64     // next offset after the last delivered record
-	committed int64     // last committed next-offset
-	since     time.Time // when the committed offset last moved, or pending began
+	delivered atomic.Int64 // next offset after the last delivered record
+	committed atomic.Int64 // last committed next-offset
+	since     atomic.Int64 // Unix ns: the committed offset last moved, or records became pending
+	sent      atomic.Int64 // records put in the claim's channel
+	ch        chan Record  // the claim's channel (nil before the claim starts)
+
+	// under healthState.mu
+	taken   int64     // records the handler had taken at the last look
+	takenAt time.Time // when taken last changed, or nothing was waiting
 }
 
 // healthState is the mutable state behind Group.Health.
@@ -74,8 +86,12 @@ func (h *healthState) startGeneration(id int32, parts []string) {
 	defer h.mu.Unlock()
 	h.joined, h.generation = true, id
 	h.parts = make(map[string]*partHealth, len(parts))
+	now := time.Now()
 	for _, p := range parts {
-		h.parts[p] = &partHealth{delivered: -1, committed: -1}
+		ph := &partHealth{takenAt: now}
+		ph.delivered.Store(-1)
+		ph.committed.Store(-1)
+		h.parts[p] = ph
 	}
 }
 
@@ -86,26 +102,32 @@ func (h *healthState) endGeneration() {
 	h.parts = nil
 }
 
-// started records where a claimed partition starts: nothing is pending.
-func (h *healthState) started(part string, offset int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if p := h.parts[part]; p != nil {
-		p.delivered, p.committed, p.since = offset, offset, time.Now()
-	}
-}
-
-func (h *healthState) delivered(part string, next int64) {
+// started records where a claimed partition starts (nothing pending) and
+// the channel its records go through; it returns the partition's state
+// for the fetcher (nil when the generation is already over).
+func (h *healthState) started(part string, offset int64, ch chan Record) *partHealth {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := h.parts[part]
-	if p == nil || next <= p.delivered {
+	if p == nil {
+		return nil
+	}
+	p.delivered.Store(offset)
+	p.committed.Store(offset)
+	p.since.Store(time.Now().UnixNano())
+	p.ch, p.takenAt = ch, time.Now()
+	return p
+}
+
+// deliver records a record put in the claim's channel.
+func (p *partHealth) deliver(next int64) {
+	if p == nil {
 		return
 	}
-	if p.delivered <= p.committed { // nothing was pending: the clock starts now
-		p.since = time.Now()
+	p.sent.Add(1)
+	if prev := p.delivered.Swap(next); prev <= p.committed.Load() {
+		p.since.Store(time.Now().UnixNano()) // nothing was pending: the clock starts now
 	}
-	p.delivered = next
 }
 
 func (h *healthState) committed(part string, next int64) {
@@ -113,8 +135,9 @@ func (h *healthState) committed(part string, next int64) {
 	defer h.mu.Unlock()
 	now := time.Now()
 	h.lastCommit = now
-	if p := h.parts[part]; p != nil && next > p.committed {
-		p.committed, p.since = next, now
+	if p := h.parts[part]; p != nil && next > p.committed.Load() {
+		p.committed.Store(next)
+		p.since.Store(now.UnixNano())
 	}
 }
 
@@ -125,12 +148,25 @@ func (h *healthState) snapshot(groupID string) Health {
 	now := time.Now()
 	for name, p := range h.parts {
 		out.Partitions = append(out.Partitions, name)
-		if p.delivered > p.committed && p.committed >= 0 {
-			out.Stalled = append(out.Stalled, Stall{Partition: name, For: now.Sub(p.since), Pending: p.delivered - p.committed})
+		if d, c := p.delivered.Load(), p.committed.Load(); d > c && c >= 0 {
+			out.Uncommitted = append(out.Uncommitted, Stall{Partition: name, For: now.Sub(time.Unix(0, p.since.Load())), Records: d - c})
+		}
+		if p.ch == nil {
+			continue
+		}
+		queued := int64(len(p.ch))
+		taken := p.sent.Load() - queued
+		if taken != p.taken || queued == 0 {
+			p.taken, p.takenAt = taken, now
+		}
+		if queued > 0 {
+			out.Waiting = append(out.Waiting, Stall{Partition: name, For: now.Sub(p.takenAt), Records: queued})
 		}
 	}
 	sort.Strings(out.Partitions)
-	sort.Slice(out.Stalled, func(i, j int) bool { return out.Stalled[i].Partition < out.Stalled[j].Partition })
+	for _, s := range [][]Stall{out.Uncommitted, out.Waiting} {
+		sort.Slice(s, func(i, j int) bool { return s[i].Partition < s[j].Partition })
+	}
 	return out
 }
 

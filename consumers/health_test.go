@@ -46,8 +46,9 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, want map[string]
 
 // TestGroupHealthRebalancesAndCommittedSeries: Health reports the member
 // out of a generation before Run, then joined with its partitions;
-// records delivered and not committed are listed as stalled with their
-// count and age, and leave the list once committed. A rebalance counts in
+// records the handler does not take are listed as waiting, records it
+// took and did not commit as uncommitted, each with their count and age,
+// and they leave the lists once taken and committed. A rebalance counts in
 // creditflow_consumer_rebalances_total, moves creditflow_consumer_assigned_partitions,
 // and deletes the committed-offset series of the partition that moved.
 func TestGroupHealthRebalancesAndCommittedSeries(t *testing.T) {
@@ -64,14 +65,18 @@ func TestGroupHealthRebalancesAndCommittedSeries(t *testing.T) {
 	if h := a.Health(); h.Joined || len(h.Partitions) != 0 {
 		t.Fatalf("before Run: %+v", h)
 	}
-	var allow atomic.Bool
+	var allow, read atomic.Bool
 	handler := func(ctx context.Context, cl consumers.Claim, commit consumers.CommitFunc) error {
 		next, last := cl.StartOffset, cl.StartOffset
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
+			records := cl.Records
+			if !read.Load() {
+				records = nil // not taking records yet
+			}
 			select {
-			case r, ok := <-cl.Records:
+			case r, ok := <-records:
 				if !ok {
 					return nil
 				}
@@ -100,16 +105,27 @@ func TestGroupHealthRebalancesAndCommittedSeries(t *testing.T) {
 	if n, _ := gauge(t, regA, "creditflow_consumer_assigned_partitions", map[string]string{"group": "hg"}); n != 2 {
 		t.Errorf("assigned partitions: %v, want 2", n)
 	}
-	waitFor(t, 10*time.Second, "40 records pending", func() bool {
-		var n int64
-		for _, s := range a.Health().Stalled {
-			n += s.Pending
+	sum := func(stalls []consumers.Stall) (n int64) {
+		for _, s := range stalls {
+			n += s.Records
 		}
-		return n == 40
+		return n
+	}
+	// The handler takes nothing: the records wait for it.
+	waitFor(t, 10*time.Second, "40 records waiting for the handler", func() bool { return sum(a.Health().Waiting) == 40 })
+	time.Sleep(300 * time.Millisecond)
+	if s, ok := consumers.Oldest(a.Health().Waiting); !ok || s.For < 300*time.Millisecond {
+		t.Fatalf("oldest wait %+v (%v), want at least 300ms", s, ok)
+	}
+	// It takes them and commits nothing: they are uncommitted.
+	read.Store(true)
+	waitFor(t, 10*time.Second, "40 records taken and uncommitted", func() bool {
+		h := a.Health()
+		return len(h.Waiting) == 0 && sum(h.Uncommitted) == 40
 	})
 	time.Sleep(300 * time.Millisecond)
-	if s, ok := a.Health().Oldest(); !ok || s.For < 300*time.Millisecond {
-		t.Fatalf("oldest stall %+v (%v), want at least 300ms", s, ok)
+	if s, ok := consumers.Oldest(a.Health().Uncommitted); !ok || s.For < 300*time.Millisecond {
+		t.Fatalf("oldest uncommitted %+v (%v), want at least 300ms", s, ok)
 	}
 	if !a.Health().LastCommit.IsZero() {
 		t.Fatal("a commit reported before any was made")
@@ -117,7 +133,7 @@ func TestGroupHealthRebalancesAndCommittedSeries(t *testing.T) {
 	allow.Store(true)
 	waitFor(t, 10*time.Second, "nothing pending after the commits", func() bool {
 		h := a.Health()
-		return len(h.Stalled) == 0 && !h.LastCommit.IsZero()
+		return len(h.Uncommitted) == 0 && !h.LastCommit.IsZero()
 	})
 	if _, n := gauge(t, regA, "creditflow_consumer_committed_offset", nil); n != 2 {
 		t.Fatalf("committed offset series: %d, want 2", n)
@@ -131,6 +147,7 @@ func TestGroupHealthRebalancesAndCommittedSeries(t *testing.T) {
 	}
 	doneB := make(chan struct{})
 	go func() { defer close(doneB); _ = bg.Run(ctx, newCollector().handler(true)) }()
+	// (member A's handler reads and commits from here on)
 	waitFor(t, 30*time.Second, "the partitions split between the two members", func() bool {
 		ha, hb := a.Health(), bg.Health()
 		return ha.Joined && hb.Joined && len(ha.Partitions) == 1 && len(hb.Partitions) == 1

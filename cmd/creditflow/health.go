@@ -4,13 +4,17 @@ package main
 //   - /readyz answers 200 when a broker answered within the last check,
 //     every stage has started (the score stage once a scorer answered), its
 //     member is in a consumer group generation, and no partition has had
-//     records delivered and uncommitted for longer than the readiness
-//     window; 503 with the reasons otherwise.
+//     records waiting for the stage's handler that it did not take, or
+//     (score stage) records taken and not committed, for longer than the
+//     readiness window; 503 with the reasons otherwise. The advantage
+//     stage's commits legitimately wait for its group windows (an open
+//     group holds back the commit of its members' offsets), so its
+//     uncommitted records do not count.
 //   - /readyz also answers 503 while every scorer call of the score stage
 //     has failed for longer than the readiness window.
-//   - /livez answers 503 when a partition has had input pending and its
-//     committed offset has not moved for --liveness-stall: the process is
-//     stuck and a restart helps. It does not fail while the process waits
+//   - /livez answers 503 when a partition has had input pending (by the
+//     same two measures) without progress for --liveness-stall: the
+//     process is stuck and a restart helps. It does not fail while the process waits
 //     for brokers or scorers, nor while its scorer calls fail (that is
 //     readiness).
 //   - /healthz stays what it was: 200 while the process serves HTTP.
@@ -40,8 +44,11 @@ type scorerHealth interface {
 
 // stageCheck is one stage of the process as the checks see it.
 type stageCheck struct {
-	name    string
-	mu      sync.Mutex
+	name string
+	// commitBound: the stage commits what it took within a few commit
+	// intervals (the score stage), so uncommitted records are a stall.
+	commitBound bool
+	mu          sync.Mutex
 	waiting string // what the stage waits for before it starts ("" once started)
 	group   groupHealth
 }
@@ -94,8 +101,8 @@ func newHealth(commitInterval, stall time.Duration) *health {
 	return &health{readyWindow: max(10*commitInterval, 10*time.Second), stall: stall, brokersErr: errNotChecked}
 }
 
-func (h *health) stage(name, waiting string) *stageCheck {
-	s := &stageCheck{name: name, waiting: waiting}
+func (h *health) stage(name, waiting string, commitBound bool) *stageCheck {
+	s := &stageCheck{name: name, waiting: waiting, commitBound: commitBound}
 	h.mu.Lock()
 	h.stages = append(h.stages, s)
 	h.mu.Unlock()
@@ -156,10 +163,7 @@ func (h *health) ready() (reasons, info []string) {
 			if reason, down := s.scorerDown(h.readyWindow); down {
 				reasons = append(reasons, reason)
 			}
-			if st, pending := gh.Oldest(); pending && st.For > h.readyWindow {
-				reasons = append(reasons, fmt.Sprintf("%s stage: %s has %d records uncommitted for %v (more than %v)",
-					s.name, st.Partition, st.Pending, st.For.Round(time.Second), h.readyWindow))
-			}
+			reasons = append(reasons, s.stalls(gh, h.readyWindow, "")...)
 			line := fmt.Sprintf("%s stage: group %s generation %d, %d partitions", s.name, gh.GroupID, gh.Generation, len(gh.Partitions))
 			if len(gh.Partitions) == 0 {
 				line += " (a spare member: more members than partitions)"
@@ -193,12 +197,25 @@ func (h *health) live() []string {
 		if _, down := s.scorerDown(0); down {
 			continue // stalled on its scorers: a restart does not bring them back (readiness says so)
 		}
-		if st, pending := gh.Oldest(); pending && st.For > h.stall {
-			reasons = append(reasons, fmt.Sprintf("%s stage: %s has had %d records uncommitted without progress for %v (--liveness-stall %v)",
-				s.name, st.Partition, st.Pending, st.For.Round(time.Second), h.stall))
-		}
+		reasons = append(reasons, s.stalls(gh, h.stall, " (--liveness-stall)")...)
 	}
 	return reasons
+}
+
+// stalls are the stage's partitions without progress for longer than d:
+// records waiting that the handler did not take, and (commit-bound
+// stages) records taken and not committed.
+func (s *stageCheck) stalls(gh consumers.Health, d time.Duration, suffix string) []string {
+	var out []string
+	if st, ok := consumers.Oldest(gh.Waiting); ok && st.For > d {
+		out = append(out, fmt.Sprintf("%s stage: %s has %d records waiting that it took none of for %v (more than %v%s)",
+			s.name, st.Partition, st.Records, st.For.Round(time.Second), d, suffix))
+	}
+	if st, ok := consumers.Oldest(gh.Uncommitted); s.commitBound && ok && st.For > d {
+		out = append(out, fmt.Sprintf("%s stage: %s has %d records uncommitted for %v (more than %v%s)",
+			s.name, st.Partition, st.Records, st.For.Round(time.Second), d, suffix))
+	}
+	return out
 }
 
 // routes are the handlers of /readyz and /livez.

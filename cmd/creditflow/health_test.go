@@ -104,25 +104,44 @@ func TestRunWaitsForItsScorerNotReady(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The scorer goes away while trajectories arrive: not ready (every
-	// scorer call fails), still live, still running.
-	stopScorer()
 	p, err := producers.New(producers.Config{Brokers: b.Addrs()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var msgs []producers.Message
-	for _, tr := range synth.Default().Group(0) {
-		v, err := schemas.Trajectories().Encode(&tr)
-		if err != nil {
+	publish := func(trs []schemas.Trajectory) {
+		t.Helper()
+		var msgs []producers.Message
+		for _, tr := range trs {
+			v, err := schemas.Trajectories().Encode(&tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, producers.Message{Topic: "creditflow.trajectories", Key: []byte(tr.PromptID), Value: v})
+		}
+		if err := p.Produce(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		msgs = append(msgs, producers.Message{Topic: "creditflow.trajectories", Key: []byte(tr.PromptID), Value: v})
 	}
-	if err := p.Produce(ctx, msgs...); err != nil {
-		t.Fatal(err)
+	// A whole group and half of another: the open group holds back the
+	// advantage stage's commit for its window (two minutes), which is not
+	// a stall: ready all along, past the readiness window.
+	gen := synth.Default()
+	publish(append(gen.Group(0), gen.Group(1)[:2]...))
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); {
+		if code, body := get(base + "/readyz"); code != http.StatusOK {
+			t.Fatalf("/readyz with an open group: %d %q", code, body)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
+	if _, m := get(base + "/metrics"); !strings.Contains(m, `creditflow_records_out_total{stage="advantage",topic="creditflow.samples"}`) {
+		t.Fatalf("no samples written:\n%s", grepLines(m, "creditflow_records_"))
+	}
+
+	// The scorer goes away while trajectories arrive: not ready (every
+	// scorer call fails), still live, still running.
+	stopScorer()
+	publish(gen.Group(2))
 	deadline = time.Now().Add(45 * time.Second)
 	for {
 		code, body := get(base + "/readyz")
@@ -202,7 +221,7 @@ func TestReadyAndLiveFromProgress(t *testing.T) {
 		t.Fatal("ready before the first broker check")
 	}
 	h.setBrokers(nil)
-	s := h.stage("score", "waiting for a scorer")
+	s := h.stage("score", "waiting for a scorer", true)
 	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "waiting for a scorer") {
 		t.Fatalf("waiting stage: %q", r)
 	}
@@ -212,30 +231,30 @@ func TestReadyAndLiveFromProgress(t *testing.T) {
 		t.Fatalf("outside a generation: %q", r)
 	}
 	g.h.Joined, g.h.Partitions = true, []string{"t/0", "t/1"}
-	g.h.Stalled = []consumers.Stall{{Partition: "t/1", For: 9 * time.Second, Pending: 4}}
+	g.h.Uncommitted = []consumers.Stall{{Partition: "t/1", For: 9 * time.Second, Records: 4}}
 	if r, _ := h.ready(); len(r) != 0 || len(h.live()) != 0 {
 		t.Fatalf("input pending for 9s: not ready %q or not live %q", r, h.live())
 	}
-	g.h.Stalled[0].For = 11 * time.Second
+	g.h.Uncommitted[0].For = 11 * time.Second
 	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "t/1 has 4 records uncommitted") {
 		t.Fatalf("input pending for 11s: %q", r)
 	}
 	if l := h.live(); len(l) != 0 {
 		t.Fatalf("not live after 11s of a one-minute stall limit: %q", l)
 	}
-	g.h.Stalled[0].For = 61 * time.Second
-	if l := h.live(); len(l) != 1 || !strings.Contains(l[0], "--liveness-stall 1m0s") {
+	g.h.Uncommitted[0].For = 61 * time.Second
+	if l := h.live(); len(l) != 1 || !strings.Contains(l[0], "more than 1m0s (--liveness-stall)") {
 		t.Fatalf("stalled for 61s: live %q", l)
 	}
 	h.setBrokers(errors.New("connection refused"))
-	g.h.Stalled = nil
+	g.h.Uncommitted = nil
 	if r, _ := h.ready(); len(r) != 1 || !strings.Contains(r[0], "brokers: connection refused") {
 		t.Fatalf("brokers down: %q", r)
 	}
 	// Stalled because its scorers fail: not ready, but live (a restart
 	// does not bring the scorers back).
 	h.setBrokers(nil)
-	g.h.Stalled = []consumers.Stall{{Partition: "t/1", For: 2 * time.Minute, Pending: 4}}
+	g.h.Uncommitted = []consumers.Stall{{Partition: "t/1", For: 2 * time.Minute, Records: 4}}
 	g.scorerSince = 5 * time.Second
 	if r, _ := h.ready(); len(r) != 1 || strings.Contains(r[0], "scorer") {
 		t.Fatalf("scorer failing for 5s: %q (want only the uncommitted input)", r)
@@ -246,6 +265,25 @@ func TestReadyAndLiveFromProgress(t *testing.T) {
 	}
 	if l := h.live(); len(l) != 0 {
 		t.Fatalf("stalled on failing scorers: not live %q", l)
+	}
+	// The advantage stage: records held by open group windows are
+	// uncommitted for minutes and that is fine; records it does not take
+	// are a stall.
+	h2 := newHealth(200*time.Millisecond, time.Minute)
+	h2.setBrokers(nil)
+	adv := &stubGroup{h: consumers.Health{GroupID: "g.advantage", Joined: true, Partitions: []string{"s/0"},
+		Uncommitted: []consumers.Stall{{Partition: "s/0", For: 3 * time.Minute, Records: 7}}}}
+	h2.stage("advantage", "", false).start(adv)
+	if r, _ := h2.ready(); len(r) != 0 || len(h2.live()) != 0 {
+		t.Fatalf("advantage stage with open groups: not ready %q or not live %q", r, h2.live())
+	}
+	adv.h.Waiting = []consumers.Stall{{Partition: "s/0", For: 11 * time.Second, Records: 3}}
+	if r, _ := h2.ready(); len(r) != 1 || !strings.Contains(r[0], "s/0 has 3 records waiting that it took none of for 11s") {
+		t.Fatalf("advantage stage taking nothing for 11s: %q", r)
+	}
+	adv.h.Waiting[0].For = 61 * time.Second
+	if l := h2.live(); len(l) != 1 {
+		t.Fatalf("advantage stage taking nothing for 61s: live %q", l)
 	}
 	if off := newHealth(time.Second, 0); len(off.live()) != 0 {
 		t.Fatal("--liveness-stall 0 failed a check")

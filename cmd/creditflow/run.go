@@ -206,10 +206,10 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	hc := newHealth(cfg.CommitInterval, *livenessStall)
 	var scoreCheck, advCheck *stageCheck
 	if runScore {
-		scoreCheck = hc.stage("score", "waiting for the brokers and topics")
+		scoreCheck = hc.stage("score", "waiting for the brokers and topics", true)
 	}
 	if runAdv {
-		advCheck = hc.stage("advantage", "waiting for the brokers and topics")
+		advCheck = hc.stage("advantage", "waiting for the brokers and topics", false)
 	}
 	if *metricsAddr != "" {
 		stopMetrics, err := serveMetrics(*metricsAddr, reg, log, hc.routes())
