@@ -49,8 +49,8 @@ type stageCheck struct {
 	// intervals (the score stage), so uncommitted records are a stall.
 	commitBound bool
 	mu          sync.Mutex
-	waiting string // what the stage waits for before it starts ("" once started)
-	group   groupHealth
+	waiting     string // what the stage waits for before it starts ("" once started)
+	group       groupHealth
 }
 
 // scorerDown is the stage's scorer failure, when it has one that lasted

@@ -14,10 +14,10 @@ import (
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
-	"github.com/creditflow/creditflow/producers"
-	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
+	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
 )
 
 // get returns the status and body of GET url (0 when it did not answer).
