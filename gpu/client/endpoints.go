@@ -78,7 +78,7 @@ func (c *Client) markFailure(ep *endpoint, aerr *attemptError, now bool) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	ep.fails++
-	if (ep.fails < c.cfg.unhealthyAfter && !now) || !ep.healthy.Load() {
+	if (ep.fails < c.cfg.unhealthyAfter && !now) || !ep.healthy.Load() || ep.removed.Load() {
 		return
 	}
 	ep.healthy.Store(false)
