@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
@@ -16,6 +19,8 @@ import (
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
+	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 )
@@ -287,5 +292,38 @@ func TestReadyAndLiveFromProgress(t *testing.T) {
 	}
 	if off := newHealth(time.Second, 0); len(off.live()) != 0 {
 		t.Fatal("--liveness-stall 0 failed a check")
+	}
+}
+
+// TestMonitorExportsGroupLag: the monitor's --lag-groups export a
+// group's lag from the brokers while no member of the group runs, and a
+// malformed list is refused.
+func TestMonitorExportsGroupLag(t *testing.T) {
+	b := brokertest.Start(t, broker.WithTopics(2, "in"))
+	p, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := 0; i < 6; i++ {
+		if err := p.Produce(context.Background(), producers.Message{Topic: "in", Key: []byte{byte('a' + i)}, Value: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := groupLagExporter(b.Addrs(), kafkasec.Config{}, "g=in,bad", time.Second, reg, zerolog.Nop()); err == nil {
+		t.Fatal("a malformed --lag-groups accepted")
+	}
+	e, err := groupLagExporter(b.Addrs(), kafkasec.Config{}, "g.score = in", time.Second, reg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Poll(context.Background(), nil)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := promreg.Sum(mfs, "creditflow_consumer_group_lag_records", map[string]string{"group": "g.score", "topic": "in"}); got != 6 {
+		t.Fatalf("lag of a group without members or commits: %v, want 6", got)
 	}
 }
