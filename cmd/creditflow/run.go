@@ -153,7 +153,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
 		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics, /readyz, /livez and /healthz here (empty: off; docs/stream.md)")
-		livenessStall = fs.Duration("liveness-stall", 5*time.Minute, "/livez fails when a partition has had records uncommitted for this long without its committed offset moving (0: never)")
+		livenessStall = fs.Duration("liveness-stall", 5*time.Minute, "/livez fails when a partition's input has made no progress for this long: records waiting that the stage takes none of, or (score stage) records it took and does not commit (0: never)")
 		lagInterval = fs.Duration("lag-interval", 15*time.Second, "read the stages' consumer-group lag from the brokers this often (creditflow_consumer_group_lag_records; 0: off)")
 		logLevel = fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	})
