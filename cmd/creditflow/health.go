@@ -40,6 +40,7 @@ type groupHealth interface {
 // scorerHealth is what the score stage reports about its scorer calls.
 type scorerHealth interface {
 	ScorerFailing() (failing bool, since time.Duration, lastErr string)
+	ScorerAnswered() time.Time
 }
 
 // stageCheck is one stage of the process as the checks see it.
@@ -163,7 +164,7 @@ func (h *health) ready() (reasons, info []string) {
 			if reason, down := s.scorerDown(h.readyWindow); down {
 				reasons = append(reasons, reason)
 			}
-			reasons = append(reasons, s.stalls(gh, h.readyWindow, "")...)
+			reasons = append(reasons, s.stalls(gh, h.readyWindow, "", true)...)
 			line := fmt.Sprintf("%s stage: group %s generation %d, %d partitions", s.name, gh.GroupID, gh.Generation, len(gh.Partitions))
 			if len(gh.Partitions) == 0 {
 				line += " (a spare member: more members than partitions)"
@@ -197,16 +198,28 @@ func (h *health) live() []string {
 		if _, down := s.scorerDown(0); down {
 			continue // stalled on its scorers: a restart does not bring them back (readiness says so)
 		}
-		reasons = append(reasons, s.stalls(gh, h.stall, " (--liveness-stall)")...)
+		reasons = append(reasons, s.stalls(gh, h.stall, " (--liveness-stall)", false)...)
 	}
 	return reasons
 }
 
 // stalls are the stage's partitions without progress for longer than d:
 // records waiting that the handler did not take, and (commit-bound
-// stages) records taken and not committed.
-func (s *stageCheck) stalls(gh consumers.Health, d time.Duration, suffix string) []string {
+// stages) records taken and not committed. busy leaves out uncommitted
+// records while the stage's scorer answered within d: a busy scorer may
+// take longer than d for one record, which holds back its partition's
+// commit without anything being stuck (liveness, with its longer limit,
+// does not leave them out).
+func (s *stageCheck) stalls(gh consumers.Health, d time.Duration, suffix string, busy bool) []string {
 	var out []string
+	if busy {
+		s.mu.Lock()
+		sh, ok := s.group.(scorerHealth)
+		s.mu.Unlock()
+		if ok && time.Since(sh.ScorerAnswered()) < d {
+			gh.Uncommitted = nil
+		}
+	}
 	if st, ok := consumers.Oldest(gh.Waiting); ok && st.For > d {
 		out = append(out, fmt.Sprintf("%s stage: %s has %d records waiting that it took none of for %v (more than %v%s)",
 			s.name, st.Partition, st.Records, st.For.Round(time.Second), d, suffix))

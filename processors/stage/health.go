@@ -57,6 +57,7 @@ type scorerState struct {
 	mu        sync.Mutex
 	failSince time.Time // zero: the last call succeeded (or none failed yet)
 	lastErr   string
+	lastOK    time.Time // the last call that succeeded
 }
 
 // observe records the outcome of one scorer call (a rejection of the
@@ -68,7 +69,7 @@ func (st *scorerState) observe(ctx context.Context, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if err == nil {
-		st.failSince, st.lastErr = time.Time{}, ""
+		st.failSince, st.lastErr, st.lastOK = time.Time{}, "", time.Now()
 		return
 	}
 	if st.failSince.IsZero() {
@@ -91,4 +92,15 @@ func (s *ScoreStage) ScorerFailing() (failing bool, since time.Duration, lastErr
 		return false, 0, ""
 	}
 	return true, time.Since(s.scorerState.failSince), s.scorerState.lastErr
+}
+
+// ScorerAnswered is when a scorer call of the score stage last succeeded
+// (zero before the first).
+func (s *ScoreStage) ScorerAnswered() time.Time {
+	if s.scorerState == nil {
+		return time.Time{}
+	}
+	s.scorerState.mu.Lock()
+	defer s.scorerState.mu.Unlock()
+	return s.scorerState.lastOK
 }
