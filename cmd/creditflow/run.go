@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
