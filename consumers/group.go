@@ -164,6 +164,8 @@ type Group struct {
 	closed  bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	health healthState
 }
 
 // NewGroup validates cfg. It does not connect; Run does.
@@ -213,6 +215,8 @@ func NewGroup(cfg Config, opts ...Option) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.assigned.WithLabelValues(cfg.GroupID).Set(0) // exported from the start
+	m.rebalances.WithLabelValues(cfg.GroupID)
 	if cfg.Reassembly != nil {
 		rc := *cfg.Reassembly
 		if rc.metrics, err = newChunkMetrics(o.reg); err != nil {
@@ -283,6 +287,7 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 	}()
 
 	backoff := 100 * time.Millisecond
+	var refusedSince time.Time // first refusal of the credentials in a row
 	for {
 		gen, err := cg.Next(ctx)
 		if err != nil {
@@ -291,7 +296,16 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 			}
 			if g.cfg.Security.SASLMechanism != "" || g.cfg.Security.TLS != nil {
 				if cerr := g.cfg.Security.Check(ctx, g.cfg.Brokers); errors.Is(cerr, kafkasec.ErrAuthentication) {
-					return fmt.Errorf("consumers: %w", cerr)
+					if refusedSince.IsZero() {
+						refusedSince = time.Now()
+					}
+					if !g.cfg.Security.Reloads() || time.Since(refusedSince) > kafkasec.RotationGrace {
+						return fmt.Errorf("consumers: %w", cerr)
+					}
+					g.log.Warn().Err(cerr).Dur("retrying_for", kafkasec.RotationGrace).
+						Msg("the brokers refuse the credentials; they are read from files that may be mid-rotation: retrying")
+				} else {
+					refusedSince = time.Time{}
 				}
 			}
 			g.log.Warn().Err(err).Msg("joining the consumer group failed; retrying")
@@ -304,7 +318,7 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		backoff, refusedSince = 100*time.Millisecond, time.Time{}
 		g.runGeneration(ctx, gen, fn)
 	}
 }
@@ -313,9 +327,28 @@ func (g *Group) Run(ctx context.Context, fn ClaimFunc) error {
 // of them returned and the generation is over.
 func (g *Group) runGeneration(runCtx context.Context, gen *kafka.Generation, fn ClaimFunc) {
 	n := 0
-	for _, as := range gen.Assignments {
+	var parts []string
+	for topic, as := range gen.Assignments {
 		n += len(as)
+		for _, a := range as {
+			parts = append(parts, topic+"/"+itoa(a.ID))
+		}
 	}
+	g.health.startGeneration(gen.ID, parts)
+	g.m.rebalances.WithLabelValues(g.cfg.GroupID).Inc()
+	g.m.assigned.WithLabelValues(g.cfg.GroupID).Set(float64(n))
+	defer func() {
+		// The partitions may move to other members: their committed
+		// offsets are reported by their new owners (and, from the
+		// brokers' data, by the lag exporter).
+		g.health.endGeneration()
+		g.m.assigned.WithLabelValues(g.cfg.GroupID).Set(0)
+		for topic, as := range gen.Assignments {
+			for _, a := range as {
+				g.m.committed.DeleteLabelValues(topic, itoa(a.ID))
+			}
+		}
+	}()
 	g.log.Info().Int32("generation", gen.ID).Str("member", gen.MemberID).Int("partitions", n).Msg("generation started")
 	finished := make(chan struct{})
 	// drained is closed on shutdown once every handler has flushed and
@@ -372,6 +405,7 @@ func (g *Group) runGeneration(runCtx context.Context, gen *kafka.Generation, fn 
 							return fmt.Errorf("consumers: commit %s/%d@%d: %w", topic, a.ID, next, err)
 						}
 						g.m.committed.WithLabelValues(topic, itoa(a.ID)).Set(float64(next))
+						g.health.committed(topic+"/"+itoa(a.ID), next)
 						return nil
 					}
 					err := g.runClaim(ctx, gen, topic, a, fn, commit)
@@ -418,6 +452,7 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 		return err
 	}
 	ch := make(chan Record, g.cfg.Buffer)
+	ph := g.health.started(topic+"/"+itoa(a.ID), start, ch)
 	claim := Claim{Topic: topic, Partition: a.ID, Generation: gen.ID, StartOffset: start, Records: ch}
 	if g.cfg.Reassembly != nil {
 		claim, commit, _ = Reassemble(ctx, claim, commit, *g.cfg.Reassembly)
@@ -427,7 +462,7 @@ func (g *Group) runClaim(ctx context.Context, gen *kafka.Generation, topic strin
 	go func() {
 		defer close(fetchDone)
 		defer close(ch)
-		g.fetch(fetchCtx, topic, a.ID, start, ch)
+		g.fetch(fetchCtx, topic, a.ID, start, ch, ph)
 	}()
 	err = fn(ctx, claim, commit)
 	// The handler is done with this claim: stop fetching. Draining keeps
@@ -473,7 +508,7 @@ func (g *Group) resolveStart(ctx context.Context, topic string, partition int, o
 
 // fetch reads the partition from start and sends records to ch until ctx
 // ends. kafka-go's Reader retries broker failures internally.
-func (g *Group) fetch(ctx context.Context, topic string, partition int, start int64, ch chan<- Record) {
+func (g *Group) fetch(ctx context.Context, topic string, partition int, start int64, ch chan<- Record, ph *partHealth) {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        g.cfg.Brokers,
 		Topic:          topic,
@@ -535,6 +570,7 @@ func (g *Group) fetch(ctx context.Context, topic string, partition int, start in
 			return
 		}
 		recs.Inc()
+		ph.deliver(rec.Offset + 1)
 		if l := r.Lag(); l >= 0 {
 			lag.Set(float64(l + int64(len(ch))))
 		}

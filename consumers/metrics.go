@@ -13,6 +13,9 @@ type metrics struct {
 	lag       *prometheus.GaugeVec
 	committed *prometheus.GaugeVec
 	rejoins   prometheus.Counter
+	// rebalances counts generations this member joined, by group.
+	rebalances *prometheus.CounterVec
+	assigned   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,6 +36,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "creditflow_consumer_join_errors_total",
 			Help: "Failed attempts to join the consumer group (retried).",
 		}),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "creditflow_consumer_rebalances_total",
+			Help: "Generations of the consumer group this member joined (each follows a rebalance), by group.",
+		}, []string{"group"}),
+		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "creditflow_consumer_assigned_partitions",
+			Help: "Partitions assigned to this member in its current generation (0 between generations), by group.",
+		}, []string{"group"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -48,6 +59,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.rejoins, err = promreg.Register(reg, m.rejoins); err != nil {
+		return nil, err
+	}
+	if m.rebalances, err = promreg.Register(reg, m.rebalances); err != nil {
+		return nil, err
+	}
+	if m.assigned, err = promreg.Register(reg, m.assigned); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -272,6 +272,8 @@ func processorArgs(brokers []string, group string, t stage.Topics, method string
 	}
 	if len(scorers) > 0 {
 		args = append(args, "--scorers", strings.Join(scorers, ","))
+	} else {
+		args = append(args, "--scorers", "local")
 	}
 	return append(args, extra...)
 }

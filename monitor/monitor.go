@@ -53,6 +53,10 @@ func New(src Source, cfg Config, opts ...Option) (*Monitor, error) {
 // Aggregator is the monitor's aggregate state.
 func (m *Monitor) Aggregator() *Aggregator { return m.agg }
 
+// Registerer is the registry the monitor's /metrics serves, for series
+// of the process next to the monitor's (the consumer groups' lag).
+func (m *Monitor) Registerer() prometheus.Registerer { return m.reg }
+
 func (m *Monitor) reader() (*reader, error) {
 	from, err := parseFrom(m.src.From)
 	if err != nil {

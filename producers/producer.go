@@ -261,7 +261,10 @@ func (p *Producer) Produce(ctx context.Context, msgs ...Message) error {
 			p.count(failed, err)
 			return fmt.Errorf("producers: %d of %d messages not acknowledged: %w", nfailed, len(msgs), ctx.Err())
 		}
-		if attempt == 1 && (p.cfg.Security.SASLMechanism != "" || p.cfg.Security.TLS != nil) && Retriable(err) {
+		// Credentials read from files may be mid-rotation: those are
+		// retried as any failure (the consumer group gives up after
+		// kafkasec.RotationGrace).
+		if attempt == 1 && (p.cfg.Security.SASLMechanism != "" || p.cfg.Security.TLS != nil) && !p.cfg.Security.Reloads() && Retriable(err) {
 			// A refused login looks like a dropped connection to the
 			// writer; ask once so that bad credentials fail fast and clearly.
 			if cerr := p.cfg.Security.Check(ctx, p.cfg.Brokers); errors.Is(cerr, kafkasec.ErrAuthentication) {

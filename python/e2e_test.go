@@ -203,7 +203,7 @@ func TestRolloutWorkersToTrainer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			brokers := startBroker(t)
 			runArgs := []string{"run", "--brokers", brokers, "--create-topics", "4", "--log-level", "warn",
-				"--commit-interval", "200ms", "--metrics-addr="}
+				"--commit-interval", "200ms", "--metrics-addr=", "--scorers", "local"}
 			run := startProc(t, os.Environ(), creditflowBin(t), runArgs...)
 			const groups, size = 3, 4
 			expect := 2 * 2 * groups * size

@@ -85,7 +85,7 @@ func TestPolicyAnnouncementRoutesStale(t *testing.T) {
 	}
 	brokers := startBroker(t)
 	run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4",
-		"--log-level", "warn", "--metrics-addr=", "--max-policy-lag", "1")
+		"--log-level", "warn", "--metrics-addr=", "--max-policy-lag", "1", "--scorers", "local")
 	_ = run
 
 	early := publish(t, py, brokers, "early", 0, 2, 4, "--policy-version", "1")
@@ -152,7 +152,7 @@ func TestPolicyAnnouncementRoutesStale(t *testing.T) {
 func TestSampleStreamPolicyLag(t *testing.T) {
 	py := pythonWith(t, "confluent_kafka", "numpy")
 	brokers := startBroker(t)
-	startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4", "--log-level", "warn", "--metrics-addr=")
+	startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4", "--log-level", "warn", "--metrics-addr=", "--scorers", "local")
 	old := publish(t, py, brokers, "old", 0, 2, 4, "--policy-version", "1")
 	runPy(t, py, 60*time.Second, "-m", "creditflow", "announce", "--brokers", brokers, "--version", "5")
 	runPy(t, py, 60*time.Second, "-m", "creditflow", "announce", "--brokers", brokers, "--version", "3")

@@ -192,7 +192,7 @@ func runSeries(t *testing.T, brokers []string) map[string]bool {
 	go func() {
 		done <- runStages(ctx, []string{"--brokers", strings.Join(brokers, ","), "--group", "dashboard-test",
 			"--topic-scored", "t.scored", "--topic-samples", "t.samples", "--topic-dead-letters", "t.dead-letters",
-			"--topic-state", "t.state", "--create-topics", "2", "--metrics-addr", addr, "--log-level", "error"})
+			"--topic-state", "t.state", "--create-topics", "2", "--scorers", "local", "--metrics-addr", addr, "--log-level", "error"})
 	}()
 	var series map[string]bool
 	deadline := time.Now().Add(2 * time.Minute)

@@ -12,7 +12,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/creditflow/creditflow/consumers"
 
 	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/internal/broker"
@@ -39,7 +42,8 @@ func runMonitor(args []string) error {
 		"sample turn by turn with its tokens colored by advantage, two topics side by side; GET\n"+
 		"/api/v1/samples). With --once it reads every topic up to its end as of start-up, prints the\n"+
 		"summary and exits. See docs/monitor.md.")
-	var topicList, dead, pol, from, addr, logLevel, scored, tok *string
+	var topicList, dead, pol, from, addr, logLevel, scored, tok, lagGroups *string
+	var lagInterval *time.Duration
 	var once, asJSON *bool
 	fs.inGroup(groupGeneral, func() {
 		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
@@ -73,6 +77,8 @@ func runMonitor(args []string) error {
 	})
 	fs.inGroup(groupObservability, func() {
 		addr = fs.String("addr", defaultMonitorAddr, "listen address of the page, /api/v1/summary and /metrics")
+		lagGroups = fs.String("lag-groups", defaultLagGroups, "consumer groups whose lag /metrics exports from the brokers' offsets (creditflow_consumer_group_lag_records), as GROUP=TOPIC, comma-separated; present while the group has no member (empty: off)")
+		lagInterval = fs.Duration("lag-interval", 15*time.Second, "read the --lag-groups' lag this often")
 		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
 	})
 	if err := fs.parse(args, true); err != nil {
@@ -113,6 +119,10 @@ func runMonitor(args []string) error {
 	if err != nil {
 		return err
 	}
+	lag, err := groupLagExporter(src.Brokers, sec, *lagGroups, *lagInterval, m.Registerer(), log)
+	if err != nil {
+		return usageError{err}
+	}
 	if *once {
 		sum, err := m.Once(ctx)
 		if err != nil {
@@ -128,6 +138,9 @@ func runMonitor(args []string) error {
 			printMonitorSummary(sum)
 		}
 		return nil
+	}
+	if lag != nil {
+		go lag.Run(ctx)
 	}
 	url, err := startMonitorServer(ctx, m, *addr)
 	if err != nil {
@@ -177,6 +190,31 @@ func existingTopics(ctx context.Context, src *monitor.Source) error {
 		}
 	}
 	return nil
+}
+
+// defaultLagGroups are the consumer groups of `creditflow run` with the
+// default --group and topics.
+const defaultLagGroups = "creditflow.score=creditflow.trajectories,creditflow.advantage=creditflow.scored"
+
+// groupLagExporter exports the lag of the groups of spec ("GROUP=TOPIC,…")
+// into reg; nil when spec is empty.
+func groupLagExporter(brokers []string, sec kafkasec.Config, spec string, interval time.Duration, reg prometheus.Registerer, log zerolog.Logger) (*consumers.LagExporter, error) {
+	pairs := splitList(spec)
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	e, err := consumers.NewLagExporter(brokers, sec, interval, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pairs {
+		group, topic, ok := strings.Cut(p, "=")
+		if !ok || strings.TrimSpace(group) == "" || strings.TrimSpace(topic) == "" {
+			return nil, fmt.Errorf("--lag-groups: %q is not GROUP=TOPIC", p)
+		}
+		e.Watch(strings.TrimSpace(group), strings.TrimSpace(topic))
+	}
+	return e, nil
 }
 
 // startMonitorServer listens on addr and serves m until ctx ends; it

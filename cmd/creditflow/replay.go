@@ -66,7 +66,7 @@ func runReplay(args []string) error {
 		statistic = fs.String("lapo-statistic", "", "re-score LAPO records measured with another statistic with this one: logprob, entropy or kl (default: replay the records as scored)")
 	})
 	var sf scorerFlags
-	fs.inGroup(groupScorer, func() { sf = addScorerFlags(fs) })
+	fs.inGroup(groupScorer, func() { sf = addScorerFlags(fs, false) })
 	applyCredit := creditFlags(fs, &cfg.Credit)
 	window := windowFlags(fs, &cfg.Window)
 	kafkaSizeFlags(fs, &cfg)

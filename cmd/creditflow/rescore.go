@@ -32,10 +32,18 @@ type scorerFlags struct {
 	budget                      *int
 }
 
-// addScorerFlags defines the scorer flags in the current group.
-func addScorerFlags(fs *flagSet) scorerFlags {
+// addScorerFlags defines the scorer flags in the current group; required:
+// --scorers has no default (the command asks for "local" to score
+// in-process).
+func addScorerFlags(fs *flagSet, required bool) scorerFlags {
+	help := "scorer endpoints: comma-separated URLs, dns+http://HOST:PORT (every address of HOST, re-resolved: a headless service), or local for the in-process CPU scorer"
+	if required {
+		help += " (required)"
+	} else {
+		help += " (default: local)"
+	}
 	return scorerFlags{
-		endpoints: fs.String("scorers", "", "scorer endpoints, comma-separated URLs (default: the in-process CPU scorer)"),
+		endpoints: fs.String("scorers", "", help),
 		model:     fs.String("scorer-model", "tiny", "in-process scorer: "+modelFlagHelp),
 		token:     fs.String("scorer-token-file", "", "file holding the bearer token for the scorer endpoints"),
 		ca:        fs.String("scorer-ca", "", "PEM CA file for https scorer endpoints"),
@@ -46,7 +54,7 @@ func addScorerFlags(fs *flagSet) scorerFlags {
 // newScorer builds the scorer of f: a client of the endpoints, or the
 // in-process scorer on the model (local.New with opts); close releases it.
 func (f scorerFlags) newScorer(log zerolog.Logger, reg prometheus.Registerer, opts ...local.Option) (scorer gpu.Scorer, sc *local.Scorer, close func(), err error) {
-	if *f.endpoints == "" {
+	if *f.endpoints == "" || strings.TrimSpace(*f.endpoints) == "local" {
 		m, err := loadModelFlag(*f.model)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--scorer-model: %w", err)

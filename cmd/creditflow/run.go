@@ -13,7 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
 
+	"github.com/creditflow/creditflow/consumers"
+	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/internal/kafkasec"
@@ -43,14 +46,14 @@ func addKafkaFlags(fs *flagSet) *kafkaFlags {
 		k.brokers = fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port")
 	})
 	fs.inGroup(groupSecurity, func() {
-		k.tlsCA = fs.String("kafka-tls-ca", "", "PEM CA file: enables TLS to the brokers")
-		k.tlsCert = fs.String("kafka-tls-cert", "", "PEM client certificate (mutual TLS)")
-		k.tlsKey = fs.String("kafka-tls-key", "", "PEM client key (mutual TLS)")
+		k.tlsCA = fs.String("kafka-tls-ca", "", "PEM CA file: enables TLS to the brokers (Strimzi: ca.crt of the cluster CA secret); read again when it changes")
+		k.tlsCert = fs.String("kafka-tls-cert", "", "PEM client certificate, mutual TLS (Strimzi: user.crt of the KafkaUser secret); read again when it changes")
+		k.tlsKey = fs.String("kafka-tls-key", "", "PEM client key, mutual TLS (Strimzi: user.key); read again when it changes")
 		k.tlsInsecure = fs.Bool("kafka-tls-insecure", false, "TLS without verifying the brokers' certificates (testing only)")
 		k.saslMech = fs.String("sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 		k.saslUser = fs.String("sasl-user", "", "SASL user name")
 		k.saslPwd = fs.String("sasl-password", "", "SASL password (prefer --sasl-password-file or CREDITFLOW_SASL_PASSWORD)")
-		k.saslPwdFile = fs.String("sasl-password-file", "", "file holding the SASL password")
+		k.saslPwdFile = fs.String("sasl-password-file", "", "file holding the SASL password (Strimzi: password of the KafkaUser secret); read again for every new connection")
 	})
 	return k
 }
@@ -66,11 +69,11 @@ func (k *kafkaFlags) security() (kafkasec.Config, error) {
 	}
 	sec.SASLMechanism, sec.Username, sec.Password = *k.saslMech, *k.saslUser, *k.saslPwd
 	if *k.saslPwdFile != "" {
-		b, err := os.ReadFile(*k.saslPwdFile)
-		if err != nil {
+		// Read at every new connection: a rotated password needs no restart.
+		if _, err := os.ReadFile(*k.saslPwdFile); err != nil {
 			return sec, fmt.Errorf("--sasl-password-file: %w", err)
 		}
-		sec.Password = strings.TrimSpace(string(b))
+		sec.PasswordFile = *k.saslPwdFile
 	}
 	if _, err := sec.Mechanism(); err != nil {
 		return sec, err
@@ -98,7 +101,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	var sf scorerFlags
 	var scorerFollow *bool
 	var create *int
-	var shutdown, startup *time.Duration
+	var shutdown, startup, livenessStall, lagInterval *time.Duration
 	fs.inGroup(groupGeneral, func() {
 		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
 		which = fs.String("stage", "both", "which stage to run: score, advantage or both")
@@ -109,7 +112,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		fs.StringVar(&cfg.GroupID, "group", cfg.GroupID, "consumer group prefix (<group>.score, <group>.advantage); a replay with new settings uses a new group")
 		create = fs.Int("create-topics", 0, "create missing topics with this many partitions (0: expect them to exist)")
 		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "with --create-topics: replication factor of the topics created (0: the brokers' default)")
-		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer and for every topic used to exist, then exit non-zero")
+		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer and for every topic used to exist, then exit non-zero (scorers are waited for without a limit, not ready meanwhile)")
 		fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "consumer group session timeout: how soon the partitions of a replica that died move to the others")
 		fs.DurationVar(&cfg.CommitInterval, "commit-interval", cfg.CommitInterval, "how often offsets and state snapshots are committed")
 	})
@@ -122,7 +125,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	})
 	policyFlags(fs, &cfg)
 	fs.inGroup(groupScorer, func() {
-		sf = addScorerFlags(fs)
+		sf = addScorerFlags(fs, true)
 		scorerFollow = fs.Bool("scorer-follow-policy", false, "in-process scorer: load each newer checkpoint announced on --topic-policy and score with it (the model of --scorer-model is version 0)")
 		fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "score stage: trajectories in flight per partition (backpressure)")
 		fs.IntVar(&cfg.MaxInFlightBytes, "max-inflight-bytes", cfg.MaxInFlightBytes, "score stage: record bytes in flight per partition (at least one record)")
@@ -148,7 +151,9 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	})
 	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
-		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (empty: off)")
+		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics, /readyz, /livez and /healthz here (empty: off; docs/stream.md)")
+		livenessStall = fs.Duration("liveness-stall", 5*time.Minute, "/livez fails when a partition's input has made no progress for this long: records waiting that the stage takes none of, or (score stage) records it took and does not commit (0: never)")
+		lagInterval = fs.Duration("lag-interval", 15*time.Second, "read the stages' consumer-group lag from the brokers this often (creditflow_consumer_group_lag_records; 0: off)")
 		logLevel = fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	})
 	if err := fs.parse(args, true); err != nil {
@@ -178,8 +183,12 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	if !runScore && !runAdv {
 		return usagef("--stage %q: use score, advantage or both", *which)
 	}
+	if runScore && *sf.endpoints == "" {
+		return usageError{errors.New("no scorer chosen: set --scorers to the scorer pods (URLs, or dns+http://SERVICE:PORT to follow a headless service), or --scorers local for the in-process CPU reference model")}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg)
 	cfg.Metrics = stage.NewMetrics(reg)
 	if err := cfg.Check(); err != nil {
 		return asUsage(err)
@@ -193,16 +202,29 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	hc := newHealth(cfg.CommitInterval, *livenessStall)
+	var scoreCheck, advCheck *stageCheck
+	if runScore {
+		scoreCheck = hc.stage("score", "waiting for the brokers and topics", true)
+	}
+	if runAdv {
+		advCheck = hc.stage("advantage", "waiting for the brokers and topics", false)
+	}
 	if *metricsAddr != "" {
-		stopMetrics, err := serveMetrics(*metricsAddr, reg, log)
+		stopMetrics, err := serveMetrics(*metricsAddr, reg, log, hc.routes())
 		if err != nil {
 			return err
 		}
 		defer stopMetrics()
 	}
+	// Brokers and topics are waited for at most --startup-timeout, then
+	// the process exits: a wrong address or a missing topic is a mistake
+	// to see, not a condition that passes (docs/stream.md, "Health").
 	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
 		return err
 	}
+	hc.setBrokers(nil)
+	go hc.watchBrokers(ctx, cfg.Security, cfg.Brokers, 5*time.Second)
 	if *create > 0 {
 		cctx, cancel := context.WithTimeout(ctx, *startup)
 		err := producers.EnsureTopics(cctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(*create)...)
@@ -221,6 +243,19 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		return err
 	}
 	defer prod.Close()
+	if *lagInterval > 0 {
+		lag, err := consumers.NewLagExporter(cfg.Brokers, cfg.Security, *lagInterval, reg, log)
+		if err != nil {
+			return err
+		}
+		if runScore {
+			lag.Watch(cfg.ScoreGroup())
+		}
+		if runAdv {
+			lag.Watch(cfg.AdvantageGroup())
+		}
+		go lag.Run(ctx)
+	}
 
 	errc := make(chan error, 2)
 	n := 0
@@ -240,37 +275,15 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 			}
 			followPolicy(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
 		}
-		// Scorer pods may start at the same time as the processor: wait
-		// for one to answer, as for the brokers, at most --startup-timeout.
-		var s *stage.ScoreStage
-		waitUntil := time.Now().Add(*startup)
-		for {
-			if s, err = stage.NewScoreStage(ctx, cfg, scorer, prod); err == nil {
-				break
-			}
-			if errors.Is(err, stage.ErrScorerWithoutStatistics) {
-				return err // the scorer answered: waiting will not help
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if time.Now().After(waitUntil) {
-				return fmt.Errorf("%w; gave up after --startup-timeout %v", err, *startup)
-			}
-			log.Warn().Err(err).Msg("waiting for a scorer to answer")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
 		n++
-		go func() { errc <- s.Run(ctx) }()
+		go func() { errc <- runScoreStage(ctx, cfg, scorer, prod, scoreCheck, log) }()
 	}
 	if runAdv {
 		a, err := stage.NewAdvantageStage(cfg, prod)
 		if err != nil {
 			return err
 		}
+		advCheck.start(a)
 		n++
 		go func() { errc <- a.Run(ctx) }()
 	}
@@ -295,4 +308,37 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	}
 	log.Info().Msg("stopped")
 	return first
+}
+
+// runScoreStage waits for a scorer to answer, for as long as it takes
+// (scorer pods may need minutes to load a model; the process is not ready
+// meanwhile and says on /readyz and in its log what it waits for), then
+// runs the score stage until ctx ends.
+func runScoreStage(ctx context.Context, cfg stage.Config, scorer gpu.Scorer, prod *producers.Producer, check *stageCheck, log zerolog.Logger) error {
+	var lastLog time.Time
+	check.wait("waiting for a scorer to answer")
+	for {
+		s, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
+		if err == nil {
+			check.start(s)
+			log.Info().Msg("a scorer answered: the score stage starts")
+			return s.Run(ctx)
+		}
+		if errors.Is(err, stage.ErrScorerWithoutStatistics) {
+			return err // the scorer answered: waiting will not help
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		check.wait("waiting for a scorer to answer: " + err.Error())
+		if time.Since(lastLog) >= 30*time.Second {
+			log.Warn().Err(err).Msg("waiting for a scorer to answer (not ready until one does)")
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }

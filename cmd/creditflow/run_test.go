@@ -23,10 +23,10 @@ func TestRunUnreachableBrokersExits(t *testing.T) {
 		run  func() error
 	}{
 		{"run", func() error {
-			return runStages(context.Background(), []string{"--brokers", addr, "--startup-timeout", "1s", "--metrics-addr", "", "--log-level", "error"})
+			return runStages(context.Background(), []string{"--brokers", addr, "--startup-timeout", "1s", "--scorers", "local", "--metrics-addr", "", "--log-level", "error"})
 		}},
 		{"run --create-topics", func() error {
-			return runStages(context.Background(), []string{"--brokers", addr, "--startup-timeout", "1s", "--create-topics", "2", "--metrics-addr", "", "--log-level", "error"})
+			return runStages(context.Background(), []string{"--brokers", addr, "--startup-timeout", "1s", "--create-topics", "2", "--scorers", "local", "--metrics-addr", "", "--log-level", "error"})
 		}},
 		{"replay", func() error {
 			return runReplay([]string{"--brokers", addr, "--startup-timeout", "1s", "--topic-samples", "x"})
@@ -52,7 +52,7 @@ func TestRunMetricsPortInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
-	err = runStages(context.Background(), []string{"--brokers", freeAddr(t), "--startup-timeout", "1s", "--metrics-addr", addr, "--log-level", "error"})
+	err = runStages(context.Background(), []string{"--brokers", freeAddr(t), "--startup-timeout", "1s", "--scorers", "local", "--metrics-addr", addr, "--log-level", "error"})
 	if err == nil || !strings.Contains(err.Error(), "--metrics-addr "+addr) || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("run with --metrics-addr %s in use: %v", addr, err)
 	}
@@ -77,7 +77,7 @@ func TestRunMissingTopicsExits(t *testing.T) {
 	}
 	for _, c := range cases {
 		start := time.Now()
-		err := runStages(context.Background(), []string{"--brokers", addr, "--stage", c.stage, "--startup-timeout", "2s",
+		err := runStages(context.Background(), []string{"--brokers", addr, "--stage", c.stage, "--startup-timeout", "2s", "--scorers", "local",
 			"--metrics-addr", "", "--log-level", "error"})
 		if err == nil {
 			t.Fatalf("--stage %s without its topics: no error", c.stage)

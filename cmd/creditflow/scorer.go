@@ -88,6 +88,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg)
 	sc := local.New(m, local.WithPolicyVersion(*version), local.WithMaxConcurrent(*maxCalls), local.WithRegisterer(reg))
 	opts := []server.Option{
 		server.WithLogger(log),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -31,17 +32,25 @@ var ErrUnavailable = errors.New("scorer unavailable")
 // skipped and its /healthz probed until it answers 200 and reports the same
 // model.
 type Client struct {
-	cfg     config
-	eps     []*endpoint
-	hc      *http.Client
-	metrics *scorermetrics.Client
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	rr      atomic.Uint64
-	scoreQ  chan *item
-	attnQ   chan *item
-	slots   chan struct{} // one per request in flight
+	cfg      config
+	list     atomic.Pointer[[]*endpoint] // the endpoints work goes to (endpoints())
+	listMu   sync.Mutex                  // serialises changes of list
+	static   []*endpoint                 // the endpoints named by URL
+	dns      []dnsTarget                 // the names followed (discover.go)
+	resolved bool                        // the names were resolved once (under listMu)
+	slotsMu  sync.Mutex
+	// reserved are tokens of slots held to keep the requests in flight at
+	// inFlightPerEP per endpoint while the endpoint count changes.
+	reserved int
+	hc       *http.Client
+	metrics  *scorermetrics.Client
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	rr       atomic.Uint64
+	scoreQ   chan *item
+	attnQ    chan *item
+	slots    chan struct{} // one per request in flight
 	// answers holds answer bodies for reuse: decoding copies what it
 	// keeps, so a body's buffer serves the next answer (readAnswer).
 	answers sync.Pool
@@ -72,6 +81,10 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		probeInterval:  time.Second,
 		inFlightPerEP:  8,
 		infoTTL:        30 * time.Second,
+		lookup:         net.DefaultResolver.LookupHost,
+		resolveEvery:   10 * time.Second,
+		maxDiscovered:  64,
+		healthInterval: 5 * time.Second,
 		log:            zerolog.Nop(),
 	}
 	for _, o := range opts {
@@ -100,6 +113,15 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 			cancel()
 			return nil, errors.New("scorer client: empty endpoint in the list")
 		}
+		if strings.HasPrefix(u, dnsPrefix) {
+			d, err := parseDNSTarget(u)
+			if err != nil {
+				cancel()
+				return nil, fmt.Errorf("scorer client: %w", err)
+			}
+			c.dns = append(c.dns, d)
+			continue
+		}
 		if !strings.Contains(u, "://") {
 			if cfg.tlsConfig != nil {
 				u = "https://" + u
@@ -115,26 +137,85 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 			continue
 		}
 		seen[u] = true
-		ep := &endpoint{url: u}
-		ep.healthy.Store(true)
-		c.metrics.Healthy.WithLabelValues(u).Set(1)
-		// Every error and retry series exists from the start (at 0), so
-		// rate() and the dashboard panels work before the first failure.
-		for _, op := range []string{"score", "attention"} {
-			for _, kind := range scorermetrics.ErrorKinds {
-				c.metrics.Errors.WithLabelValues(u, op, kind)
-			}
-		}
-		c.eps = append(c.eps, ep)
+		c.static = append(c.static, c.newEndpoint(u))
 	}
 	for _, op := range []string{"score", "attention"} {
 		c.metrics.Retries.WithLabelValues(op)
 	}
-	c.slots = make(chan struct{}, cfg.inFlightPerEP*len(c.eps))
+	maxEPs := len(c.static)
+	if len(c.dns) > 0 {
+		maxEPs += cfg.maxDiscovered
+	}
+	c.slots = make(chan struct{}, cfg.inFlightPerEP*maxEPs)
+	c.reserved = cap(c.slots)
+	for range c.reserved {
+		c.slots <- struct{}{}
+	}
+	c.setEndpoints(c.static)
+	if len(c.dns) > 0 {
+		c.resolve() // the first answer before any work; later ones on a timer
+		c.wg.Add(1)
+		go c.follow()
+	}
+	if cfg.healthInterval > 0 {
+		c.wg.Add(1)
+		go c.watchHealth()
+	}
 	c.wg.Add(2)
 	go c.batcher("score", c.scoreQ)
 	go c.batcher("attention", c.attnQ)
 	return c, nil
+}
+
+// newEndpoint is a healthy endpoint at u with its metric series.
+func (c *Client) newEndpoint(u string) *endpoint {
+	ep := &endpoint{url: u}
+	ep.healthy.Store(true)
+	c.metrics.Healthy.WithLabelValues(u).Set(1)
+	// Every error and retry series exists from the start (at 0), so
+	// rate() and the dashboard panels work before the first failure.
+	for _, op := range []string{"score", "attention"} {
+		for _, kind := range scorermetrics.ErrorKinds {
+			c.metrics.Errors.WithLabelValues(u, op, kind)
+		}
+	}
+	return ep
+}
+
+// endpoints are the endpoints work goes to now.
+func (c *Client) endpoints() []*endpoint {
+	if p := c.list.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setEndpoints makes eps the endpoints work goes to, and the requests in
+// flight at most inFlightPerEP for each.
+func (c *Client) setEndpoints(eps []*endpoint) {
+	c.list.Store(&eps)
+	want := cap(c.slots) - c.cfg.inFlightPerEP*len(eps) // tokens to hold back
+	c.slotsMu.Lock()
+	defer c.slotsMu.Unlock()
+	for ; c.reserved > want && c.reserved > 0; c.reserved-- {
+		<-c.slots // a held-back token is in the channel: this never waits
+	}
+	if c.reserved < want {
+		// Held back as requests in flight finish.
+		n := want - c.reserved
+		c.reserved = want
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for range n {
+				select {
+				case c.slots <- struct{}{}:
+				case <-c.ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 }
 
 // Close stops the client: pending and later calls get ErrClosed.

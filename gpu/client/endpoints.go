@@ -19,12 +19,15 @@ type endpoint struct {
 	url         string
 	outstanding atomic.Int64 // tokens in flight
 	healthy     atomic.Bool
-	rowPieces   atomic.Bool // its /v1/info advertises protocol.FeatureRowPieces
-	binary      atomic.Bool // its /v1/info advertises protocol.FeatureBinary
-	statistics  atomic.Bool // its /v1/info advertises protocol.FeatureStatistics
-	lowerGraphs atomic.Bool // its /v1/info advertises protocol.FeatureLowerGraphs
-	binaryJobs  atomic.Bool // its /v1/info advertises protocol.FeatureBinaryJobs
-	answered    atomic.Bool // it has answered /v1/info (the flags above are its)
+	rowPieces   atomic.Bool  // its /v1/info advertises protocol.FeatureRowPieces
+	binary      atomic.Bool  // its /v1/info advertises protocol.FeatureBinary
+	statistics  atomic.Bool  // its /v1/info advertises protocol.FeatureStatistics
+	lowerGraphs atomic.Bool  // its /v1/info advertises protocol.FeatureLowerGraphs
+	binaryJobs  atomic.Bool  // its /v1/info advertises protocol.FeatureBinaryJobs
+	answered    atomic.Bool  // it has answered /v1/info (the flags above are its)
+	removed     atomic.Bool  // dropped from the endpoints (its name no longer resolves to it)
+	dns         string       // the followed name it is an address of ("" for a URL given as such)
+	infoWarned  atomic.Int64 // when an unanswered /v1/info was last logged as a warning (Unix ns)
 	mu          sync.Mutex
 	fails       int
 	probing     bool
@@ -33,13 +36,17 @@ type endpoint struct {
 // pick chooses the endpoint with the least tokens in flight, preferring
 // healthy endpoints not yet tried for this request.
 func (c *Client) pick(tried map[*endpoint]bool) *endpoint {
-	n := len(c.eps)
+	eps := c.endpoints()
+	n := len(eps)
+	if n == 0 {
+		return nil // a followed name resolved to no address (yet)
+	}
 	start := int(c.rr.Add(1) % uint64(n))
 	for pass := 0; pass < 4; pass++ {
 		var best *endpoint
 		var bestLoad int64
 		for k := 0; k < n; k++ {
-			ep := c.eps[(start+k)%n]
+			ep := eps[(start+k)%n]
 			if pass < 2 && !ep.healthy.Load() {
 				continue
 			}
@@ -55,7 +62,7 @@ func (c *Client) pick(tried map[*endpoint]bool) *endpoint {
 			return best
 		}
 	}
-	return c.eps[start]
+	return eps[start]
 }
 
 func (c *Client) markSuccess(ep *endpoint) {
@@ -64,11 +71,14 @@ func (c *Client) markSuccess(ep *endpoint) {
 	ep.mu.Unlock()
 }
 
-func (c *Client) markFailure(ep *endpoint, aerr *attemptError) {
+// markFailure counts a failure of ep; at UnhealthyAfter in a row, or at
+// once when now is set (its /healthz failed), ep leaves the rotation and
+// its /healthz is probed until it passes.
+func (c *Client) markFailure(ep *endpoint, aerr *attemptError, now bool) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	ep.fails++
-	if ep.fails < c.cfg.unhealthyAfter || !ep.healthy.Load() {
+	if (ep.fails < c.cfg.unhealthyAfter && !now) || !ep.healthy.Load() || ep.removed.Load() {
 		return
 	}
 	ep.healthy.Store(false)
@@ -90,6 +100,9 @@ func (c *Client) probe(ep *endpoint) {
 		if !sleepCtx(c.ctx, c.cfg.probeInterval) {
 			return
 		}
+		if ep.removed.Load() {
+			return // no longer an address of its name
+		}
 		if err := c.check(ep); err != nil {
 			c.cfg.log.Debug().Str("endpoint", ep.url).Str("error", err.Error()).Msg("scorer endpoint still unhealthy")
 			continue
@@ -105,7 +118,8 @@ func (c *Client) probe(ep *endpoint) {
 	}
 }
 
-func (c *Client) check(ep *endpoint) error {
+// checkHealth asks ep's /healthz: nil when it answers 200.
+func (c *Client) checkHealth(ep *endpoint) error {
 	ctx, cancel := context.WithTimeout(c.ctx, min(c.cfg.requestTimeout, 5*time.Second))
 	defer cancel()
 	req, err := c.newRequest(ctx, http.MethodGet, ep.url+protocol.PathHealth, nil)
@@ -119,8 +133,17 @@ func (c *Client) check(ep *endpoint) error {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/healthz answered %d", resp.StatusCode)
+		return fmt.Errorf("scorer %s: %s answered %d", ep.url, protocol.PathHealth, resp.StatusCode)
 	}
+	return nil
+}
+
+func (c *Client) check(ep *endpoint) error {
+	if err := c.checkHealth(ep); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, min(c.cfg.requestTimeout, 5*time.Second))
+	defer cancel()
 	select {
 	case c.infoLock <- struct{}{}:
 	case <-ctx.Done():

@@ -76,9 +76,13 @@ func (c *Client) Info(ctx context.Context) (gpu.ModelInfo, error) {
 		info gpu.ModelInfo
 		err  error
 	}
-	answers := make([]answer, len(c.eps))
+	eps := c.endpoints()
+	if len(eps) == 0 {
+		return gpu.ModelInfo{}, fmt.Errorf("no scorer endpoint: %s resolved to no address", c.dnsNames())
+	}
+	answers := make([]answer, len(eps))
 	var wg sync.WaitGroup
-	for i, ep := range c.eps {
+	for i, ep := range eps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -100,18 +104,25 @@ func (c *Client) Info(ctx context.Context) (gpu.ModelInfo, error) {
 				return gpu.ModelInfo{}, a.err
 			}
 			errs = append(errs, a.err)
-			c.cfg.log.Warn().Str("endpoint", c.eps[i].url).Str("error", a.err.Error()).Msg("scorer info unavailable")
+			// A caller waiting for pods to start asks every second: warn
+			// once a minute per endpoint, the rest at debug level.
+			ev := c.cfg.log.Debug()
+			if now := time.Now().UnixNano(); now-eps[i].infoWarned.Load() >= int64(time.Minute) {
+				eps[i].infoWarned.Store(now)
+				ev = c.cfg.log.Warn()
+			}
+			ev.Str("endpoint", eps[i].url).Str("error", a.err.Error()).Msg("scorer info unavailable")
 			continue
 		}
 		if ref == nil {
 			info := a.info
-			ref, refURL = &info, c.eps[i].url
+			ref, refURL = &info, eps[i].url
 			continue
 		}
 		if !ref.SameModel(a.info) {
 			return gpu.ModelInfo{}, fmt.Errorf("scorer endpoints serve different models: %s has %q (%s, %d layers, vocab %d, max context %d), %s has %q (%s, %d layers, vocab %d, max context %d); point the client at pods of one model",
 				refURL, ref.Name, ref.Architecture, ref.Layers, ref.VocabSize, ref.MaxContext,
-				c.eps[i].url, a.info.Name, a.info.Architecture, a.info.Layers, a.info.VocabSize, a.info.MaxContext)
+				eps[i].url, a.info.Name, a.info.Architecture, a.info.Layers, a.info.VocabSize, a.info.MaxContext)
 		}
 		ref.PolicyVersion = max(ref.PolicyVersion, a.info.PolicyVersion)
 	}
@@ -136,7 +147,7 @@ func (c *Client) checkStatistics(ctx context.Context, stat string) error {
 	if _, err := c.Info(ctx); err != nil {
 		return err
 	}
-	for _, ep := range c.eps {
+	for _, ep := range c.endpoints() {
 		if ep.answered.Load() && !ep.statistics.Load() {
 			return fmt.Errorf("%w (endpoint %s, statistic %s)", ErrNoStatistics, ep.url, stat)
 		}

@@ -3,6 +3,7 @@ package client
 // Client configuration: the retry policy and the functional options.
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -35,6 +36,10 @@ type config struct {
 	probeInterval  time.Duration
 	inFlightPerEP  int
 	infoTTL        time.Duration
+	lookup         func(ctx context.Context, host string) ([]string, error)
+	resolveEvery   time.Duration
+	maxDiscovered  int
+	healthInterval time.Duration
 	reg            prometheus.Registerer
 	log            zerolog.Logger
 }
@@ -168,4 +173,54 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 // WithLogger sets the client's logger (default: no logs).
 func WithLogger(l zerolog.Logger) Option {
 	return func(c *config) error { c.log = l; return nil }
+}
+
+// WithResolver looks up the addresses of the names of dns+http:// and
+// dns+https:// endpoints with lookup (default net.DefaultResolver.LookupHost).
+func WithResolver(lookup func(ctx context.Context, host string) ([]string, error)) Option {
+	return func(c *config) error {
+		if lookup == nil {
+			return fmt.Errorf("resolver must not be nil")
+		}
+		c.lookup = lookup
+		return nil
+	}
+}
+
+// WithResolveInterval sets how often the names of dns+ endpoints are
+// looked up again (default 10 s).
+func WithResolveInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("resolve interval must be positive, got %v", d)
+		}
+		c.resolveEvery = d
+		return nil
+	}
+}
+
+// WithMaxDiscovered bounds the addresses taken from dns+ endpoints
+// (default 64): the request slots (WithMaxInFlight per endpoint) are
+// sized for them.
+func WithMaxDiscovered(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("max discovered endpoints must be positive, got %d", n)
+		}
+		c.maxDiscovered = n
+		return nil
+	}
+}
+
+// WithHealthCheck asks every endpoint's /healthz each interval (default
+// 5 s; 0: only after request failures): an endpoint that fails it leaves
+// the rotation at once and is probed until it passes.
+func WithHealthCheck(interval time.Duration) Option {
+	return func(c *config) error {
+		if interval < 0 {
+			return fmt.Errorf("health check interval must not be negative, got %v", interval)
+		}
+		c.healthInterval = interval
+		return nil
+	}
 }

@@ -93,6 +93,11 @@ func (c *Client) send(op string, items []*item) {
 			}
 		}
 		ep := c.pick(tried)
+		if ep == nil {
+			last = &attemptError{kind: "connection", retryable: true,
+				err: fmt.Errorf("no scorer endpoint: %s resolved to no address", c.dnsNames())}
+			continue
+		}
 		tried[ep] = true
 		form := formOf(op, ep, lower, binJobs)
 		if bodies[form] == nil {
@@ -125,7 +130,7 @@ func (c *Client) send(op string, items []*item) {
 			return
 		}
 		last = aerr
-		c.markFailure(ep, aerr)
+		c.markFailure(ep, aerr, false)
 	}
 	var final error
 	switch {

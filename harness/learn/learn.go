@@ -183,7 +183,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		"--topic-trajectories", t.Trajectories, "--topic-scored", t.Scored, "--topic-samples", t.Samples,
 		"--topic-dead-letters", t.DeadLetters, "--topic-state", t.State, "--topic-policy", t.Policy,
 		"--topic-samples-stale", t.SamplesStale, "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
-		"--scorer-model", init, "--scorer-follow-policy", "--metrics-addr", "", "--log-level", "warn",
+		"--scorers", "local", "--scorer-model", init, "--scorer-follow-policy", "--metrics-addr", "", "--log-level", "warn",
 		"--session-timeout", "6s", "--commit-interval", "200ms"}
 	if method == MethodGRPO {
 		procArgs = append(procArgs, "--method", MethodLAPO, "--lambda", "0")

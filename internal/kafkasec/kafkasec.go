@@ -49,6 +49,10 @@ type Config struct {
 	SASLMechanism string
 	// Username and Password are the SASL credentials.
 	Username, Password string
+	// PasswordFile, when set, holds the SASL password instead of
+	// Password; it is read again for every new connection, so a rotated
+	// password (a secret updated in place) needs no restart.
+	PasswordFile string
 }
 
 // Mechanism returns the kafka-go SASL mechanism of c, or nil when SASL is
@@ -61,23 +65,39 @@ func (c Config) Mechanism() (sasl.Mechanism, error) {
 	if c.Username == "" {
 		return nil, fmt.Errorf("kafkasec: SASL mechanism %s needs a user name: set the SASL user (and password)", mech)
 	}
+	if c.PasswordFile != "" {
+		pw := passwordFile(c.PasswordFile)
+		p, err := pw.get()
+		if err != nil {
+			return nil, fmt.Errorf("kafkasec: SASL password file: %w", err)
+		}
+		if _, err := mechanism(mech, c.Username, p); err != nil {
+			return nil, err
+		}
+		return fileMechanism{name: mech, user: c.Username, pw: pw}, nil
+	}
+	return mechanism(mech, c.Username, c.Password)
+}
+
+// mechanism is the kafka-go mechanism mech (upper case) for user and password.
+func mechanism(mech, user, password string) (sasl.Mechanism, error) {
 	switch mech {
 	case MechanismPlain:
-		return plain.Mechanism{Username: c.Username, Password: c.Password}, nil
+		return plain.Mechanism{Username: user, Password: password}, nil
 	case MechanismSCRAMSHA256:
-		m, err := scram.Mechanism(scram.SHA256, c.Username, c.Password)
+		m, err := scram.Mechanism(scram.SHA256, user, password)
 		if err != nil {
 			return nil, fmt.Errorf("kafkasec: SCRAM-SHA-256 set-up: %w", err)
 		}
 		return m, nil
 	case MechanismSCRAMSHA512:
-		m, err := scram.Mechanism(scram.SHA512, c.Username, c.Password)
+		m, err := scram.Mechanism(scram.SHA512, user, password)
 		if err != nil {
 			return nil, fmt.Errorf("kafkasec: SCRAM-SHA-512 set-up: %w", err)
 		}
 		return m, nil
 	default:
-		return nil, fmt.Errorf("kafkasec: unknown SASL mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASLMechanism)
+		return nil, fmt.Errorf("kafkasec: unknown SASL mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", mech)
 	}
 }
 
@@ -128,7 +148,7 @@ func (c Config) String() string {
 		b.WriteString("tls=off")
 	} else {
 		b.WriteString("tls=on")
-		if c.TLS.InsecureSkipVerify {
+		if c.TLS.InsecureSkipVerify && c.TLS.VerifyConnection == nil {
 			b.WriteString("(insecure-skip-verify)")
 		}
 		if len(c.TLS.Certificates) > 0 || c.TLS.GetClientCertificate != nil {
@@ -139,7 +159,9 @@ func (c Config) String() string {
 		b.WriteString(" sasl=off")
 	} else {
 		fmt.Fprintf(&b, " sasl=%s user=%q", strings.ToUpper(c.SASLMechanism), c.Username)
-		if c.Password != "" {
+		if c.PasswordFile != "" {
+			b.WriteString(" password=file")
+		} else if c.Password != "" {
 			b.WriteString(" password=set")
 		}
 	}
@@ -151,30 +173,40 @@ func (c Config) GoString() string { return "kafkasec.Config{" + c.String() + "}"
 
 // LoadTLS builds a client TLS configuration from PEM files. caFile (may be
 // empty: system roots) verifies the brokers; certFile and keyFile (both or
-// neither) are the client certificate for mutual TLS. insecureSkipVerify
-// disables broker verification and is meant only for local testing.
+// neither) are the client certificate for mutual TLS (a PKCS #1, PKCS #8 or
+// EC key: Strimzi's user.crt and user.key as they are). The files are read
+// now (an error is reported at once) and again, when their bytes changed,
+// at every new connection: a rotated certificate or CA needs no restart.
+// insecureSkipVerify disables broker verification and is meant only for
+// local testing.
 func LoadTLS(caFile, certFile, keyFile string, insecureSkipVerify bool) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecureSkipVerify} //nolint:gosec // opt-in by the caller
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		cas := &fileCache[*x509.CertPool]{files: []string{caFile}, parse: parsePool(caFile)}
+		pool, err := cas.get()
 		if err != nil {
-			return nil, fmt.Errorf("kafkasec: reading CA file: %w", err)
+			if os.IsNotExist(err) || errors.Is(err, os.ErrPermission) {
+				return nil, fmt.Errorf("kafkasec: reading CA file: %w", err)
+			}
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("kafkasec: CA file %s holds no PEM certificate", caFile)
+		cfg.RootCAs = pool // what a copy used without the check below trusts
+		if !insecureSkipVerify {
+			// The check against the CA read now is done by VerifyConnection
+			// (crypto/tls's own check would keep the pool of the start).
+			cfg.InsecureSkipVerify = true //nolint:gosec // verified in VerifyConnection
+			cfg.VerifyConnection = verifyWith(cas)
 		}
-		cfg.RootCAs = pool
 	}
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("kafkasec: a client certificate needs both the certificate file and the key file")
 	}
 	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafkasec: loading client certificate %s / key %s: %w", certFile, keyFile, err)
+		pair := &fileCache[*tls.Certificate]{files: []string{certFile, keyFile}, parse: parsePair(certFile, keyFile)}
+		if _, err := pair.get(); err != nil {
+			return nil, err
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get() }
 	}
 	return cfg, nil
 }

@@ -45,6 +45,7 @@ type AdvantageStage struct {
 	// with its decoded value until its group closes, so the bytes outlive
 	// every use of the arrays, and nothing here writes into them.
 	scored schemas.Codec[schemas.Scored]
+	groupRef
 }
 
 // Position is where a partition of the advantage stage stands.
@@ -74,7 +75,7 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	}
 	cfg.Metrics.forMethod(cfg.Credit.Method)
 	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
-	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(),
+	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(), groupRef: newGroupRef(),
 		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes),
 		scored: schemas.ScoredRecords(schemas.WithSharedInput())}, nil
 }
@@ -91,6 +92,7 @@ func (a *AdvantageStage) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
+	a.store(g)
 	return g.Run(ctx, a.claim)
 }
 
@@ -163,7 +165,11 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 		baseline: nopGauge{},
 	}
 	if a.cfg.Credit.Method == credit.MethodAttnSR {
-		p.baseline = a.cfg.Metrics.attnBaseline.WithLabelValues(strconv.Itoa(claim.Partition))
+		part := strconv.Itoa(claim.Partition)
+		p.baseline = a.cfg.Metrics.attnBaseline.WithLabelValues(part)
+		// The partition may move to another member, which exports its
+		// baseline from then on.
+		defer a.cfg.Metrics.attnBaseline.DeleteLabelValues(part)
 	}
 	emitCtx, cancelEmit := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEmit()

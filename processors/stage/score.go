@@ -45,6 +45,8 @@ type ScoreStage struct {
 	// bytes (schemas.WithSharedInput): the job holds its record until the
 	// scored record is written, and nothing here writes into the arrays.
 	trajectories schemas.Codec[schemas.Trajectory]
+	groupRef
+	scorerState *scorerState
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
@@ -58,7 +60,7 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 	if err != nil {
 		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
 	}
-	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits,
+	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits, groupRef: newGroupRef(), scorerState: &scorerState{},
 		log: cfg.Logger.With().Str("stage", "score").Logger(), buffers: newBufferPool(outputBufferBytes),
 		trajectories: schemas.Trajectories(schemas.WithSharedInput())}
 	s.limits.VocabSize = info.VocabSize
@@ -99,6 +101,7 @@ func (s *ScoreStage) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
+	s.store(g)
 	return g.Run(ctx, s.claim)
 }
 
@@ -416,6 +419,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		version := int64(-1)
 		err := retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
 			graphs, version, err = attention(ctx, s.scorer, job)
+			s.scorerState.observe(ctx, err)
 			return err
 		})
 		if err != nil {
@@ -440,6 +444,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		var res []gpu.RowScores
 		err = retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
 			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{plan.RowSet(t.TrajectoryID)})
+			s.scorerState.observe(ctx, err)
 			return err
 		})
 		if err != nil {
