@@ -75,6 +75,7 @@ func TestUsageErrorsExitTwoWithOneLine(t *testing.T) {
 		"score":     {{"--statistic", "bogus"}},
 		"attention": {},
 		"version":   {},
+		"pyenv":     {},
 	}
 	names := make([]string, 0, len(commands))
 	for n := range commands {
