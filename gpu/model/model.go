@@ -39,6 +39,7 @@ type Option func(*loadOptions)
 type loadOptions struct {
 	placeholder []int32
 	name        string
+	maxContext  int
 }
 
 // WithPlaceholderIDs sets the token ids of "[DELETE]" for the checkpoint's
@@ -47,6 +48,12 @@ type loadOptions struct {
 func WithPlaceholderIDs(ids []int32) Option {
 	return func(o *loadOptions) { o.placeholder = append([]int32(nil), ids...) }
 }
+
+// WithMaxContext caps the context the model is run on at n tokens (when n is
+// positive and below max_position_embeddings): a row's context is then cut
+// from the left to fit n with its target, as at the model's own limit, and
+// longer attention jobs are refused. Info().MaxContext reports the cap.
+func WithMaxContext(n int) Option { return func(o *loadOptions) { o.maxContext = n } }
 
 // WithName sets Info().Name (default: the folder's base name).
 func WithName(name string) Option { return func(o *loadOptions) { o.name = name } }
@@ -79,6 +86,9 @@ func LoadWith(dir string, opts ...Option) (*Model, error) {
 	cfg, err := readConfig(dir)
 	if err != nil {
 		return nil, err
+	}
+	if o.maxContext > 0 && o.maxContext < cfg.MaxContext {
+		cfg.MaxContext = o.maxContext
 	}
 	ts, err := openTensorSet(dir)
 	if err != nil {
