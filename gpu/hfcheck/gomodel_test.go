@@ -41,28 +41,22 @@ func TestGoScorerMatchesTransformers(t *testing.T) {
 				if bf16 {
 					cases = logprobCases(cases)
 				}
-				// The path of creditflow score: ScoreRowsStatistic on full rows.
+				// What creditflow score runs: ScoreRowsStatistic on full rows.
 				got := make([][]float64, len(cases))
 				for i, rc := range cases {
 					if got[i], _, err = gm.ScoreRowsStatistic(rc.rows, rc.stat); err != nil {
 						t.Fatalf("%s: %v", rc.name, err)
 					}
 				}
-				checkScores(t, label+" (creditflow score)", scoreDiffs(t, cases, got, ref.Scores), tolScore)
-				// The in-process scorer on the compact sets the score stage sends.
-				sc := local.New(gm)
-				sets := make([]gpu.RowSet, len(cases))
-				for i, rc := range cases {
-					sets[i] = rc.set
+				checkScores(t, label+" (model)", scoreDiffs(t, cases, got, ref.Scores), tolScore)
+				if bf16 {
+					d := scoreDiffs(t, cases, got, m.ref["bfloat16"].Scores)
+					t.Logf("bfloat16 weights, logprob against transformers in bfloat16: %v", d["logprob"])
+				} else {
+					// The in-process scorer (creditflow scorer) on the compact
+					// sets the score stage sends.
+					checkLocal(t, gm, cases, ref)
 				}
-				res, err := sc.ScoreRows(context.Background(), sets)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range res {
-					got[i] = res[i].Scores
-				}
-				checkScores(t, label+" (scorer)", scoreDiffs(t, cases, got, ref.Scores), tolScore)
 				for j, job := range m.jobs {
 					g, err := gm.StepGraphs(job.Tokens, job.Steps, job.Layers)
 					if err != nil {
@@ -73,15 +67,34 @@ func TestGoScorerMatchesTransformers(t *testing.T) {
 						t.Logf("bfloat16 weights, step graphs against transformers in bfloat16: %v", graphDiff(t, g, m.ref["bfloat16"], j))
 					}
 				}
-				if bf16 {
-					// What running in bfloat16 itself costs: transformers in
-					// bfloat16 against the same weights in float32.
-					d := scoreDiffs(t, cases, got, m.ref["bfloat16"].Scores)
-					t.Logf("bfloat16 weights, logprob against transformers in bfloat16: %v", d["logprob"])
-				}
 			}
 		})
 	}
+}
+
+// checkLocal scores the logprob sets as the score stage sends them (compact,
+// prefix-shared) on the in-process scorer of creditflow scorer.
+func checkLocal(t *testing.T, gm *model.Model, cases []rowCase, ref refResult) {
+	t.Helper()
+	var sets []gpu.RowSet
+	var want []float64
+	k := 0
+	for _, rc := range cases {
+		if rc.stat == "logprob" {
+			sets = append(sets, rc.set)
+			want = append(want, ref.Scores[k:k+len(rc.rows)]...)
+		}
+		k += len(rc.rows)
+	}
+	res, err := local.New(gm).ScoreRows(context.Background(), sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]float64, len(res))
+	for i := range res {
+		got[i] = res[i].Scores
+	}
+	checkScores(t, "float32 (scorer)", scoreDiffs(t, logprobCases(cases), got, want), tolScore)
 }
 
 func logprobCases(cs []rowCase) []rowCase {

@@ -163,14 +163,20 @@ def load(folder, dtype):
     return model
 
 
+_logits = {}  # (model id, sequence) -> logits: rows of one job share sequences
+
+
 def log_dists(model, context, target, max_context, temp, a, b):
     """float64 log softmax(logits / T) at the positions predicting target[a:b]."""
     keep = max_context - len(target)
     if len(context) > keep:
         context = context[len(context) - keep:] if keep > 0 else []
-    ids = torch.tensor([list(context) + list(target)], dtype=torch.long)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0]
+    seq = tuple(context) + tuple(target)
+    key = (id(model), seq)
+    if key not in _logits:
+        with torch.no_grad():
+            _logits[key] = model(input_ids=torch.tensor([seq], dtype=torch.long)).logits[0]
+    logits = _logits[key]
     pos = [len(context) + k - 1 for k in range(a, b)]
     return torch.log_softmax(logits[pos].double() / temp, -1)
 
@@ -225,10 +231,12 @@ def reference(jobs):
         scores = [row_value(model, r, mc) for r in job.get("rows", [])]
         gs = [graphs(model, a) for a in job.get("attention", [])]
         out.append({"scores": scores, "graphs": gs})
+        _logits.clear()
     return out
 
 
 def main():
+    transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(int(os.environ.get("CREDITFLOW_REF_THREADS", "2")))
     if len(sys.argv) != 2 or sys.argv[1] not in ("build", "reference"):
         sys.stderr.write(__doc__)
