@@ -124,7 +124,9 @@ func podClient(t *testing.T, url string) *client.Client {
 
 // TestPodMatchesTransformers starts the pod (float32 on the CPU) and
 // hot-loads every float32 folder into it in turn, comparing its row
-// statistics and step graphs, over HTTP, with transformers' in float32.
+// statistics and step graphs, over HTTP, with transformers' in float32;
+// then hot-loads each refused config (refusals) and expects a 400 naming
+// the field.
 func TestPodMatchesTransformers(t *testing.T) {
 	f := getFixture(t)
 	url := startPod(t, f.python, f.models[0].Dir, "float32")
@@ -137,6 +139,7 @@ func TestPodMatchesTransformers(t *testing.T) {
 			podCompare(t, podClient(t, url), m, m.cases, m.ref["float32"], "float32", tolScore, tolGraph)
 		})
 	}
+	t.Run("refused", func(t *testing.T) { podRefuses(t, f, url) })
 }
 
 // podCompare scores the cases' sets and the model's attention jobs on the
@@ -178,4 +181,56 @@ func podCompare(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCas
 		checkGraphs(t, label+" (pod)", gd, tolG)
 	}
 	return ds, gd
+}
+
+// TestPodBFloat16 starts the pod in bfloat16 on the bfloat16 folders and
+// compares its logprob rows and step graphs with transformers in bfloat16
+// and with transformers in float32 on the same (bfloat16) weights, the exact
+// answer for those weights. Running in bfloat16 rounds activations to 8
+// significant bits, so neither matches the exact answer to float32
+// precision; the pod must be within twice transformers' own distance from
+// it (docs/model.md, "bfloat16").
+func TestPodBFloat16(t *testing.T) {
+	f := getFixture(t)
+	url := startPod(t, f.python, f.models[0].DirBF16, "bfloat16")
+	for i, c := range checkpoints {
+		t.Run(c.name, func(t *testing.T) {
+			m := f.model(t, c.name)
+			if i > 0 {
+				podLoad(t, url, m.DirBF16)
+			}
+			cases := logprobCases(m.cases)
+			cl := podClient(t, url)
+			dTF, gTF := podCompare(t, cl, m, cases, m.ref["bfloat16"], "", 0, 0)
+			dExact, gExact := podCompare(t, cl, m, cases, m.ref["bf16-weights"], "", 0, 0)
+			var tfExact diff
+			for k, w := range m.ref["bf16-weights"].Scores {
+				tfExact.add(m.ref["bfloat16"].Scores[k], w)
+			}
+			var tfExactG diff
+			for j := range m.jobs {
+				w, g := m.ref["bf16-weights"].Graphs[j], m.ref["bfloat16"].Graphs[j]
+				for l := range w {
+					for a := range w[l].AA {
+						for b := range w[l].AA[a] {
+							tfExactG.add(g[l].AA[a][b], w[l].AA[a][b])
+							tfExactG.add(g[l].AO[a][b], w[l].AO[a][b])
+						}
+					}
+				}
+			}
+			t.Logf("logprob: pod bf16 vs transformers bf16 %v; pod bf16 vs float32 %v; transformers bf16 vs float32 %v",
+				dTF["logprob"], dExact["logprob"], tfExact)
+			t.Logf("step graphs: pod bf16 vs transformers bf16 %v; pod bf16 vs float32 %v; transformers bf16 vs float32 %v",
+				gTF, gExact, tfExactG)
+			// Both are bfloat16 computations with their own rounding points; the
+			// pod must be within twice transformers' own distance.
+			if dExact["logprob"].abs > 2*tfExact.abs {
+				t.Errorf("logprob: the pod in bfloat16 is %.2e from the float32 answer, transformers in bfloat16 %.2e", dExact["logprob"].abs, tfExact.abs)
+			}
+			if gExact.abs > 2*tfExactG.abs {
+				t.Errorf("step graphs: the pod in bfloat16 is %.2e from the float32 answer, transformers in bfloat16 %.2e", gExact.abs, tfExactG.abs)
+			}
+		})
+	}
 }
