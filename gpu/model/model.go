@@ -55,6 +55,19 @@ func WithPlaceholderIDs(ids []int32) Option {
 // longer attention jobs are refused. Info().MaxContext reports the cap.
 func WithMaxContext(n int) Option { return func(o *loadOptions) { o.maxContext = n } }
 
+// CapContext returns m capped at a context of n tokens, sharing its weights
+// (m itself when n is not positive or not below its context; see
+// WithMaxContext).
+func (m *Model) CapContext(n int) *Model {
+	if n <= 0 || n >= m.cfg.MaxContext {
+		return m
+	}
+	c, cfg := *m, *m.cfg
+	cfg.MaxContext = n
+	c.cfg = &cfg
+	return &c
+}
+
 // WithName sets Info().Name (default: the folder's base name).
 func WithName(name string) Option { return func(o *loadOptions) { o.name = name } }
 
@@ -87,9 +100,6 @@ func LoadWith(dir string, opts ...Option) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.maxContext > 0 && o.maxContext < cfg.MaxContext {
-		cfg.MaxContext = o.maxContext
-	}
 	ts, err := openTensorSet(dir)
 	if err != nil {
 		return nil, err
@@ -98,6 +108,7 @@ func LoadWith(dir string, opts ...Option) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
+	m = m.CapContext(o.maxContext)
 	m.name = o.name
 	if m.name == "" {
 		abs, _ := filepath.Abs(dir)
