@@ -3,7 +3,12 @@ into a Config, the tensors such a model must hold, and the errors of loading and
 
 Guarantees:
 - read_config accepts only the architectures in ARCHITECTURES and raises ModelError
-  naming the field it cannot use.
+  naming the field it cannot use: another model_type, a RoPE type other than default,
+  linear and llama3, a partial_rotary_factor, sliding-window attention on any layer, a
+  quantization_config (as gpu/model's config.go).
+- config.json is read as transformers 4.x writes it (rope_theta, rope_scaling) and as
+  transformers 5 does (rope_parameters holding rope_theta, layer_types); a missing
+  tie_word_embeddings means untied, transformers' default.
 """
 
 import json
