@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
@@ -24,21 +26,18 @@ var (
 func creditflowBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "creditflow-hfcheck-bin-")
-		if err != nil {
-			binErr = err
+		if binDir, binErr = os.MkdirTemp("", "creditflow-hfcheck-bin-"); binErr != nil {
 			return
 		}
-		binPath = filepath.Join(dir, "creditflow")
+		binPath = filepath.Join(binDir, "creditflow")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/creditflow")
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = err
-			binPath = string(out)
+			binErr = fmt.Errorf("go build ./cmd/creditflow: %v\n%s", err, out)
 		}
 	})
 	if binErr != nil {
-		t.Fatalf("go build ./cmd/creditflow: %v\n%s", binErr, binPath)
+		t.Fatal(binErr)
 	}
 	return binPath
 }

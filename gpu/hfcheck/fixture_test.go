@@ -115,8 +115,10 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if fixRoot != "" {
-		os.RemoveAll(fixRoot)
+	for _, d := range []string{fixRoot, binDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
 }
