@@ -288,3 +288,29 @@ func TestConfigForms(t *testing.T) {
 		}
 	}
 }
+
+// TestCapContext: a capped model cuts contexts from the left to fit the cap
+// with their target, exactly as the uncapped model scores the cut row, and
+// refuses longer attention jobs; the original is untouched.
+func TestCapContext(t *testing.T) {
+	full := TinyRandom()
+	capped := full.CapContext(50)
+	if capped.Info().MaxContext != 50 || full.Info().MaxContext == 50 || full.CapContext(0) != full {
+		t.Fatalf("infos %+v %+v", capped.Info(), full.Info())
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	row := Row{Context: randTokens(r, 80, 256), Target: randTokens(r, 10, 256), Span: [2]int{2, 9}, Temperature: 0.7}
+	cut := row
+	cut.Context = row.Context[40:]
+	got, u, err := capped.ScoreRows([]Row{row})
+	if err != nil || u.Truncations != 1 {
+		t.Fatalf("capped: %v, usage %+v", err, u)
+	}
+	want, _, err := full.ScoreRows([]Row{cut})
+	if err != nil || got[0] != want[0] {
+		t.Fatalf("capped %v, uncapped on the cut row %v (%v)", got, want, err)
+	}
+	if _, err := capped.StepGraphs(randTokens(r, 60, 256), []Step{{Action: [2]int{10, 20}}}, []int{0}); err == nil || !strings.Contains(err.Error(), "context of 50") {
+		t.Fatalf("60-token job on a 50-token cap: %v", err)
+	}
+}
