@@ -107,7 +107,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 	}
 	info := m.Info()
 	log.Info().Str("model", info.Name).Str("architecture", info.Architecture).Int("layers", info.Layers).
-		Int("vocab", info.VocabSize).Int64("policy_version", *version).Msg("scorer model loaded")
+		Int("vocab", info.VocabSize).Int("max_context", info.MaxContext).Int64("policy_version", *version).Msg("scorer model loaded")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

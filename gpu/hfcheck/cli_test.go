@@ -5,14 +5,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/creditflow/creditflow/gpu"
+	"github.com/creditflow/creditflow/gpu/client"
 )
 
 var (
@@ -138,4 +143,62 @@ func TestCommandsMatchTransformers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScorerCommandMatchesTransformers runs creditflow scorer (the Go
+// scorer over HTTP) on one model with --max-context and compares its
+// answers, through the protocol client, with transformers'.
+func TestScorerCommandMatchesTransformers(t *testing.T) {
+	f := getFixture(t)
+	m := f.model(t, "Qwen3-8B")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(creditflowBinary(t), "scorer", "--model", m.Dir, "--max-context", strconv.Itoa(maxContext),
+		"--listen", addr, "--log-level", "warn")
+	var logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("scorer log:\n%s", logs.String())
+		}
+	})
+	url := "http://" + addr
+	for deadline := time.Now().Add(time.Minute); ; {
+		if resp, err := http.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("creditflow scorer exited:\n%s", logs.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("creditflow scorer did not answer /healthz within a minute:\n%s", logs.String())
+		}
+	}
+	c, err := client.New([]string{url}, client.WithRequestTimeout(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	compareHTTP(t, c, m, m.cases, m.ref["float32"], "float32 (creditflow scorer)", tolScore, tolGraph)
 }

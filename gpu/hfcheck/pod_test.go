@@ -136,15 +136,16 @@ func TestPodMatchesTransformers(t *testing.T) {
 			if i > 0 {
 				podLoad(t, url, m.Dir)
 			}
-			podCompare(t, podClient(t, url), m, m.cases, m.ref["float32"], "float32", tolScore, tolGraph)
+			compareHTTP(t, podClient(t, url), m, m.cases, m.ref["float32"], "float32 (pod)", tolScore, tolGraph)
 		})
 	}
 	t.Run("refused", func(t *testing.T) { podRefuses(t, f, url) })
 }
 
-// podCompare scores the cases' sets and the model's attention jobs on the
-// pod and compares them with ref; tolerances of 0 only log.
-func podCompare(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCase, ref refResult, label string, tolS, tolG float64) (map[string]*diff, diff) {
+// compareHTTP scores the cases' sets and the model's attention jobs on a
+// scorer over HTTP (the pod, creditflow scorer) through the protocol client
+// and compares them with ref; tolerances of 0 only log.
+func compareHTTP(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCase, ref refResult, label string, tolS, tolG float64) (map[string]*diff, diff) {
 	t.Helper()
 	ctx := context.Background()
 	info, err := c.Info(ctx)
@@ -177,8 +178,8 @@ func podCompare(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCas
 		gd.abs, gd.rel, gd.n = max(gd.abs, d.abs), max(gd.rel, d.rel), gd.n+d.n
 	}
 	if tolS > 0 {
-		checkScores(t, label+" (pod)", ds, tolS)
-		checkGraphs(t, label+" (pod)", gd, tolG)
+		checkScores(t, label, ds, tolS)
+		checkGraphs(t, label, gd, tolG)
 	}
 	return ds, gd
 }
@@ -201,8 +202,8 @@ func TestPodBFloat16(t *testing.T) {
 			}
 			cases := logprobCases(m.cases)
 			cl := podClient(t, url)
-			dTF, gTF := podCompare(t, cl, m, cases, m.ref["bfloat16"], "", 0, 0)
-			dExact, gExact := podCompare(t, cl, m, cases, m.ref["bf16-weights"], "", 0, 0)
+			dTF, gTF := compareHTTP(t, cl, m, cases, m.ref["bfloat16"], "", 0, 0)
+			dExact, gExact := compareHTTP(t, cl, m, cases, m.ref["bf16-weights"], "", 0, 0)
 			var tfExact diff
 			for k, w := range m.ref["bf16-weights"].Scores {
 				tfExact.add(m.ref["bfloat16"].Scores[k], w)

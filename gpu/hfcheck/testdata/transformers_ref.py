@@ -139,10 +139,10 @@ def build(req):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
         fill_weights(model, seed)
         model.eval()
+        entropy = mean_entropy(model, cfg.vocab_size, seed)
         folder = os.path.join(req["out"], name)
         model.save_pretrained(folder)
         model.to(torch.bfloat16).save_pretrained(folder + "-bf16")
-        model.to(torch.float32)
         for d in (folder, folder + "-bf16"):
             if form == "v4":
                 c = dict(cut)
@@ -152,7 +152,7 @@ def build(req):
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             written = json.load(f)
         out.append({"name": name, "dir": folder, "dir_bf16": folder + "-bf16", "config": written,
-                    "entropy": mean_entropy(model, cfg.vocab_size, seed),
+                    "entropy": entropy,
                     "log_vocab": math.log(cfg.vocab_size)})
     return out
 
