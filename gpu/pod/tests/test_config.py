@@ -5,11 +5,17 @@ and transformers 5's (rope_parameters holding rope_theta, dtype, layer_types) re
 same configuration; a config neither scorer implements is refused naming the field.
 """
 
+import os
+import random
+import shutil
+import tempfile
 import unittest
 
 import torch
 
 from cfpod.config import Config, ModelError
+from cfpod.model import Model
+from tests.util import small_config, write_checkpoint
 
 BASE = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 4,
         "vocab_size": 5, "max_position_embeddings": 131072}
@@ -77,6 +83,22 @@ class ConfigFormsTest(unittest.TestCase):
                 with self.assertRaises(ModelError) as e:
                     Config(h)
                 self.assertIn(want, str(e.exception))
+
+
+class MaxContextTest(unittest.TestCase):
+    def test_cap(self):
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        write_checkpoint(os.path.join(folder, "m"), small_config(), seed=4)
+        full = Model.load(os.path.join(folder, "m"))
+        capped = Model.load(os.path.join(folder, "m"), max_context=50)
+        self.assertEqual((capped.info()["max_context"], full.info()["max_context"]), (50, 2048))
+        r = random.Random(5)
+        ctx, tgt = [r.randrange(97) for _ in range(80)], [r.randrange(97) for _ in range(10)]
+        got, u = capped.score_rows([(ctx, tgt, (2, 9), 0.7)])
+        want, _ = full.score_rows([(ctx[40:], tgt, (2, 9), 0.7)])
+        self.assertEqual(u.truncations, 1)
+        self.assertEqual(got, want)
 
 
 if __name__ == "__main__":
