@@ -189,7 +189,7 @@ func compareHTTP(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCa
 // and with transformers in float32 on the same (bfloat16) weights, the exact
 // answer for those weights. Running in bfloat16 rounds activations to 8
 // significant bits, so neither matches the exact answer to float32
-// precision; the pod must be within twice transformers' own distance from
+// precision; the pod must be within three times transformers' own distance from
 // it (docs/model.md, "bfloat16").
 func TestPodBFloat16(t *testing.T) {
 	f := getFixture(t)
@@ -225,11 +225,12 @@ func TestPodBFloat16(t *testing.T) {
 			t.Logf("step graphs: pod bf16 vs transformers bf16 %v; pod bf16 vs float32 %v; transformers bf16 vs float32 %v",
 				gTF, gExact, tfExactG)
 			// Both are bfloat16 computations with their own rounding points; the
-			// pod must be within twice transformers' own distance.
-			if dExact["logprob"].abs > 2*tfExact.abs {
+			// pod must be within three times transformers' own distance
+			// (measured at most 1.7 times; bfloat16 kernels differ between CPUs).
+			if dExact["logprob"].abs > 3*tfExact.abs {
 				t.Errorf("logprob: the pod in bfloat16 is %.2e from the float32 answer, transformers in bfloat16 %.2e", dExact["logprob"].abs, tfExact.abs)
 			}
-			if gExact.abs > 2*tfExactG.abs {
+			if gExact.abs > 3*tfExactG.abs {
 				t.Errorf("step graphs: the pod in bfloat16 is %.2e from the float32 answer, transformers in bfloat16 %.2e", gExact.abs, tfExactG.abs)
 			}
 		})
