@@ -11,7 +11,7 @@ func init() {
 }
 
 func runAttention(args []string) error {
-	fs := newFlagSet("attention", `usage: creditflow attention [--model DIR] < jobs.jsonl > graphs.jsonl
+	fs := newFlagSet("attention", `usage: creditflow attention [--model DIR] [--max-context N] < jobs.jsonl > graphs.jsonl
 
 Reads JSON Lines on stdin, one trajectory per line:
   {"tokens":[ids], "steps":[{"action":[s,e], "observation":[s,e] or null}], "layers":[l...]}
@@ -22,13 +22,15 @@ row j = querying step, column k; zeros where k >= j. The first malformed line
 stops the command with an error naming the line number (exit status 1); all
 lines before it have been answered. The format is in docs/offline.md.`)
 	var dir *string
+	var maxCtx *int
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "tiny", modelFlagHelp)
+		maxCtx = fs.Int("max-context", 0, maxContextFlagHelp)
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err
 	}
-	m, err := loadModelFlag(*dir)
+	m, err := loadModelFlag(*dir, *maxCtx)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func addScorerFlags(fs *flagSet, required bool) scorerFlags {
 // in-process scorer on the model (local.New with opts); close releases it.
 func (f scorerFlags) newScorer(log zerolog.Logger, reg prometheus.Registerer, opts ...local.Option) (scorer gpu.Scorer, sc *local.Scorer, close func(), err error) {
 	if *f.endpoints == "" || strings.TrimSpace(*f.endpoints) == "local" {
-		m, err := loadModelFlag(*f.model)
+		m, err := loadModelFlag(*f.model, 0)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--scorer-model: %w", err)
 		}

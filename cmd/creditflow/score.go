@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/creditflow/creditflow/gpu/model"
@@ -13,18 +14,24 @@ func init() {
 // modelFlagHelp describes the --model flags.
 const modelFlagHelp = "model folder (config.json + *.safetensors), or a built-in model: \"tiny\" (trained on the synthetic worlds) or \"tiny-random\" (random weights)"
 
+// maxContextFlagHelp describes the --max-context flags.
+const maxContextFlagHelp = "cap the model's context at this many tokens: longer contexts keep their rightmost tokens, longer attention jobs are refused (0: the model's max_position_embeddings)"
+
 // loadModelFlag opens the model named by --model: "tiny" (or empty) is the
 // built-in trained model, "tiny-random" the random-weight one, anything else
-// a Hugging Face folder.
-func loadModelFlag(dir string) (*model.Model, error) {
-	if m, ok := model.Builtin(dir); ok {
-		return m, nil
+// a Hugging Face folder; maxContext > 0 caps its context (--max-context).
+func loadModelFlag(dir string, maxContext int) (*model.Model, error) {
+	if maxContext < 0 {
+		return nil, usageError{fmt.Errorf("--max-context %d: want 0 (the model's own) or a positive number of tokens", maxContext)}
 	}
-	return model.Load(dir)
+	if m, ok := model.Builtin(dir); ok {
+		return m.CapContext(maxContext), nil
+	}
+	return model.LoadWith(dir, model.WithMaxContext(maxContext))
 }
 
 func runScore(args []string) error {
-	fs := newFlagSet("score", `usage: creditflow score [--model DIR] [--statistic logprob|entropy|kl] < rows.jsonl > scores.jsonl
+	fs := newFlagSet("score", `usage: creditflow score [--model DIR] [--max-context N] [--statistic logprob|entropy|kl] < rows.jsonl > scores.jsonl
 
 Reads JSON Lines on stdin, one row per line:
   {"context":[ids], "target":[ids], "span":[a,b], "temperature":T}
@@ -32,8 +39,8 @@ Reads JSON Lines on stdin, one row per line:
   {"score":S}
 S = mean over k in [a,b) of log p(target[k] | context, target[:k]) (natural log;
 null if not finite), with p = softmax(logits / T), the rollout's sampling
-distribution. A context too long for the model keeps its rightmost
-tokens. Rows read together share their common prefixes.
+distribution. A context too long for the model (or for --max-context) keeps
+its rightmost tokens. Rows read together share their common prefixes.
 --statistic entropy answers the mean entropy (nats) of the distributions that
 predict target[a:b]; --statistic kl reads rows with "reference_context":[ids]
 as well and answers the mean over the same positions of
@@ -41,8 +48,10 @@ KL(p(.|context, target[:k]) || p(.|reference_context, target[:k])). The first ma
 line stops the command with an error naming the line number (exit status 1);
 all lines before it have been answered. The format is in docs/offline.md.`)
 	var dir, stat *string
+	var maxCtx *int
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "tiny", modelFlagHelp)
+		maxCtx = fs.Int("max-context", 0, maxContextFlagHelp)
 		stat = fs.String("statistic", model.StatLogProb, "what each row is answered with: logprob (S), entropy or kl (docs/offline.md)")
 	})
 	if err := fs.parse(args, false); err != nil {
@@ -51,7 +60,7 @@ all lines before it have been answered. The format is in docs/offline.md.`)
 	if err := model.CheckStatistic(*stat); err != nil {
 		return usageError{err}
 	}
-	m, err := loadModelFlag(*dir)
+	m, err := loadModelFlag(*dir, *maxCtx)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ GET /v1/info, POST /v1/score, POST /v1/attention, GET /healthz, GET /metrics.
 SIGTERM or SIGINT drains in-flight requests and exits.`)
 	var listen, dir, certFile, keyFile, tokenFile, level, policyTopic *string
 	var version, maxBytes *int64
-	var maxRows, maxTokens, maxRequests, maxCalls *int
+	var maxRows, maxTokens, maxRequests, maxCalls, maxCtx *int
 	var follow *bool
 	fs.inGroup(groupGeneral, func() {
 		fs.String("config", "", "JSON config file: an object of flag names to values (also CREDITFLOW_CONFIG)")
@@ -37,6 +37,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 	})
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "tiny", modelFlagHelp)
+		maxCtx = fs.Int("max-context", 0, maxContextFlagHelp)
 		maxBytes = fs.Int64("max-request-bytes", 64<<20, "largest request body accepted (413 above)")
 		maxRows = fs.Int("max-rows", 65536, "most rows (score) or jobs (attention) in one request (413 above)")
 		maxTokens = fs.Int("max-tokens", 4<<20, "most tokens in one request (413 above)")
@@ -81,7 +82,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 		}
 	}
 
-	m, err := loadModelFlag(*dir)
+	m, err := loadModelFlag(*dir, *maxCtx)
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}
@@ -104,7 +105,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 	}
 	info := m.Info()
 	log.Info().Str("model", info.Name).Str("architecture", info.Architecture).Int("layers", info.Layers).
-		Int("vocab", info.VocabSize).Int64("policy_version", *version).Msg("scorer model loaded")
+		Int("vocab", info.VocabSize).Int("max_context", info.MaxContext).Int64("policy_version", *version).Msg("scorer model loaded")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

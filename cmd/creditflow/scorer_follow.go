@@ -54,7 +54,13 @@ func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec k
 			log.Warn().Int64("version", a.Version).Msg("announced policy version has no checkpoint; keeping the current weights")
 			return
 		}
-		m, err := model.Load(a.Checkpoint)
+		// The served model's context (its own, or --max-context) caps the
+		// checkpoint's, so that a capped scorer stays capped.
+		var cap int
+		if info, err := sc.Info(ctx); err == nil {
+			cap = info.MaxContext
+		}
+		m, err := model.LoadWith(a.Checkpoint, model.WithMaxContext(cap))
 		if err == nil {
 			err = sc.Swap(m, a.Version)
 		}

@@ -26,31 +26,40 @@ type config struct {
 	QKVBias       bool // Qwen2: q, k, v biases only
 	QKNorm        bool // Qwen3: per-head RMSNorm on q and k before RoPE
 	MLPBias       bool // Llama mlp_bias
-	MaxContext    int  // max_position_embeddings, capped by an active sliding window
+	MaxContext    int  // max_position_embeddings (or less: WithMaxContext)
 	invFreq       []float32
 }
 
 type hfConfig struct {
-	Architectures         []string       `json:"architectures"`
-	ModelType             string         `json:"model_type"`
-	HiddenSize            int            `json:"hidden_size"`
-	NumHiddenLayers       int            `json:"num_hidden_layers"`
-	NumAttentionHeads     int            `json:"num_attention_heads"`
-	NumKeyValueHeads      *int           `json:"num_key_value_heads"`
-	HeadDim               *int           `json:"head_dim"`
-	IntermediateSize      int            `json:"intermediate_size"`
-	VocabSize             int            `json:"vocab_size"`
-	MaxPositionEmbeddings int            `json:"max_position_embeddings"`
-	RMSNormEps            *float64       `json:"rms_norm_eps"`
-	RopeTheta             *float64       `json:"rope_theta"`
-	RopeScaling           map[string]any `json:"rope_scaling"`
-	TieWordEmbeddings     *bool          `json:"tie_word_embeddings"`
-	AttentionBias         bool           `json:"attention_bias"`
-	MLPBias               bool           `json:"mlp_bias"`
-	HiddenAct             string         `json:"hidden_act"`
-	UseSlidingWindow      bool           `json:"use_sliding_window"`
-	SlidingWindow         *int           `json:"sliding_window"`
-	RopeParameters        map[string]any `json:"rope_parameters"`
+	Architectures         []string        `json:"architectures"`
+	ModelType             string          `json:"model_type"`
+	HiddenSize            int             `json:"hidden_size"`
+	NumHiddenLayers       int             `json:"num_hidden_layers"`
+	NumAttentionHeads     int             `json:"num_attention_heads"`
+	NumKeyValueHeads      *int            `json:"num_key_value_heads"`
+	HeadDim               *int            `json:"head_dim"`
+	IntermediateSize      int             `json:"intermediate_size"`
+	VocabSize             int             `json:"vocab_size"`
+	MaxPositionEmbeddings int             `json:"max_position_embeddings"`
+	RMSNormEps            *float64        `json:"rms_norm_eps"`
+	RopeTheta             *float64        `json:"rope_theta"`
+	RopeScaling           map[string]any  `json:"rope_scaling"`
+	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
+	AttentionBias         bool            `json:"attention_bias"`
+	MLPBias               bool            `json:"mlp_bias"`
+	HiddenAct             string          `json:"hidden_act"`
+	UseSlidingWindow      bool            `json:"use_sliding_window"`
+	SlidingWindow         json.RawMessage `json:"sliding_window"`
+	MaxWindowLayers       *int            `json:"max_window_layers"`
+	LayerTypes            []string        `json:"layer_types"`
+	RopeParameters        map[string]any  `json:"rope_parameters"`
+	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
+	QuantizationConfig    json.RawMessage `json:"quantization_config"`
+}
+
+// modelTypes is the model_type of each supported architecture.
+var modelTypes = map[string]string{
+	"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
 }
 
 // readConfig parses and validates dir/config.json.
@@ -104,6 +113,12 @@ func (h *hfConfig) toConfig() (*config, error) {
 	default:
 		return nil, fmt.Errorf("field \"architectures\": %q is not supported (want LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)", c.Architecture)
 	}
+	if want := modelTypes[c.Architecture]; h.ModelType != "" && h.ModelType != want {
+		return nil, fmt.Errorf("field \"model_type\": %q is not supported with %s (want %q)", h.ModelType, c.Architecture, want)
+	}
+	if q := h.QuantizationConfig; len(q) > 0 && string(q) != "null" {
+		return nil, fmt.Errorf("field \"quantization_config\": quantized checkpoints are not supported (the scorers read float32, float16 or bfloat16 weights)")
+	}
 	if h.HiddenAct != "" && h.HiddenAct != "silu" {
 		return nil, fmt.Errorf("field \"hidden_act\": %q is not supported (want silu)", h.HiddenAct)
 	}
@@ -126,12 +141,26 @@ func (h *hfConfig) toConfig() (*config, error) {
 	if h.TieWordEmbeddings != nil {
 		c.TieEmbeddings = *h.TieWordEmbeddings
 	}
-	scaling := h.RopeScaling
+	// RoPE: transformers 4 writes rope_theta and rope_scaling, transformers 5
+	// rope_parameters (with rope_theta inside).
+	scaling, ropeField := h.RopeScaling, "rope_scaling"
 	if scaling == nil && h.RopeParameters != nil {
-		scaling = h.RopeParameters
+		scaling, ropeField = h.RopeParameters, "rope_parameters"
+		for k, v := range h.RopeParameters {
+			if _, nested := v.(map[string]any); nested {
+				return nil, fmt.Errorf("field \"rope_parameters\": per-layer-type parameters (%q) are not supported", k)
+			}
+		}
 		if th, ok := h.RopeParameters["rope_theta"].(float64); ok && h.RopeTheta == nil {
 			c.RopeTheta = th
 		}
+	}
+	prf := h.PartialRotaryFactor
+	if v, ok := scaling["partial_rotary_factor"].(float64); ok {
+		prf = &v
+	}
+	if prf != nil && *prf != 1 {
+		return nil, fmt.Errorf("field \"partial_rotary_factor\": %v is not supported (rotary embeddings on the whole head only)", *prf)
 	}
 	for _, f := range []struct {
 		name string
@@ -155,20 +184,59 @@ func (h *hfConfig) toConfig() (*config, error) {
 		return nil, fmt.Errorf("field \"rope_theta\" must be positive, got %v", c.RopeTheta)
 	}
 	c.MaxContext = c.MaxPositions
-	if h.UseSlidingWindow && h.SlidingWindow != nil && *h.SlidingWindow > 0 && *h.SlidingWindow < c.MaxContext {
-		// Attention never reaches past the window when contexts fit in it,
-		// so capping the context keeps the computation exact.
-		c.MaxContext = *h.SlidingWindow
+	if err := h.checkFullAttention(c); err != nil {
+		return nil, err
 	}
-	if err := c.setRope(scaling); err != nil {
+	if err := c.setRope(scaling, ropeField); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// checkFullAttention refuses a config with sliding-window attention on any
+// layer: the scorers attend over the whole context. transformers 5 writes
+// layer_types; 4.x-era Qwen2 and Qwen3 configs slide layers from
+// max_window_layers on (default 28) when use_sliding_window is set, over
+// sliding_window tokens (default 4096). A window that covers every position
+// (sliding_window ≥ max_position_embeddings) changes nothing and is accepted.
+func (h *hfConfig) checkFullAttention(c *config) error {
+	window := -1 // none
+	if sw := h.SlidingWindow; len(sw) > 0 && string(sw) != "null" {
+		if err := json.Unmarshal(sw, &window); err != nil {
+			return fmt.Errorf("field \"sliding_window\" must be an integer or null, got %s", sw)
+		}
+	} else if len(sw) == 0 && c.Architecture != "LlamaForCausalLM" {
+		window = 4096 // Qwen2Config and Qwen3Config default
+	}
+	covers := window < 0 || window >= c.MaxPositions
+	for i, lt := range h.LayerTypes {
+		switch lt {
+		case "full_attention":
+		case "sliding_attention":
+			if !covers {
+				return fmt.Errorf("field \"layer_types\": layer %d is sliding_attention over %d tokens; sliding-window attention is not supported", i, window)
+			}
+		default:
+			return fmt.Errorf("field \"layer_types\": layer %d is %q; only full_attention is supported", i, lt)
+		}
+	}
+	if h.LayerTypes != nil || !h.UseSlidingWindow || c.Architecture == "LlamaForCausalLM" || covers {
+		return nil
+	}
+	from := 28
+	if h.MaxWindowLayers != nil {
+		from = *h.MaxWindowLayers
+	}
+	if from < c.Layers {
+		return fmt.Errorf("field \"use_sliding_window\": layers %d and up attend over a sliding window of %d tokens (sliding_window, max_window_layers); sliding-window attention is not supported", from, window)
+	}
+	return nil
+}
+
 // setRope computes the rotary inverse frequencies as Hugging Face does (in
-// float32), applying a supported rope_scaling.
-func (c *config) setRope(scaling map[string]any) error {
+// float32), applying a supported rope scaling read from the named field
+// (rope_scaling or rope_parameters).
+func (c *config) setRope(scaling map[string]any, field string) error {
 	d := c.HeadDim
 	inv := make([]float32, d/2)
 	for i := range inv {
@@ -186,7 +254,7 @@ func (c *config) setRope(scaling map[string]any) error {
 	num := func(k string) (float64, error) {
 		v, ok := scaling[k].(float64)
 		if !ok {
-			return 0, fmt.Errorf("field \"rope_scaling\": %q must be a number for rope_type %q", k, typ)
+			return 0, fmt.Errorf("field %q: %q must be a number for rope_type %q", field, k, typ)
 		}
 		return v, nil
 	}
@@ -231,7 +299,7 @@ func (c *config) setRope(scaling map[string]any) error {
 			inv[i] = float32(v)
 		}
 	default:
-		return fmt.Errorf("field \"rope_scaling\": rope_type %q is not supported (want default, linear or llama3)", typ)
+		return fmt.Errorf("field %q: rope_type %q is not supported (want default, linear or llama3)", field, typ)
 	}
 	c.invFreq = inv
 	return nil

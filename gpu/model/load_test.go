@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -226,11 +227,90 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("%s: err = %v, want mention of %q", name, err, c.want)
 		}
 	}
-	// An active sliding window caps the context.
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["Qwen2ForCausalLM"],"use_sliding_window":true,"sliding_window":8,`+base+`}`), 0o644)
-	cfg, err := readConfig(dir)
-	if err != nil || cfg.MaxContext != 8 {
-		t.Fatalf("sliding window: %v %+v", err, cfg)
+}
+
+// TestConfigForms reads the config.json fields of both generations of
+// transformers: 4.x-era files (rope_theta, rope_scaling, torch_dtype) and
+// what transformers 5 writes (rope_parameters holding rope_theta, dtype,
+// layer_types), to the same configuration; and refuses what neither scorer
+// implements, naming the field.
+func TestConfigForms(t *testing.T) {
+	base := `"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2,"intermediate_size":4,"vocab_size":5,"max_position_embeddings":131072`
+	parse := func(js string) (*config, error) { return parseConfig("config.json", []byte(js)) }
+	v4, err := parse(`{"architectures":["LlamaForCausalLM"],"model_type":"llama","torch_dtype":"bfloat16","rope_theta":500000.0,` +
+		`"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},` + base + `}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v5, err := parse(`{"architectures":["LlamaForCausalLM"],"model_type":"llama","dtype":"bfloat16",` +
+		`"rope_parameters":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_theta":500000.0,"rope_type":"llama3"},` + base + `}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v4.RopeTheta != 500000 || v5.RopeTheta != 500000 || !slices.Equal(v4.invFreq, v5.invFreq) {
+		t.Errorf("4.x and 5 forms differ: theta %v / %v, inv_freq %v / %v", v4.RopeTheta, v5.RopeTheta, v4.invFreq, v5.invFreq)
+	}
+	// Qwen2 as transformers 5 writes it: layer_types all full, the window off.
+	q5, err := parse(`{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","layer_types":["full_attention","full_attention"],` +
+		`"use_sliding_window":false,"sliding_window":null,"max_window_layers":21,"rope_parameters":{"rope_theta":1000000.0,"rope_type":"default"},` + base + `}`)
+	if err != nil || q5.RopeTheta != 1e6 || q5.MaxContext != 131072 {
+		t.Fatalf("qwen2 (transformers 5): %v %+v", err, q5)
+	}
+	// 4.x Qwen2 with the window on but no layer past max_window_layers, or a
+	// window covering every position: full attention, accepted.
+	for _, js := range []string{
+		`{"architectures":["Qwen2ForCausalLM"],"use_sliding_window":true,"sliding_window":64,"max_window_layers":2,` + base + `}`,
+		`{"architectures":["Qwen2ForCausalLM"],"use_sliding_window":true,"sliding_window":131072,"max_window_layers":0,` + base + `}`,
+		`{"architectures":["Qwen3ForCausalLM"],"layer_types":["sliding_attention","full_attention"],"sliding_window":null,` + base + `}`,
+	} {
+		if _, err := parse(js); err != nil {
+			t.Errorf("%s: %v", js, err)
+		}
+	}
+	for name, c := range map[string]struct{ json, want string }{
+		"mistral":            {`{"architectures":["MistralForCausalLM"],"model_type":"mistral",` + base + `}`, `"architectures": "MistralForCausalLM"`},
+		"gemma":              {`{"architectures":["Gemma2ForCausalLM"],"model_type":"gemma2",` + base + `}`, `"architectures": "Gemma2ForCausalLM"`},
+		"model_type":         {`{"architectures":["LlamaForCausalLM"],"model_type":"mistral",` + base + `}`, `"model_type"`},
+		"yarn (4.x)":         {`{"architectures":["Qwen2ForCausalLM"],"rope_scaling":{"type":"yarn","factor":4.0,"original_max_position_embeddings":32768},` + base + `}`, `"rope_scaling": rope_type "yarn"`},
+		"dynamic (5)":        {`{"architectures":["LlamaForCausalLM"],"rope_parameters":{"rope_type":"dynamic","factor":2.0,"rope_theta":10000.0},` + base + `}`, `"rope_parameters": rope_type "dynamic"`},
+		"per-layer rope":     {`{"architectures":["LlamaForCausalLM"],"rope_parameters":{"full_attention":{"rope_type":"default","rope_theta":10000.0}},` + base + `}`, `"rope_parameters"`},
+		"partial rotary":     {`{"architectures":["LlamaForCausalLM"],"partial_rotary_factor":0.5,` + base + `}`, `"partial_rotary_factor"`},
+		"sliding (4.x)":      {`{"architectures":["Qwen2ForCausalLM"],"use_sliding_window":true,"sliding_window":64,"max_window_layers":1,` + base + `}`, `"use_sliding_window"`},
+		"sliding default":    {`{"architectures":["Qwen3ForCausalLM"],"use_sliding_window":true,"max_window_layers":0,` + base + `}`, `"use_sliding_window"`},
+		"sliding (5)":        {`{"architectures":["Qwen2ForCausalLM"],"layer_types":["full_attention","sliding_attention"],"sliding_window":64,` + base + `}`, `"layer_types": layer 1`},
+		"unknown layer type": {`{"architectures":["Qwen3ForCausalLM"],"layer_types":["full_attention","linear_attention"],` + base + `}`, `"layer_types"`},
+		"quantized":          {`{"architectures":["LlamaForCausalLM"],"quantization_config":{"quant_method":"gptq","bits":4},` + base + `}`, `"quantization_config"`},
+		"bad sliding_window": {`{"architectures":["Qwen2ForCausalLM"],"use_sliding_window":true,"sliding_window":"64",` + base + `}`, `"sliding_window"`},
+	} {
+		_, err := parse(c.json)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want mention of %s", name, err, c.want)
+		}
+	}
+}
+
+// TestCapContext: a capped model cuts contexts from the left to fit the cap
+// with their target, exactly as the uncapped model scores the cut row, and
+// refuses longer attention jobs; the original is untouched.
+func TestCapContext(t *testing.T) {
+	full := TinyRandom()
+	capped := full.CapContext(50)
+	if capped.Info().MaxContext != 50 || full.Info().MaxContext == 50 || full.CapContext(0) != full {
+		t.Fatalf("infos %+v %+v", capped.Info(), full.Info())
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	row := Row{Context: randTokens(r, 80, 256), Target: randTokens(r, 10, 256), Span: [2]int{2, 9}, Temperature: 0.7}
+	cut := row
+	cut.Context = row.Context[40:]
+	got, u, err := capped.ScoreRows([]Row{row})
+	if err != nil || u.Truncations != 1 {
+		t.Fatalf("capped: %v, usage %+v", err, u)
+	}
+	want, _, err := full.ScoreRows([]Row{cut})
+	if err != nil || got[0] != want[0] {
+		t.Fatalf("capped %v, uncapped on the cut row %v (%v)", got, want, err)
+	}
+	if _, err := capped.StepGraphs(randTokens(r, 60, 256), []Step{{Action: [2]int{10, 20}}}, []int{0}); err == nil || !strings.Contains(err.Error(), "context of 50") {
+		t.Fatalf("60-token job on a 50-token cap: %v", err)
 	}
 }

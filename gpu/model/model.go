@@ -39,6 +39,7 @@ type Option func(*loadOptions)
 type loadOptions struct {
 	placeholder []int32
 	name        string
+	maxContext  int
 }
 
 // WithPlaceholderIDs sets the token ids of "[DELETE]" for the checkpoint's
@@ -46,6 +47,25 @@ type loadOptions struct {
 // in the folder's tokenizer.json and otherwise reports no placeholder ids.
 func WithPlaceholderIDs(ids []int32) Option {
 	return func(o *loadOptions) { o.placeholder = append([]int32(nil), ids...) }
+}
+
+// WithMaxContext caps the context the model is run on at n tokens (when n is
+// positive and below max_position_embeddings): a row's context is then cut
+// from the left to fit n with its target, as at the model's own limit, and
+// longer attention jobs are refused. Info().MaxContext reports the cap.
+func WithMaxContext(n int) Option { return func(o *loadOptions) { o.maxContext = n } }
+
+// CapContext returns m capped at a context of n tokens, sharing its weights
+// (m itself when n is not positive or not below its context; see
+// WithMaxContext).
+func (m *Model) CapContext(n int) *Model {
+	if n <= 0 || n >= m.cfg.MaxContext {
+		return m
+	}
+	c, cfg := *m, *m.cfg
+	cfg.MaxContext = n
+	c.cfg = &cfg
+	return &c
 }
 
 // WithName sets Info().Name (default: the folder's base name).
@@ -88,6 +108,7 @@ func LoadWith(dir string, opts ...Option) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
+	m = m.CapContext(o.maxContext)
 	m.name = o.name
 	if m.name == "" {
 		abs, _ := filepath.Abs(dir)

@@ -407,11 +407,11 @@ func TestConcurrentUse(t *testing.T) {
 // factor, the band between interpolated (Llama 3.1 parameters).
 func TestLlama3RopeScaling(t *testing.T) {
 	base := &config{HeadDim: 128, RopeTheta: 500000}
-	if err := base.setRope(nil); err != nil {
+	if err := base.setRope(nil, "rope_scaling"); err != nil {
 		t.Fatal(err)
 	}
 	c := &config{HeadDim: 128, RopeTheta: 500000}
-	err := c.setRope(map[string]any{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0})
+	err := c.setRope(map[string]any{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0}, "rope_scaling")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestLlama3RopeScaling(t *testing.T) {
 		t.Fatalf("bands hi=%d mid=%d lo=%d", hi, mid, lo)
 	}
 	lin := &config{HeadDim: 8, RopeTheta: 10000}
-	lin.setRope(map[string]any{"type": "linear", "factor": 2.0})
+	lin.setRope(map[string]any{"type": "linear", "factor": 2.0}, "rope_scaling")
 	if lin.invFreq[0] != 0.5 {
 		t.Fatalf("linear scaling: %v", lin.invFreq)
 	}

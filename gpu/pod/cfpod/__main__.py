@@ -47,6 +47,8 @@ def parse_args(argv):
                         "(needs confluent-kafka)")
     p.add_argument("--policy-topic", default=_env("policy_topic", "creditflow.policy"),
                    help="the compacted topic of policy announcements")
+    p.add_argument("--max-context", type=int, default=int(_env("max_context", "0")),
+                   help="cap the model's context at this many tokens (0: max_position_embeddings)")
     p.add_argument("--max-request-bytes", type=int, default=int(_env("max_request_bytes", str(64 << 20))))
     p.add_argument("--max-rows", type=int, default=int(_env("max_rows", "65536")))
     p.add_argument("--max-tokens", type=int, default=int(_env("max_tokens", str(4 << 20))))
@@ -91,7 +93,8 @@ def main(argv=None):
         pod = Pod(a.model, device=a.device, dtype=dtype, token=token, admin_token=admin,
                   policy_version=a.policy_version, name=a.name, placeholder_ids=ph,
                   max_request_bytes=a.max_request_bytes, max_rows=a.max_rows, max_tokens=a.max_tokens,
-                  max_concurrent=a.max_concurrent, log=log, packing=a.packing)
+                  max_concurrent=a.max_concurrent, log=log, packing=a.packing,
+                  max_context=a.max_context)
     except (ModelError, OSError) as e:
         log.error("cannot start: model load failed", error=str(e))
         return 2

@@ -3,7 +3,12 @@ into a Config, the tensors such a model must hold, and the errors of loading and
 
 Guarantees:
 - read_config accepts only the architectures in ARCHITECTURES and raises ModelError
-  naming the field it cannot use.
+  naming the field it cannot use: another model_type, a RoPE type other than default,
+  linear and llama3, a partial_rotary_factor, sliding-window attention on any layer, a
+  quantization_config (as gpu/model's config.go).
+- config.json is read as transformers 4.x writes it (rope_theta, rope_scaling) and as
+  transformers 5 does (rope_parameters holding rope_theta, layer_types); a missing
+  tie_word_embeddings means untied, transformers' default.
 """
 
 import json
@@ -13,6 +18,7 @@ import os
 import torch
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
 
 class ModelError(ValueError):
@@ -43,6 +49,13 @@ class Config:
         if self.architecture not in ARCHITECTURES:
             raise ModelError(f'field "architectures": {self.architecture!r} is not supported '
                              "(want LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)")
+        want = MODEL_TYPES[self.architecture]
+        if h.get("model_type") and h["model_type"] != want:
+            raise ModelError(f'field "model_type": {h["model_type"]!r} is not supported with '
+                             f"{self.architecture} (want {want!r})")
+        if h.get("quantization_config") is not None:
+            raise ModelError('field "quantization_config": quantized checkpoints are not supported '
+                             "(the scorers read float32, float16 or bfloat16 weights)")
         act = h.get("hidden_act") or "silu"
         if act != "silu":
             raise ModelError(f'field "hidden_act": {act!r} is not supported (want silu)')
@@ -59,7 +72,8 @@ class Config:
         self.max_positions = g("max_position_embeddings")
         self.rms_norm_eps = float(g("rms_norm_eps", 1e-6))
         self.rope_theta = float(g("rope_theta", 10000.0))
-        self.tie_embeddings = bool(g("tie_word_embeddings", True))
+        # LlamaConfig, Qwen2Config and Qwen3Config default to untied embeddings.
+        self.tie_embeddings = bool(g("tie_word_embeddings", False))
         self.mlp_bias = bool(h.get("mlp_bias", False))
         self.attention_bias = False  # q, k, v and o biases
         self.qkv_bias = False        # q, k, v biases only (Qwen2)
@@ -71,11 +85,23 @@ class Config:
         else:
             self.attention_bias = bool(h.get("attention_bias", False))
             self.qk_norm = True
-        scaling = h.get("rope_scaling")
+        # RoPE: transformers 4 writes rope_theta and rope_scaling, transformers 5
+        # rope_parameters (with rope_theta inside).
+        scaling, rope_field = h.get("rope_scaling"), "rope_scaling"
         if scaling is None and isinstance(h.get("rope_parameters"), dict):
-            scaling = h["rope_parameters"]
+            scaling, rope_field = h["rope_parameters"], "rope_parameters"
+            for k, v in scaling.items():
+                if isinstance(v, dict):
+                    raise ModelError(f'field "rope_parameters": per-layer-type parameters ({k!r}) '
+                                     "are not supported")
             if h.get("rope_theta") is None and isinstance(scaling.get("rope_theta"), (int, float)):
                 self.rope_theta = float(scaling["rope_theta"])
+        prf = h.get("partial_rotary_factor")
+        if isinstance(scaling, dict) and scaling.get("partial_rotary_factor") is not None:
+            prf = scaling["partial_rotary_factor"]
+        if prf is not None and prf != 1:
+            raise ModelError(f'field "partial_rotary_factor": {prf!r} is not supported '
+                             "(rotary embeddings on the whole head only)")
         for name, v in (("hidden_size", self.hidden), ("num_hidden_layers", self.layers),
                         ("num_attention_heads", self.heads), ("num_key_value_heads", self.kv_heads),
                         ("head_dim", self.head_dim), ("intermediate_size", self.intermediate),
@@ -90,12 +116,43 @@ class Config:
         if not self.rope_theta > 0:
             raise ModelError(f'field "rope_theta" must be positive, got {self.rope_theta}')
         self.max_context = self.max_positions
-        sw = h.get("sliding_window")
-        if h.get("use_sliding_window") and isinstance(sw, int) and 0 < sw < self.max_context:
-            self.max_context = sw  # exact: attention never reaches past the window
-        self.inv_freq = self._rope(scaling)
+        self._check_full_attention(h)
+        self.inv_freq = self._rope(scaling, rope_field)
 
-    def _rope(self, scaling):
+    def _check_full_attention(self, h):
+        """Refuses sliding-window attention on any layer (the scorers attend over the whole
+        context), as the Go scorer does: transformers 5 writes layer_types; 4.x-era Qwen2 and
+        Qwen3 configs slide layers from max_window_layers on (default 28) when
+        use_sliding_window is set, over sliding_window tokens (default 4096). A window that
+        covers every position changes nothing and is accepted."""
+        if "sliding_window" in h:
+            window = h["sliding_window"]
+            if window is not None and (not isinstance(window, int) or isinstance(window, bool)):
+                raise ModelError(f'field "sliding_window" must be an integer or null, got {window!r}')
+        else:
+            window = None if self.architecture == "LlamaForCausalLM" else 4096
+        covers = window is None or window >= self.max_positions
+        types = h.get("layer_types")
+        for i, lt in enumerate(types or []):
+            if lt == "full_attention":
+                continue
+            if lt == "sliding_attention":
+                if not covers:
+                    raise ModelError(f'field "layer_types": layer {i} is sliding_attention over {window} '
+                                     "tokens; sliding-window attention is not supported")
+                continue
+            raise ModelError(f'field "layer_types": layer {i} is {lt!r}; only full_attention is supported')
+        if types is not None or not h.get("use_sliding_window") or self.architecture == "LlamaForCausalLM" \
+                or covers:
+            return
+        start = h.get("max_window_layers")
+        start = 28 if start is None else start
+        if start < self.layers:
+            raise ModelError(f'field "use_sliding_window": layers {start} and up attend over a sliding '
+                             f"window of {window} tokens (sliding_window, max_window_layers); "
+                             "sliding-window attention is not supported")
+
+    def _rope(self, scaling, field="rope_scaling"):
         d = self.head_dim
         inv = []
         for i in range(d // 2):
@@ -109,7 +166,7 @@ class Config:
         def num(k):
             v = scaling.get(k)
             if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise ModelError(f'field "rope_scaling": {k!r} must be a number for rope_type {typ!r}')
+                raise ModelError(f'field "{field}": {k!r} must be a number for rope_type {typ!r}')
             return float(v)
 
         if typ in ("", "default"):
@@ -130,7 +187,7 @@ class Config:
                     v = (1 - s) * v / factor + s * v
                 out.append(v)
             return torch.tensor(out, dtype=torch.float32)
-        raise ModelError(f'field "rope_scaling": rope_type {typ!r} is not supported '
+        raise ModelError(f'field "{field}": rope_type {typ!r} is not supported '
                          "(want default, linear or llama3)")
 
     def to_hf(self):

@@ -70,10 +70,15 @@ class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
         self._head32 = self._head32_of = None
 
     @classmethod
-    def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None):
+    def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None,
+             max_context=None):
         """Reads a Hugging Face model folder: config.json plus *.safetensors (F32, F16 or
-        BF16; no index file needed)."""
+        BF16; no index file needed). max_context, when positive and below the model's,
+        caps the context (rows are cut from the left to fit it, as the Go scorer's
+        WithMaxContext does)."""
         cfg = read_config(folder)
+        if max_context and 0 < max_context < cfg.max_context:
+            cfg.max_context = int(max_context)
         ts = None
         try:
             ts = st.TensorSet(folder)

@@ -53,8 +53,10 @@ class Pod:
 
     def __init__(self, model_dir, device="cpu", dtype=torch.float32, token="", admin_token="",
                  policy_version=0, name=None, placeholder_ids=None, max_request_bytes=64 << 20,
-                 max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None):
+                 max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None,
+                 max_context=None):
         self.device, self.dtype, self.packing = device, dtype, packing
+        self.max_context = max_context
         self.token, self.admin_token = token or "", admin_token or token or ""
         self.placeholder_ids = placeholder_ids
         self.max_request_bytes, self.max_rows, self.max_tokens = max_request_bytes, max_rows, max_tokens
@@ -122,7 +124,8 @@ class Pod:
                 if policy_version is None:
                     policy_version = self.current.policy_version + 1 if self.current else 0
                 m = Model.load(folder, device=self.device, dtype=self.dtype,
-                               placeholder_ids=self.placeholder_ids, name=name or self.name)
+                               placeholder_ids=self.placeholder_ids, name=name or self.name,
+                               max_context=self.max_context)
             except Exception as e:  # noqa: BLE001 - any failure (a bad file, CUDA out of memory) keeps the old model
                 self.m_loads.inc(1, "error")
                 if str(self.device).startswith("cuda"):

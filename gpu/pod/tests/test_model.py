@@ -312,8 +312,9 @@ class LoadTest(unittest.TestCase):
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64})).inv_freq
         self.assertEqual(float(l3[0]), float(base[0]))            # short wavelengths unchanged
         self.assertAlmostEqual(float(l3[-1]), float(base[-1]) / 8, delta=1e-9)  # long ones divided
-        sw = Config(small_config(use_sliding_window=True, sliding_window=512))
-        self.assertEqual(sw.max_context, 512)
+        with self.assertRaisesRegex(ModelError, '"use_sliding_window"'):
+            Config(small_config(arch="Qwen2ForCausalLM", use_sliding_window=True, sliding_window=512,
+                                max_window_layers=0))
 
 
 if __name__ == "__main__":
