@@ -22,7 +22,10 @@ safetensors, tokenizers, numpy, confluent-kafka, fastavro, pytest; from the Pyth
 a few minutes and about 6 GB the first time) unless it is already built, and prints its
 interpreter. The environment lives under $CREDITFLOW_VENV, else ~/.cache/creditflow/venv-<hash of
 the lock>; the tests, the scorer pod's tests and creditflow learn use it.`)
-	check := fs.Bool("check", false, "only report whether it is built (exit 1 if not); build nothing")
+	var check *bool
+	fs.inGroup(groupGeneral, func() {
+		check = fs.Bool("check", false, "only report whether it is built (exit 1 if not); build nothing")
+	})
 	if err := fs.parse(args, false); err != nil {
 		return err
 	}
