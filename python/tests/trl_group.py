@@ -117,7 +117,7 @@ def main():
                 scored = not np.isnan(smp.metrics["reward"])
                 lines.append({"trajectory_id": "trltest-g%d-c%d-r%d" % (g, i, r) if scored else None,
                               "input_ids": smp.input_ids.tolist(), "completion_mask": smp.completion_mask.tolist(),
-                              "advantage": np.asarray(smp.advantage).tolist(), "reward": smp.metrics["reward"],
+                              "advantage": np.asarray(smp.advantage).tolist(), "reward": smp.metrics["reward"] if scored else None,
                               "model_version": smp.model_version, "wait_s": smp.metrics["creditflow/wait_s"]})
         # TRL's packer over the samples, as RolloutQueueDataset hands them on
         row = TreeRow()
