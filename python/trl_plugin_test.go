@@ -35,7 +35,9 @@ type trlSummary struct {
 		Version    int    `json:"version"`
 		Checkpoint string `json:"checkpoint"`
 	} `json:"announced"`
-	CheckpointFiles []string `json:"checkpoint_files"`
+	CheckpointFiles    []string `json:"checkpoint_files"`
+	Collator           string   `json:"collator"`
+	TrainerPackedTerms int      `json:"trainer_packed_terms"`
 }
 
 // TestTRLAsyncGRPOPlugin: groups built by TRL's own AsyncGRPO pieces (rows from its turn
@@ -43,8 +45,9 @@ type trlSummary struct {
 // against `creditflow broker` and `creditflow run` (in-process tiny scorer). The per-token
 // advantages handed to TRL equal `creditflow compute` on the scored records, on
 // completion_mask's 1s, and are 0 on prompt and tool tokens; TRL's packer carries them
-// token by token; a timeout names the trajectories without samples; a saved checkpoint
-// is announced on the policy topic. python/tests/trl_group.py says what runs for real.
+// token by token, also through CreditflowAsyncGRPOTrainer's own data loader; a timeout
+// names the trajectories without samples; a checkpoint the trainer saves is announced on
+// the policy topic. python/tests/trl_group.py says what runs for real.
 func TestTRLAsyncGRPOPlugin(t *testing.T) {
 	py := trlPython(t)
 	brokers := startBroker(t)
@@ -149,8 +152,11 @@ func TestTRLAsyncGRPOPlugin(t *testing.T) {
 	if sum.Missing == nil || len(sum.Missing.IDs) != 4 || !strings.Contains(sum.Missing.Message, sum.Missing.IDs[0]) {
 		t.Errorf("timeout: %+v, want the 4 trajectory ids named", sum.Missing)
 	}
-	if a := sum.Announced; a == nil || a.Version != 3 || filepath.Base(a.Checkpoint) != "checkpoint-7" {
-		t.Errorf("announced %+v, want version 3 at .../checkpoint-7", a)
+	if sum.Collator != "PerTokenAdvantageCollator" || sum.TrainerPackedTerms == 0 {
+		t.Errorf("the trainer's data loader used %q and packed %d terms", sum.Collator, sum.TrainerPackedTerms)
+	}
+	if a := sum.Announced; a == nil || a.Version != 2 || filepath.Base(a.Checkpoint) != "checkpoint-4" {
+		t.Errorf("announced %+v, want model version 2 at .../checkpoint-4", a)
 	}
 	if !slices.Contains(sum.CheckpointFiles, "config.json") || !slices.Contains(sum.CheckpointFiles, "model.safetensors") {
 		t.Errorf("checkpoint files %v: not a Hugging Face folder", sum.CheckpointFiles)

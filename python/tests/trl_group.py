@@ -1,17 +1,22 @@
-"""Drives one TRL AsyncGRPO rollout group through creditflow.integrations.trl against a
-running broker and `creditflow run` (python/trl_plugin_test.go runs it; docs/integrations.md).
+"""Drives TRL AsyncGRPO rollout groups through creditflow.integrations.trl against a running
+broker and `creditflow run` (python/trl_plugin_test.go runs it; docs/integrations.md).
 
 Real TRL pieces: the training rows come from TRL's own turn reconciliation
 (`_chain_to_sequences` over `TurnRecord`s: tool output is context, mask 0), the rewards from
 TRL's `_AsyncRolloutLoop._score_group` (called by the plug-in's override on a loop object built
 without `__init__`, as TRL's tests do: no vLLM server, no spawned process), the packing from
-TRL's `TreeRow` and `DataCollatorForRollout`. Writes one JSON line per row, then a summary line.
+TRL's `TreeRow` and `DataCollatorForRollout`; then `CreditflowAsyncGRPOTrainer` itself, built
+with TRL's injection points for the rollout worker and weight transfer, reads the samples
+through its own data loader and saves a checkpoint (only TRL's GPU-name lookup for its FLOPs
+metric is replaced). Writes one JSON line per row, then a summary line.
 """
 
 import argparse
 import asyncio
 import json
 import os
+import queue
+import shutil
 import sys
 import tempfile
 import time
@@ -24,8 +29,8 @@ from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TurnR
 from trl.experimental.async_grpo.packing import TreeRow  # noqa: E402
 
 from creditflow import byte_tokenizer  # noqa: E402
-from creditflow.integrations.trl import (AnnouncePolicy, CreditflowRolloutLoop, CreditflowSettings,  # noqa: E402
-                                         MissingSamples, PerTokenAdvantageCollator)
+from creditflow.integrations.trl import (CreditflowRolloutLoop, CreditflowSettings, MissingSamples,  # noqa: E402
+                                         PerTokenAdvantageCollator)
 
 GOLD = "Paris"
 
@@ -103,12 +108,13 @@ def main():
     settings = CreditflowSettings(brokers=a.brokers, gold_column="answer", timeout=a.timeout,
                                   tokenize=byte_tokenizer, run_id="trltest")
     loop = bare_loop(settings)
-    lines, waits, packed_checked = [], [], 0
+    lines, waits, packed_checked, first_group = [], [], 0, None
     for g in range(a.groups):
         group = make_group(g, version=g)
         t0 = time.monotonic()
         samples = asyncio.run(loop._score_group(group))
         waits.append(time.monotonic() - t0)
+        first_group = first_group or samples
         k = 0
         for i, seqs in enumerate(group.completions_sequences):
             for r, _ in enumerate(seqs):
@@ -148,17 +154,110 @@ def main():
     except MissingSamples as e:
         missing = {"ids": e.missing, "message": str(e)}
 
-    # every saved checkpoint is announced: a Hugging Face folder, as Trainer.save_model writes it
-    from confluent_kafka import Consumer, TopicPartition
-    from transformers import LlamaConfig, LlamaForCausalLM, TrainerControl, TrainerState, TrainingArguments
-    from creditflow import decode_policy
-    out_dir = tempfile.mkdtemp(prefix="trl-ckpt-")
-    ckpt = os.path.join(out_dir, "checkpoint-7")
+    # the trainer: CreditflowAsyncGRPOTrainer built for real, with TRL's own injection points for
+    # its rollout worker and weight transfer (no vLLM here); its data loader packs per-token
+    # advantages; a checkpoint it saves is announced
+    trainer_check = check_trainer(a.brokers, first_group)
+
+    with open(a.out, "w") as f:
+        for l in lines:
+            f.write(json.dumps(l) + "\n")
+        f.write(json.dumps({"summary": True, "wait_s": waits, "packed_terms_checked": packed_checked,
+                            "missing": missing, **trainer_check}) + "\n")
+
+
+class QueueWorker:
+    """TRL's RolloutWorkerProtocol over a queue already holding scored samples (twice: accelerate's
+    dispatcher reads one micro-batch ahead)."""
+
+    def __init__(self, samples):
+        self.rollout_buffer = queue.Queue()
+        for smp in samples + samples:
+            self.rollout_buffer.put(smp)
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def update_model_version(self, version):
+        pass
+
+    def check_health(self, stale_after_s):
+        pass
+
+
+class NoWeightTransfer:
+    def init_weight_transfer(self):
+        pass
+
+    def pause(self):
+        pass
+
+    def send_weights(self, iterator):
+        pass
+
+    def resume(self):
+        pass
+
+    def destroy(self):
+        pass
+
+
+def tiny_model(folder):
+    """A one-layer Llama over byte tokens and its tokenizer, in a Hugging Face folder."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    vocab = {("<%d>" % i if i < 33 or i > 126 else chr(i)): i for i in range(256)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<0>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<0>", eos_token="<1>").save_pretrained(folder)
     LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(ckpt)
-    cb = AnnouncePolicy(a.brokers, version_fn=lambda: 3)
-    cb.on_save(TrainingArguments(output_dir=out_dir, report_to=[]), TrainerState(global_step=7), TrainerControl())
-    c = Consumer({"bootstrap.servers": a.brokers, "group.id": "trl-policy-check", "enable.auto.commit": False})
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(folder)
+
+
+def check_trainer(brokers, samples):
+    from confluent_kafka import Consumer, TopicPartition
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+    from trl.experimental.async_grpo import async_grpo_trainer as trainer_mod
+
+    from creditflow import decode_policy
+    from creditflow.integrations.trl import CreditflowAsyncGRPOTrainer
+
+    # The one thing patched: TRL reads the GPU's name for its FLOPs metric in __init__
+    # (torch.cuda.get_device_name), which fails without an NVIDIA driver.
+    trainer_mod.get_peak_flops_per_device = lambda accelerator, dtype: 1.0
+    d = tempfile.mkdtemp(prefix="trl-trainer-")
+    model_dir = os.path.join(d, "model")
+    tiny_model(model_dir)
+    args = AsyncGRPOConfig(output_dir=os.path.join(d, "out"), token_budget=0, per_device_train_batch_size=len(samples),
+                           report_to=[], use_cpu=True, bf16=False, save_steps=1, max_steps=1)
+    trainer = CreditflowAsyncGRPOTrainer(
+        model=model_dir, reward_funcs=[exact_match], args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["q"], "answer": [GOLD]}),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        rollout_worker=QueueWorker(samples), weight_transfer=NoWeightTransfer(),
+        creditflow=CreditflowSettings(brokers=brokers, run_id="trltrainer"))
+    dl = trainer.get_train_dataloader()
+    collator = type(getattr(dl, "collate_fn", None) or dl.base_dataloader.collate_fn).__name__
+    batch = next(iter(dl))
+    got = sorted(batch["advantages"][batch["token_index"] >= 0].tolist())
+    want = sorted(float(np.float32(smp.advantage[p])) for smp in samples
+                  for p in range(1, len(smp.completion_mask)) if smp.completion_mask[p])
+    if got != want:
+        sys.exit("the trainer's data loader packed %d advantages, not the samples' %d per-token values"
+                 % (len(got), len(want)))
+
+    trainer.create_optimizer_and_scheduler(num_training_steps=1)  # train() makes them before its first save
+    trainer.state.global_step = 4
+    trainer.model_version = 2
+    trainer._save_checkpoint(trainer.model, None)  # what Trainer does at save_steps, then on_save
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "trl-policy-check", "enable.auto.commit": False})
     c.assign([TopicPartition("creditflow.policy", 0, 0)])
     announced = None
     end = time.monotonic() + 30
@@ -167,13 +266,10 @@ def main():
         if m is not None and not m.error():
             announced = decode_policy(m.value())
     c.close()
-
-    with open(a.out, "w") as f:
-        for l in lines:
-            f.write(json.dumps(l) + "\n")
-        f.write(json.dumps({"summary": True, "wait_s": waits, "packed_terms_checked": packed_checked,
-                            "missing": missing, "announced": announced,
-                            "checkpoint_files": sorted(os.listdir(ckpt))}) + "\n")
+    files = sorted(os.listdir(announced["checkpoint"])) if announced and os.path.isdir(announced["checkpoint"]) else []
+    shutil.rmtree(d, ignore_errors=True)
+    return {"collator": collator, "trainer_packed_terms": len(got), "announced": announced,
+            "checkpoint_files": files}
 
 
 def _scalar_row(samples):
