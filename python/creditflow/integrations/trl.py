@@ -102,6 +102,7 @@ class _Bridge:
         self.stream = SampleStream(s.brokers, s.group_id or "creditflow-trl-" + s.run_id, topic=s.samples_topic,
                                    **s.client_config)
         self.received = {}
+        self.prefix = s.run_id + "-"
         self.lock = threading.Lock()
 
     def exchange(self, trajectories):
@@ -117,7 +118,8 @@ class _Bridge:
                 if left <= 0:
                     raise MissingSamples(want - set(self.received), self.settings.timeout, self.settings.samples_topic)
                 s = self.stream.poll(min(left, 0.5))
-                if s is not None:
+                # keep this run's samples only: the topic also carries other runs' and trainers'
+                if s is not None and s["trajectory_id"].startswith(self.prefix):
                     self.received[s["trajectory_id"]] = s
             self.stream.commit()
             return {tid: self.received.pop(tid) for tid in want}
