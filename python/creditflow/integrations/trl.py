@@ -55,6 +55,8 @@ class CreditflowSettings:
       process credit).
     - `run_id`: makes trajectory and prompt ids unique across runs (default: random).
     - `group_id`: consumer group of the sample reader (default ``creditflow-trl-<run_id>``).
+    - `limits`: the processor's limits (``creditflow.Limits``: vocabulary size, eligible
+      kinds ...) the trajectories are checked against before publishing; None: the defaults.
     - `client_config`: extra librdkafka settings for the publisher and the reader.
     """
 
@@ -71,6 +73,7 @@ class CreditflowSettings:
     source: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     group_id: str | None = None
+    limits: object = None
     client_config: dict = field(default_factory=dict)
 
 
@@ -178,7 +181,7 @@ class CreditflowRolloutLoop(_AsyncRolloutLoop):
                 gold_answers=_gold_answers(golds[i]) if golds is not None else (),
                 tokenize=tokenize, template=s.template,
                 rollout_logprobs=np.asarray(smp.old_log_probs, dtype=np.float32)[policy],
-                temperature=getattr(self, "temperature", None), source=s.source))
+                temperature=getattr(self, "temperature", None), source=s.source, limits=s.limits))
         return rows, trajectories
 
     def _creditflow_score(self, group, samples):
