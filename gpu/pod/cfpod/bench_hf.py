@@ -11,7 +11,9 @@ search-QA trajectories (prompt ~250 tokens, 1-3 turns of ~60 action + ~450 obser
 and of 8k ones (the same with observations stretched so a trajectory holds 8,192 tokens) are
 scored three ways, each timed over the same rows:
 
-- pod: Model.score_rows, a trajectory's rows in one request;
+- pod: Model.score_rows, a trajectory's rows in one request, with the pod's CPU default
+  attention (float32 scores in query blocks, the Go reference's arithmetic) and as pod_sdpa
+  with torch's scaled_dot_product_attention (the pod's --attention sdpa);
 - padded: transformers with all rows of a trajectory left-padded to the longest and one
   forward (what the LAPO authors' code does), positions from the attention mask and logits
   only at the target positions (logits_to_keep; without it an 8k batch's logits alone take
@@ -178,19 +180,26 @@ def hf_prefix_cache(model, rows):
     return scores, n
 
 
-def pod_rows(m, rows):
-    s, u = m.score_rows(rows)
+def pod_rows(m, rows, sdpa):
+    """The pod's scores of rows and its tokens forwarded, with its attention on torch's SDPA
+    (the pod's --attention sdpa) or on its float32 reference path (the CPU default)."""
+    default = m.use_sdpa
+    m.use_sdpa = sdpa
+    try:
+        s, u = m.score_rows(rows)
+    finally:
+        m.use_sdpa = default
     return s, u.tokens_forwarded
 
 
 def time_lapo(m, hf, trajs, rounds=1):
     """Each method over the same rows, one trajectory at a time (the pod gets a trajectory's
-    rows as one request) and in rotating order, so that a busy host's slow spells fall on all
+    rows as one request; pod: its CPU default, the reference attention; pod_sdpa: torch's SDPA) and in rotating order, so that a busy host's slow spells fall on all
     three alike: seconds, rows/s, tokens forwarded; scores compared with the pod's."""
     rows = sum(len(t) for t in trajs)
     warm = [(c[-48:], g, s) for c, g, s in trajs[0]]
-    fns = {"pod": lambda t: pod_rows(m, t), "padded": lambda t: hf_padded(hf, t),
-           "prefix_cache": lambda t: hf_prefix_cache(hf, t)}
+    fns = {"pod": lambda t: pod_rows(m, t, False), "padded": lambda t: hf_padded(hf, t),
+           "pod_sdpa": lambda t: pod_rows(m, t, True), "prefix_cache": lambda t: hf_prefix_cache(hf, t)}
     for f in fns.values():
         f(warm)
     names = list(fns)
@@ -218,8 +227,10 @@ def time_lapo(m, hf, trajs, rounds=1):
     res = {"trajectories": len(trajs), "rows": rows, "rounds": rounds,
            "tokens_per_trajectory": round(sum(len(t[0][0]) + len(t[0][1]) for t in trajs) / len(trajs)),
            **out,
-           "speedup_vs_padded": round(out["pod"]["rows_per_second"] / out["padded"]["rows_per_second"], 2),
-           "speedup_vs_prefix_cache": round(out["pod"]["rows_per_second"] / out["prefix_cache"]["rows_per_second"], 2),
+           "speedup_vs_padded": {p: round(out[p]["rows_per_second"] / out["padded"]["rows_per_second"], 2)
+                                 for p in ("pod", "pod_sdpa")},
+           "speedup_vs_prefix_cache": {p: round(out[p]["rows_per_second"] / out["prefix_cache"]["rows_per_second"], 2)
+                                       for p in ("pod", "pod_sdpa")},
            "tokens_ratio_padded": round(out["padded"]["tokens_forwarded"] / out["pod"]["tokens_forwarded"], 3),
            "tokens_ratio_prefix_cache": round(out["prefix_cache"]["tokens_forwarded"] / out["pod"]["tokens_forwarded"], 3)}
     return res

@@ -61,13 +61,15 @@ class BenchVsTransformersTest(unittest.TestCase):
                         p += 1
                     want += p + sum(len(s) - p for s in seqs)
                 self.assertEqual(got["prefix_cache"]["tokens_forwarded"], want)
-                for m in ("pod", "padded", "prefix_cache"):
+                self.assertEqual(got["pod_sdpa"]["tokens_forwarded"], got["pod"]["tokens_forwarded"])
+                for m in ("pod", "pod_sdpa", "padded", "prefix_cache"):
                     self.assertGreater(got[m]["seconds"], 0)
                     self.assertGreater(got[m]["rows_per_second"], 0)
-                for m in ("padded", "prefix_cache"):
+                for m in ("pod_sdpa", "padded", "prefix_cache"):
                     self.assertLess(got[m]["max_abs_score_diff_vs_pod"], 1e-4)
+                for m in ("padded", "prefix_cache"):
                     self.assertGreaterEqual(got["tokens_ratio_" + m], 1)  # 1 where a trajectory has one turn
-                    self.assertIn("speedup_vs_" + m, got)
+                    self.assertEqual(set(got["speedup_vs_" + m]), {"pod", "pod_sdpa"})
         (cap,) = res["attnsr_capture"]
         self.assertEqual((cap["tokens"], cap["steps"]), (600, 2))
         for m in ("pod", "eager"):
