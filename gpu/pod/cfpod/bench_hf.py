@@ -23,13 +23,14 @@ scored three ways, each timed over the same rows:
   each row (a copy per row computes the same and costs more).
 
 Methods take turns trajectory by trajectory, in rotating order, so a busy host's slow spells
-fall on all three alike. Tokens forwarded are exact counts (pod: its plan; padded: rows x longest row; prefix_cache:
+fall on all alike; with --rounds N each trajectory is timed N times per method and the
+fastest counts. Tokens forwarded are exact counts (pod: its plan; padded: rows x longest row; prefix_cache:
 prefix + every suffix). The scores of the three are compared (max |difference|).
 
 AttnSR capture at --capture-lengths tokens: the pod's blockwise step graphs against
 transformers' eager attention with output_attentions=True folded into the same graphs
 (docs/method.md §3.1), each in a fresh subprocess that reports its time and its peak resident
-memory (getrusage ru_maxrss; torch allocations included), on a --capture-layers model (eager
+memory (VmHWM: torch's allocations included, the loaded model too), on a --capture-layers model (eager
 attention holds heads x N x N floats per layer: 3.8 GB per layer at 8k).
 """
 
@@ -194,7 +195,8 @@ def pod_rows(m, rows, sdpa):
 
 def time_lapo(m, hf, trajs, rounds=1):
     """Each method over the same rows, one trajectory at a time (the pod gets a trajectory's
-    rows as one request; pod: its CPU default, the reference attention; pod_sdpa: torch's SDPA) and in rotating order, so that a busy host's slow spells fall on all
+    rows as one request; pod: its CPU default, the reference attention; pod_sdpa: torch's SDPA),
+    each trajectory `rounds` times and its fastest time counted and in rotating order, so that a busy host's slow spells fall on all
     three alike: seconds, rows/s, tokens forwarded; scores compared with the pod's."""
     rows = sum(len(t) for t in trajs)
     warm = [(c[-48:], g, s) for c, g, s in trajs[0]]
@@ -206,19 +208,22 @@ def time_lapo(m, hf, trajs, rounds=1):
     secs = {k: 0.0 for k in names}
     toks = {k: 0 for k in names}
     scores = {k: [] for k in names}
-    for rnd in range(rounds):
-        for i, t in enumerate(trajs):
+    for i, t in enumerate(trajs):
+        best = {}
+        for rnd in range(rounds):
             for j in range(len(names)):
                 name = names[(i + j + rnd) % len(names)]
                 t0 = time.perf_counter()
                 sc, n = fns[name](t)
-                secs[name] += time.perf_counter() - t0
+                best[name] = min(best.get(name, math.inf), time.perf_counter() - t0)
                 if rnd == 0:
                     toks[name] += n
                     scores[name] += sc
+        for name in names:
+            secs[name] += best[name]
     out = {}
     for name in names:
-        dt = secs[name] / rounds
+        dt = secs[name]
         out[name] = {"seconds": round(dt, 3), "rows_per_second": round(rows / dt, 3), "tokens_forwarded": toks[name]}
         if name != "pod":
             d = max(abs(x - y) for x, y in zip(scores["pod"], scores[name]))
@@ -273,9 +278,15 @@ def fold_attentions(attentions, steps, layers):
     return out
 
 
-def _rss_mib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+def _status_mib(field):
+    """VmRSS (now) or VmHWM (the peak) of this process from /proc/self/status, in MiB. The
+    peak is this program's own: getrusage's ru_maxrss would carry the forking parent's
+    resident size over the exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def capture_one(method, folder, n, seed, threads):
@@ -290,7 +301,7 @@ def capture_one(method, folder, n, seed, threads):
         layers = list(range(m.cfg.layers))
         toks = [r.randrange(m.cfg.vocab) for _ in range(n)]
         m.step_graphs(toks[:400], capture_steps(400), layers)  # warm-up
-        before = _rss_mib()
+        before = _status_mib("VmRSS")
         t0 = time.perf_counter()
         graphs = m.step_graphs(toks, steps, layers)
     else:
@@ -299,13 +310,13 @@ def capture_one(method, folder, n, seed, threads):
         toks = [r.randrange(hf.config.vocab_size) for _ in range(n)]
         with torch.inference_mode():
             hf(input_ids=torch.tensor([toks[:400]]), output_attentions=True, use_cache=False, logits_to_keep=1)
-        before = _rss_mib()
+        before = _status_mib("VmRSS")
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = hf(input_ids=torch.tensor([toks]), output_attentions=True, use_cache=False, logits_to_keep=1)
             graphs = fold_attentions(out.attentions, steps, layers)
     dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mib("VmHWM")
     return {"seconds": round(dt, 3), "peak_rss_mib": round(peak), "rss_before_mib": round(before),
             "graphs": graphs}
 
@@ -344,6 +355,13 @@ def time_capture(folder, lengths, seed, threads):
 
 # ----- the command -----------------------------------------------------------------------
 
+def save(res, path):
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(res, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--capture-one"]:
@@ -361,7 +379,8 @@ def main(argv=None):
     p.add_argument("--capture-lengths", default="4096,8192")
     p.add_argument("--capture-layers", type=int, default=1,
                    help="layers of the capture model (eager attention holds heads x N x N floats per layer)")
-    p.add_argument("--rounds", type=int, default=1, help="time every method this many times over the rows")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time every method this many times on each trajectory and count the fastest")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--model-dir", help="keep the saved models here (default: a temporary folder)")
@@ -399,6 +418,7 @@ def main(argv=None):
                 continue
             print(f"LAPO {name}:", flush=True)
             res["lapo_" + name] = time_lapo(m, hf, trajs, a.rounds)
+            save(res, a.out)
         del m, hf
         lengths = [int(x) for x in a.capture_lengths.split(",") if x]
         if lengths:
@@ -406,9 +426,7 @@ def main(argv=None):
             if not os.path.exists(os.path.join(cfolder, "config.json")):
                 save_model(cfolder, hf_config, a.capture_layers, a.seed)
             res["attnsr_capture"] = time_capture(cfolder, lengths, a.seed, a.threads)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+    save(res, a.out)
     if a.json:
         print(json.dumps(res))
     return res
