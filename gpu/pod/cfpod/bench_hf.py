@@ -9,7 +9,7 @@ pod (Model.load) and transformers load that folder: the same weights.
 LAPO rows (backward: one row with every turn and one per turn replaced by the placeholder) of
 search-QA trajectories (prompt ~250 tokens, 1-3 turns of ~60 action + ~450 observation tokens)
 and of 8k ones (the same with observations stretched so a trajectory holds 8,192 tokens) are
-scored three ways, each timed over the same rows:
+scored four ways, each timed over the same rows:
 
 - pod: Model.score_rows, a trajectory's rows in one request, with the pod's CPU default
   attention (float32 scores in query blocks, the Go reference's arithmetic) and as pod_sdpa
@@ -20,12 +20,12 @@ scored three ways, each timed over the same rows:
   24 GB);
 - prefix_cache: transformers forwarding each trajectory's common prefix once into a
   DynamicCache, then every row's suffix on it, the cache cropped back to the prefix after
-  each row (a copy per row computes the same and costs more).
+  each row (instead of a copy of the cache per row: the same keys and values).
 
 Methods take turns trajectory by trajectory, in rotating order, so a busy host's slow spells
 fall on all alike; with --rounds N each trajectory is timed N times per method and the
 fastest counts. Tokens forwarded are exact counts (pod: its plan; padded: rows x longest row; prefix_cache:
-prefix + every suffix). The scores of the three are compared (max |difference|).
+prefix + every suffix). The scores are compared with the pod's (max |difference|).
 
 AttnSR capture at --capture-lengths tokens: the pod's blockwise step graphs against
 transformers' eager attention with output_attentions=True folded into the same graphs
