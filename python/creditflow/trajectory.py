@@ -233,8 +233,9 @@ def build_trajectory(*, trajectory_id, prompt_id, group_size, sample_index, prom
     - the outcome reward: `reward`, or `pred_answer` + `gold_answers` (the stage computes
       the best F1).
     - with `gold_answers` and `tokenize`, the LAPO gold target (`template` filled with the
-      first gold answer) and its token span are filled in; without `tokenize` there is no
-      gold target and LAPO gives no process credit for this trajectory.
+      first gold answer) and its token span are filled in; without `tokenize`, or when the
+      first gold answer is empty or only whitespace, there is no gold target and LAPO gives
+      no process credit for this trajectory (as the score stage decides).
     - `rollout_logprobs`: one per action token over all turns, in order.
 
     Raises InvalidTrajectory (with .reason and .field) for anything the processor would
@@ -272,7 +273,9 @@ def build_trajectory(*, trajectory_id, prompt_id, group_size, sample_index, prom
         "temperature": None if temperature is None else float(temperature),
         "source": source,
     }
-    if t["gold_answers"] and tokenize is not None:
+    # A first gold answer that is empty or only whitespace gives no gold target: the score
+    # stage would give such a trajectory no process scores anyway (docs/method.md §2.1).
+    if t["gold_answers"] and tokenize is not None and t["gold_answers"][0].strip():
         ids, span = gold_target(t["gold_answers"][0], tokenize, template)
         t["gold_target"], t["gold_span"] = ids, span
     validate_trajectory(t, limits)

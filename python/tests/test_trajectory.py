@@ -64,6 +64,16 @@ class GoldTarget(unittest.TestCase):
         self.assertEqual(list(t["gold_target"]), [])
         self.assertEqual(t["gold_span"], (0, 0))
 
+    def test_blank_first_gold_no_gold_target(self):
+        # The score stage gives such a trajectory no process scores (credit.Blank is str.strip).
+        for gold in ("", " \t\n", "\u00a0\u3000"):
+            t = build_trajectory(**base(gold_answers=[gold, "Paris"]))
+            self.assertEqual(list(t["gold_target"]), [])
+            self.assertEqual(t["gold_span"], (0, 0))
+        with self.assertRaises(InvalidTrajectory) as cm:
+            creditflow.gold_target("", creditflow.byte_tokenizer)
+        self.assertEqual(cm.exception.reason, "bad_span")
+
 
 class Validation(unittest.TestCase):
     """The processor's rules (Go schemas.ValidateTrajectory), one case per rule."""
@@ -83,7 +93,6 @@ class Validation(unittest.TestCase):
         ("too_many_tokens", "turns", dict(prompt_ids=[1] * 131069)),
         ("token_out_of_range", "prompt", dict(prompt_ids=[1, 151936])),
         ("token_out_of_range", "turns[0].observation", dict(turns=[("search", [4, 5], [-1]), ("answer", [8, 9])])),
-        ("bad_span", "gold_answers", dict(gold_answers=[""])),
         ("non_finite_reward", "reward", dict(reward=math.nan)),
         ("non_finite_reward", "reward", dict(reward=math.inf)),
         ("missing_reward", "reward", dict(gold_answers=[], pred_answer=None)),

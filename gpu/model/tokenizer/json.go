@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // maxVocab bounds the ids a tokenizer.json may use (real vocabularies are
@@ -47,41 +47,103 @@ type tokJSON struct {
 
 // component is a decoder or pre-tokenizer, possibly a Sequence of them.
 type component struct {
-	Type        string          `json:"type"`
-	Decoders    []component     `json:"decoders"`
-	Pretoks     []component     `json:"pretokenizers"`
-	Pattern     json.RawMessage `json:"pattern"`
-	Content     string          `json:"content"`
-	Replacement string          `json:"replacement"`
+	Type          string          `json:"type"`
+	Decoders      []component     `json:"decoders"`
+	Pretoks       []component     `json:"pretokenizers"`
+	Pattern       json.RawMessage `json:"pattern"`
+	Content       json.RawMessage `json:"content"`
+	Replacement   string          `json:"replacement"`
+	PrependScheme string          `json:"prepend_scheme"`
+	AddPrefix     *bool           `json:"add_prefix_space"`
+	Start         int             `json:"start"`
+	Stop          int             `json:"stop"`
 }
 
-// types lists the component types of raw, Sequences flattened, with the
-// Replace patterns' strings.
-func types(raw json.RawMessage) (ts []string, replaces []string) {
+// decoderChain reads the decoder of a tokenizer.json into the steps that
+// run it; a decoder type this package does not run is an error naming it.
+func decoderChain(raw json.RawMessage) ([]step, []string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
+		return []step{spacesStep{}}, nil, nil
 	}
 	var c component
-	if json.Unmarshal(raw, &c) != nil {
-		return nil, nil
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, nil, fmt.Errorf("decoder: %w", err)
 	}
+	var steps []step
+	var names []string
+	var walk func(c component, at string) error
+	walk = func(c component, at string) error {
+		names = append(names, c.Type)
+		switch c.Type {
+		case "Sequence":
+			for i, s := range c.Decoders {
+				if err := walk(s, fmt.Sprintf("%s.decoders[%d]", at, i)); err != nil {
+					return err
+				}
+			}
+		case "ByteLevel":
+			steps = append(steps, byteLevelStep{})
+		case "ByteFallback":
+			steps = append(steps, byteFallbackStep{})
+		case "Fuse":
+			steps = append(steps, fuseStep{})
+		case "Replace":
+			var p struct {
+				String *string `json:"String"`
+				Regex  *string `json:"Regex"`
+			}
+			var to string
+			if json.Unmarshal(c.Pattern, &p) != nil || p.String == nil || json.Unmarshal(c.Content, &to) != nil {
+				return fmt.Errorf("%s: a Replace decoder with a pattern other than a string (%s) is not supported", at, c.Pattern)
+			}
+			if *p.String != "" {
+				steps = append(steps, replaceStep{from: *p.String, to: to})
+			}
+		case "Strip":
+			var content string
+			if json.Unmarshal(c.Content, &content) != nil || utf8.RuneCountInString(content) != 1 || c.Start < 0 || c.Stop < 0 {
+				return fmt.Errorf("%s: a Strip decoder wants one character as content and counts ≥ 0", at)
+			}
+			r, _ := utf8.DecodeRuneInString(content)
+			steps = append(steps, stripStep{content: r, start: c.Start, stop: c.Stop})
+		case "Metaspace":
+			rep := c.Replacement
+			if rep == "" {
+				rep = "▁"
+			}
+			if utf8.RuneCountInString(rep) != 1 {
+				return fmt.Errorf("%s: a Metaspace replacement of one character, not %q", at, rep)
+			}
+			r, _ := utf8.DecodeRuneInString(rep)
+			never := c.PrependScheme == "never" || (c.PrependScheme == "" && c.AddPrefix != nil && !*c.AddPrefix)
+			steps = append(steps, metaspaceStep{replacement: r, never: never})
+		default:
+			return fmt.Errorf("%s: decoder type %q is not supported (supported: ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)", at, c.Type)
+		}
+		return nil
+	}
+	if err := walk(c, "decoder"); err != nil {
+		return nil, nil, err
+	}
+	return steps, names, nil
+}
+
+// preTypes lists the pre-tokenizer types, Sequences flattened.
+func preTypes(raw json.RawMessage) []string {
+	var c component
+	if len(raw) == 0 || json.Unmarshal(raw, &c) != nil {
+		return nil
+	}
+	var ts []string
 	var walk func(c component)
 	walk = func(c component) {
 		ts = append(ts, c.Type)
-		if c.Type == "Replace" {
-			var p struct{ String string }
-			_ = json.Unmarshal(c.Pattern, &p)
-			replaces = append(replaces, p.String)
-		}
-		for _, s := range c.Decoders {
-			walk(s)
-		}
 		for _, s := range c.Pretoks {
 			walk(s)
 		}
 	}
 	walk(c)
-	return ts, replaces
+	return ts
 }
 
 func has(ts []string, t string) bool {
@@ -99,29 +161,33 @@ func Parse(b []byte) (*Decoder, error) {
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
 	}
-	dec, repl := types(t.Decoder)
-	pre, _ := types(t.PreTokenizer)
-	var kind string
-	switch {
-	case t.Model.Type == "bytes":
-		kind = KindBytes
-	case has(dec, "ByteLevel") || (len(dec) == 0 && has(pre, "ByteLevel")):
-		kind = KindByteLevelBPE
-	case has(dec, "Metaspace") || has(pre, "Metaspace") || has(repl, "▁") || has(dec, "ByteFallback") ||
-		t.Model.ByteFallback || t.Model.Type == "Unigram":
-		kind = KindSentencePiece
-	default:
-		return nil, fmt.Errorf("model type %q with decoders %v: supported are byte-level BPE (a ByteLevel decoder) and SentencePiece-style vocabularies (Metaspace or ▁ replacement, byte fallback, Unigram)", t.Model.Type, dec)
+	var chain []step
+	kind := KindOther
+	if t.Model.Type == "bytes" {
+		kind, chain = KindBytes, []step{byteLevelStep{identity: true}}
+	} else {
+		var dec []string
+		var err error
+		if chain, dec, err = decoderChain(t.Decoder); err != nil {
+			return nil, err
+		}
+		pre := preTypes(t.PreTokenizer)
+		switch {
+		case has(dec, "ByteLevel") || (len(dec) == 0 && has(pre, "ByteLevel")):
+			kind = KindByteLevelBPE
+		case has(dec, "Metaspace") || has(pre, "Metaspace") || has(dec, "ByteFallback") || t.Model.ByteFallback || t.Model.Type == "Unigram":
+			kind = KindSentencePiece
+		}
 	}
 
-	pieces := map[int64][]byte{}
+	tokens := map[int64]string{}
 	special := map[int64]bool{}
-	switch {
-	case kind == KindBytes:
+	switch t.Model.Type {
+	case "bytes":
 		for i := 0; i < 256; i++ {
-			pieces[int64(i)] = []byte{byte(i)}
+			tokens[int64(i)] = string([]byte{byte(i)})
 		}
-	case t.Model.Type == "Unigram":
+	case "Unigram":
 		var vocab [][2]json.RawMessage
 		if err := json.Unmarshal(t.Model.Vocab, &vocab); err != nil {
 			return nil, fmt.Errorf("model.vocab of a Unigram model: want a list of [piece, score]: %w", err)
@@ -131,7 +197,7 @@ func Parse(b []byte) (*Decoder, error) {
 			if err := json.Unmarshal(e[0], &s); err != nil {
 				return nil, fmt.Errorf("model.vocab[%d]: the piece is not a string", id)
 			}
-			pieces[int64(id)] = spBytes(s)
+			tokens[int64(id)] = s
 		}
 	default:
 		var vocab map[string]int64
@@ -139,35 +205,28 @@ func Parse(b []byte) (*Decoder, error) {
 			return nil, fmt.Errorf("model.vocab: want an object of piece → id: %w", err)
 		}
 		for s, id := range vocab {
-			if kind == KindByteLevelBPE {
-				pieces[id] = byteLevelBytes(s)
-			} else {
-				pieces[id] = spBytes(s)
-			}
+			tokens[id] = s
 		}
 	}
 	for _, a := range t.AddedTokens {
-		pieces[a.ID] = []byte(a.Content)
+		tokens[a.ID] = a.Content
 		special[a.ID] = a.Special == nil || *a.Special
 	}
-	if len(pieces) == 0 {
+	if len(tokens) == 0 {
 		return nil, errors.New("the vocabulary is empty")
 	}
-	ids := make([]int64, 0, len(pieces))
-	for id := range pieces {
+	ids := make([]int64, 0, len(tokens))
+	for id := range tokens {
 		if id < 0 || id >= maxVocab {
 			return nil, fmt.Errorf("token id %d outside [0, %d)", id, maxVocab)
 		}
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	d := &Decoder{kind: kind, pieces: make([][]byte, ids[len(ids)-1]+1), special: make([]bool, ids[len(ids)-1]+1)}
+	n := ids[len(ids)-1] + 1
+	d := &Decoder{kind: kind, tokens: make([]string, n), has: make([]bool, n), special: make([]bool, n), chain: chain}
 	for _, id := range ids {
-		d.pieces[id] = pieces[id]
-		if d.pieces[id] == nil {
-			d.pieces[id] = []byte{}
-		}
-		d.special[id] = special[id]
+		d.tokens[id], d.has[id], d.special[id] = tokens[id], true, special[id]
 	}
 	return d, nil
 }
@@ -187,28 +246,3 @@ var runeToByte = func() map[rune]byte {
 	}
 	return m
 }()
-
-// byteLevelBytes maps a byte-level BPE piece back to its bytes; a character
-// outside the table keeps its own UTF-8 bytes.
-func byteLevelBytes(s string) []byte {
-	out := make([]byte, 0, len(s))
-	for _, r := range s {
-		if b, ok := runeToByte[r]; ok {
-			out = append(out, b)
-		} else {
-			out = append(out, string(r)...)
-		}
-	}
-	return out
-}
-
-// spBytes maps a SentencePiece piece to its bytes: "<0xHH>" is the byte HH,
-// "▁" a space.
-func spBytes(s string) []byte {
-	if len(s) == 6 && strings.HasPrefix(s, "<0x") && s[5] == '>' {
-		if v, err := strconv.ParseUint(s[3:5], 16, 8); err == nil {
-			return []byte{byte(v)}
-		}
-	}
-	return []byte(strings.ReplaceAll(s, "▁", " "))
-}

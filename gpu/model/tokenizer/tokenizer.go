@@ -1,30 +1,34 @@
 // Package tokenizer turns token ids back into text, for people reading
 // samples: the built-in byte vocabulary of the tiny models, and a model's
-// Hugging Face tokenizer.json with a byte-level BPE vocabulary (GPT-2, Llama
-// 3, Qwen) or a SentencePiece-style one (▁ for spaces, <0xHH> byte
-// fallback; BPE or Unigram models: Llama 2, Mistral, Gemma). It decodes
-// only; nothing here tokenizes.
+// Hugging Face tokenizer.json — byte-level BPE vocabularies (GPT-2, Llama 3,
+// Qwen) and SentencePiece-style ones (▁ for spaces, <0xHH> byte fallback;
+// BPE or Unigram models: Llama 2, Mistral, Gemma, T5). It decodes only;
+// nothing here tokenizes.
 //
 // Guarantees:
 //
-//   - Texts gives one string per id, every one valid UTF-8, and their
-//     concatenation is the decoded text: the bytes of a character split over
-//     several tokens are shown with the token that completes it, and bytes
-//     that never form a valid character become U+FFFD.
-//   - An id outside the vocabulary never fails: it reads "<id N>".
-//   - A tokenizer.json that is not one of the supported kinds is refused
-//     with an error that names what was found; nothing panics on input.
-//
-// Decoding is per token: the leading-space strip some SentencePiece
-// decoders apply to the first token of a text is not applied, so that each
-// token shows the space it carries.
+//   - Text is what the Hugging Face tokenizers library gives for the same
+//     file: Tokenizer.decode(ids, skip_special_tokens=False). The file's
+//     decoder chain is run as tokenizers runs it (ByteLevel, Metaspace,
+//     Replace, ByteFallback, Fuse, Strip, Sequence; without a decoder the
+//     token strings are joined by spaces), added tokens included, so the
+//     rules for bytes that form no character are tokenizers' own: ByteLevel
+//     replaces each maximal ill-formed subsequence of the joined bytes by
+//     one U+FFFD (Rust's from_utf8_lossy), ByteFallback turns a run of
+//     <0xHH> tokens that is not valid UTF-8 into one U+FFFD per token.
+//     The one difference: an id outside the vocabulary, which tokenizers
+//     leaves out, reads "<id N>".
+//   - Texts gives one valid UTF-8 string per id and their concatenation is
+//     Text: a character whose bytes span several tokens is shown with the
+//     last of them (the others show ""), and so is a U+FFFD.
+//   - A tokenizer.json with a decoder this package does not run is refused
+//     with an error that names it; nothing panics on input.
 package tokenizer
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // Kinds of vocabulary.
@@ -32,14 +36,17 @@ const (
 	KindBytes         = "bytes"          // the built-in byte vocabulary
 	KindByteLevelBPE  = "byte-level BPE" // GPT-2 style: bytes mapped to printable characters
 	KindSentencePiece = "sentencepiece"  // ▁ for spaces, <0xHH> byte fallback
+	KindOther         = "other"          // no decoder that says which: token strings joined by spaces
 )
 
-// Decoder maps token ids to their bytes. It is immutable and safe for
+// Decoder maps token ids to their text. It is immutable and safe for
 // concurrent use.
 type Decoder struct {
 	kind    string
-	pieces  [][]byte // id → bytes; nil where the id has no entry
-	special []bool   // id → an added special token (shown as its content)
+	tokens  []string // id → its token string (the vocabulary entry, or an added token's content)
+	has     []bool   // id → it has an entry
+	special []bool   // id → an added special token
+	chain   []step   // the decoder chain
 }
 
 // Token ids of the built-in byte vocabulary (the tiny models: docs/model.md):
@@ -55,28 +62,32 @@ const (
 // Bytes is the built-in byte vocabulary: ids 0..255 are bytes, then <bos>,
 // <eos>, <pad> and [DELETE].
 func Bytes() *Decoder {
-	d := &Decoder{kind: KindBytes, pieces: make([][]byte, ByteVocab), special: make([]bool, ByteVocab)}
+	d := &Decoder{kind: KindBytes, tokens: make([]string, ByteVocab), has: make([]bool, ByteVocab),
+		special: make([]bool, ByteVocab), chain: []step{byteLevelStep{identity: true}}}
 	for i := 0; i < 256; i++ {
-		d.pieces[i] = []byte{byte(i)}
+		d.tokens[i], d.has[i] = string([]byte{byte(i)}), true
 	}
 	for id, s := range map[int]string{ByteBOS: "<bos>", ByteEOS: "<eos>", BytePad: "<pad>", ByteDelete: "[DELETE]"} {
-		d.pieces[id], d.special[id] = []byte(s), true
+		d.tokens[id], d.has[id], d.special[id] = s, true, true
 	}
 	return d
 }
 
-// Kind is KindBytes, KindByteLevelBPE or KindSentencePiece.
+// Kind is KindBytes, KindByteLevelBPE, KindSentencePiece or KindOther.
 func (d *Decoder) Kind() string { return d.kind }
 
 // Size is one more than the largest id with an entry.
-func (d *Decoder) Size() int { return len(d.pieces) }
+func (d *Decoder) Size() int { return len(d.tokens) }
 
-// Piece returns the bytes of id; ok is false for an id without an entry.
-func (d *Decoder) Piece(id int32) (b []byte, ok bool) {
-	if id < 0 || int(id) >= len(d.pieces) || d.pieces[id] == nil {
-		return nil, false
+// Piece returns the token string of id as the vocabulary holds it (the
+// byte itself in the built-in vocabulary, "Ġworld" in a byte-level one,
+// "▁world" or "<0xE2>" in a SentencePiece one, an added token's content); ok
+// is false for an id without an entry.
+func (d *Decoder) Piece(id int32) (s string, ok bool) {
+	if id < 0 || int(id) >= len(d.tokens) || !d.has[id] {
+		return "", false
 	}
-	return d.pieces[id], true
+	return d.tokens[id], true
 }
 
 // Special reports whether id is an added special token (<bos>, <|im_end|>...).
@@ -87,77 +98,31 @@ func (d *Decoder) Special(id int32) bool {
 // Text is the decoded text of ids: the concatenation of Texts.
 func (d *Decoder) Text(ids []int32) string { return strings.Join(d.Texts(ids), "") }
 
-// Texts returns one valid UTF-8 string per id. A character whose bytes
-// span several tokens is shown with the last of them (the others show ""),
-// bytes that form no valid character become U+FFFD, and an id without an
-// entry reads "<id N>".
+// Texts returns one valid UTF-8 string per id, concatenating to Text: each
+// character (and each U+FFFD) with the id that holds its last byte, and an
+// id without an entry reads "<id N>".
 func (d *Decoder) Texts(ids []int32) []string {
 	out := make([]string, len(ids))
-	var pend []byte // bytes of an unfinished character, from earlier tokens
-	pendAt := -1    // the token the pending bytes started in
-	flush := func() {
-		if len(pend) > 0 {
-			out[pendAt] += valid(pend)
-			pend, pendAt = pend[:0], -1
-		}
-	}
+	ts := make([]tok, 0, len(ids))
 	for i, id := range ids {
-		b, ok := d.Piece(id)
-		if !ok || d.Special(id) {
-			flush()
-			if ok {
-				out[i] = string(b)
-			} else {
-				out[i] = "<id " + strconv.Itoa(int(id)) + ">"
-			}
-			continue
-		}
-		if len(pend) == 0 {
-			pendAt = i
-		}
-		buf := append(pend, b...)
-		cut := completeUpTo(buf)
-		if cut > 0 {
-			out[i] += valid(buf[:cut])
-		}
-		pend = append(pend[:0], buf[cut:]...)
-		if len(pend) > 0 {
-			pendAt = i
+		if s, ok := d.Piece(id); ok {
+			ts = append(ts, tok{{s, i}})
+		} else {
+			out[i] = "<id " + strconv.Itoa(int(id)) + ">"
 		}
 	}
-	flush()
+	for _, st := range d.chain {
+		ts = st.apply(ts)
+	}
+	for _, t := range ts {
+		for _, s := range t {
+			out[s.owner] += s.s
+		}
+	}
 	return out
-}
-
-// completeUpTo returns the length of the longest prefix of b that does not
-// end inside a character that more bytes could still complete.
-func completeUpTo(b []byte) int {
-	// An unfinished character is at most utf8.UTFMax−1 bytes from the end.
-	for k := 1; k < utf8.UTFMax && k <= len(b); k++ {
-		c := b[len(b)-k]
-		if c < 0x80 { // ASCII: nothing unfinished after it
-			return len(b)
-		}
-		if c >= 0xC0 { // a lead byte: is its character finished?
-			if !utf8.FullRune(b[len(b)-k:]) {
-				return len(b) - k
-			}
-			return len(b)
-		}
-	}
-	return len(b)
-}
-
-// valid returns b as a string with every byte that is not part of a valid
-// character replaced by U+FFFD.
-func valid(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 // String names the vocabulary.
 func (d *Decoder) String() string {
-	return fmt.Sprintf("%s vocabulary of %d ids", d.kind, len(d.pieces))
+	return fmt.Sprintf("%s vocabulary of %d ids", d.kind, len(d.tokens))
 }

@@ -22,6 +22,11 @@ func TestBytesVocabulary(t *testing.T) {
 	if d.Text(ids) != strings.Join(want, "") {
 		t.Fatal("Text is not the concatenation of Texts")
 	}
+	// Each maximal ill-formed subsequence is one U+FFFD (Python's errors="replace"):
+	// E2 82 is the start of a character, F0 80 is not.
+	if got := d.Text([]int32{0xE2, 0x82, 'A', 0xF0, 0x80, 0xED, 0xA0, 0x80}); got != "\uFFFDA\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD" {
+		t.Fatalf("ill-formed bytes: %q", got)
+	}
 	// A character cut short by a special token is not carried past it.
 	got = d.Texts([]int32{'a', 0xE2, 0x82, ByteEOS, 'b'})
 	if want := []string{"a", "", "\uFFFD", "<eos>", "b"}; !reflect.DeepEqual(got, want) {
@@ -159,7 +164,8 @@ func TestSentencePieceUnigram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.Text([]int32{3, 4, 5, 0}); got != " the cats<pad>" {
+	// Metaspace drops the ▁ of the first token (prepend scheme "always"), as tokenizers does.
+	if got := d.Text([]int32{3, 4, 5, 0}); got != "the cats<pad>" {
 		t.Fatalf("Text = %q", got)
 	}
 }

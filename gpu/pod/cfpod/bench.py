@@ -2,6 +2,7 @@
 
     python3 -m cfpod.bench --device cuda --dtype bfloat16            # ~0.5B Llama-shaped model
     python3 -m cfpod.bench --device cpu --size small                 # a quick run anywhere
+    python3 -m cfpod.bench --vs-transformers --json --threads 2      # against transformers (bench_hf.py)
 
 LAPO rows on the search-QA shape (prompt ~250 tokens, 1-3 turns of 60 action + 450
 observation tokens, the answer turn left out, gold template ~25 tokens; backward: one row
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import sys
 import time
 
 import torch
@@ -146,6 +148,10 @@ class Results(dict):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--vs-transformers" in argv:  # the pod side by side with transformers (bench_hf.py)
+        from . import bench_hf
+        return bench_hf.main([x for x in argv if x != "--vs-transformers"])
     p = argparse.ArgumentParser(prog="cfpod.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
@@ -160,6 +166,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every number as one JSON line at the end")
     p.add_argument("--out", help="write the numbers to this JSON file after every measurement")
+    p.add_argument("--vs-transformers", action="store_true",
+                   help="the pod against Hugging Face transformers on the same rows (bench_hf.py; its own flags)")
     p.add_argument("--counts-only", action="store_true",
                    help="only the per-request counts, from the plans (seconds on any CPU; no model work)")
     a = p.parse_args(argv)
