@@ -1,7 +1,7 @@
 """Straight-line decoders: a record schema (with the reader it resolves to) compiled into the
 source of one Python function, so that decoding a record is one call instead of one closure
-call per field, and a one-byte varint (most lengths, counts, union branches and small ints) is
-read inline.
+call per field: varints are read inline (unrolled), and runs of fixed-size fields by one
+struct call.
 
 The fast decoder only ever returns what the closure decoder of _avro would return for the same
 bytes. It checks nothing it can leave to that decoder: whenever the bytes are not what it
@@ -21,18 +21,6 @@ class _Fallback(Exception):
     """The bytes need the checking decoder."""
 
 
-def _read_varint(b, pos, maxbytes):
-    u = shift = 0
-    for _ in range(maxbytes):
-        c = b[pos]
-        pos += 1
-        u |= (c & 0x7F) << shift
-        if c < 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
-    raise _Fallback
-
-
 class _Gen:
     def __init__(self, named, packed=None, whole=False):
         self.lines, self.n, self.named, self.whole = [], 0, named, whole
@@ -48,16 +36,23 @@ class _Gen:
         self.lines.append("    " * ind + line)
 
     def varint(self, ind, dst, maxbytes=10):
-        # one- and two-byte varints inline (counts, branches, lengths up to 8 KiB), longer
-        # ones through rv
-        c, d, u = self.var("c"), self.var("d"), self.var("u")
+        # unrolled: a byte below 128 ends the varint (most lengths, counts and branches end
+        # with the first); past maxbytes, the checking decoder decides
+        c, u = self.var("c"), self.var("u")
         self.emit(ind, "%s = b[pos]" % c)
         self.emit(ind, "if %s < 128:" % c)
         self.emit(ind + 1, "%s = (%s >> 1) ^ -(%s & 1); pos += 1" % (dst, c, c))
-        self.emit(ind, "elif (%s := b[pos + 1]) < 128:" % d)
-        self.emit(ind + 1, "%s = (%s & 127) | (%s << 7); %s = (%s >> 1) ^ -(%s & 1); pos += 2" % (u, c, d, dst, u, u))
         self.emit(ind, "else:")
-        self.emit(ind + 1, "%s, pos = rv(b, pos, %d)" % (dst, maxbytes))
+        ind += 1
+        self.emit(ind, "%s = %s & 127" % (u, c))
+        for k in range(1, maxbytes):
+            self.emit(ind, "%s = b[pos + %d]" % (c, k))
+            self.emit(ind, "if %s < 128:" % c)
+            self.emit(ind + 1, "%s |= %s << %d; %s = (%s >> 1) ^ -(%s & 1); pos += %d" % (u, c, 7 * k, dst, u, u, k + 1))
+            self.emit(ind, "else:")
+            ind += 1
+            self.emit(ind, "%s |= (%s & 127) << %d" % (u, c, 7 * k))
+        self.emit(ind, "raise Fallback")
 
     def node(self, ind, w, r, dst, packed=None):
         """Code that decodes writer node w (read as r) into variable dst; a bytes node with
@@ -249,7 +244,7 @@ def compile_decoder(writer, reader, packed=None, whole=False):
     g.record(1, writer, reader, "out")
     g.emit(1, "return out, pos")
     src = "def decode(b, mv, pos):\n" + "\n".join(g.lines) + "\n"
-    env = {"rv": _read_varint, "Fallback": _Fallback, "uf": struct.Struct("<f").unpack_from,
+    env = {"Fallback": _Fallback, "uf": struct.Struct("<f").unpack_from,
            "ud": struct.Struct("<d").unpack_from, "fb": np.frombuffer, **g.consts}
     exec(compile(src, "<avro decoder %s>" % writer["name"], "exec"), env)  # noqa: S102 (our own schema, our own code)
     return env["decode"]
