@@ -213,7 +213,7 @@ class _Gen:
             self.node(ind + 1, f["type"], f["type"], v)
 
     def tail(self, ind):
-        """whole: the record ends the input, and the packed arrays hold one count."""
+        """whole: the record ends the input (the packed arrays' counts are checked where they are read)."""
         self.emit(ind, "if pos != blen:")
         self.emit(ind + 1, "raise Fallback")
 
