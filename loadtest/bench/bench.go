@@ -81,14 +81,27 @@ type SizeResult struct {
 	// consumer over the same samples, their ratio, the trainer's floor (the
 	// bare consumer plus views of each sample's arrays and the same tensors:
 	// a trainer whose decoding costs nothing) and its ratio to the bare
-	// consumer, the tensor library, or why it did not run.
+	// consumer, the trainer's ratio to its floor (the target: ≥ 0.8), the
+	// same trainer with fastavro decoding and its ratio to the floor, the
+	// tensor library, or why it did not run.
 	TrainerPerS            float64 `json:"trainer_per_s,omitempty"`
 	TrainerConsumerPerS    float64 `json:"trainer_consumer_per_s,omitempty"`
 	TrainerVsConsumer      float64 `json:"trainer_vs_consumer,omitempty"`
 	TrainerFloorPerS       float64 `json:"trainer_floor_per_s,omitempty"`
 	TrainerFloorVsConsumer float64 `json:"trainer_floor_vs_consumer,omitempty"`
-	TrainerTensors         string  `json:"trainer_tensors,omitempty"`
-	TrainerNote            string  `json:"trainer_note,omitempty"`
+	TrainerVsFloor         float64 `json:"trainer_vs_floor,omitempty"`
+	TrainerFastavroPerS    float64 `json:"trainer_fastavro_per_s,omitempty"`
+	TrainerFastavroVsFloor float64 `json:"trainer_fastavro_vs_floor,omitempty"`
+	// CPU time of the Python reading thread per sample (trainer, bare
+	// consumer, floor, fastavro trainer) and floor / trainer in CPU: the
+	// ratio a loaded machine shifts least.
+	TrainerCPUUs         float64 `json:"trainer_cpu_us_per_sample,omitempty"`
+	TrainerConsumerCPUUs float64 `json:"trainer_consumer_cpu_us_per_sample,omitempty"`
+	TrainerFloorCPUUs    float64 `json:"trainer_floor_cpu_us_per_sample,omitempty"`
+	TrainerFastavroCPUUs float64 `json:"trainer_fastavro_cpu_us_per_sample,omitempty"`
+	TrainerVsFloorCPU    float64 `json:"trainer_vs_floor_cpu,omitempty"`
+	TrainerTensors       string  `json:"trainer_tensors,omitempty"`
+	TrainerNote          string  `json:"trainer_note,omitempty"`
 
 	Error string `json:"error,omitempty"` // what failed for this size (the fields it did not reach are 0)
 }
@@ -395,6 +408,16 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			r.TrainerVsConsumer = cmdutil.Round3(tr.PerS / tr.ConsumerPerS)
 			r.TrainerFloorPerS, r.TrainerFloorVsConsumer = cmdutil.Round3(tr.FloorPerS), cmdutil.Round3(tr.FloorPerS/tr.ConsumerPerS)
 		}
+		r.TrainerFastavroPerS = cmdutil.Round3(tr.FastavroPerS)
+		if tr.FloorPerS > 0 {
+			r.TrainerVsFloor = cmdutil.Round3(tr.PerS / tr.FloorPerS)
+			r.TrainerFastavroVsFloor = cmdutil.Round3(tr.FastavroPerS / tr.FloorPerS)
+		}
+		r.TrainerCPUUs, r.TrainerConsumerCPUUs = cmdutil.Round3(tr.CPUUs), cmdutil.Round3(tr.ConsumerCPUUs)
+		r.TrainerFloorCPUUs, r.TrainerFastavroCPUUs = cmdutil.Round3(tr.FloorCPUUs), cmdutil.Round3(tr.FastavroCPUUs)
+		if tr.CPUUs > 0 && tr.FloorCPUUs > 0 {
+			r.TrainerVsFloorCPU = cmdutil.Round3(tr.FloorCPUUs / tr.CPUUs)
+		}
 	}
 	keys, scored, err := e.readAll(ctx, scoredTopic)
 	if err != nil {
@@ -469,17 +492,7 @@ func printBench(r BenchResult) {
 			fmt.Fprintf(w, "%-11s floors (the input read, the stage's output written, no work): score %.0f/s, %.2f of passthrough; advantage %.0f/s, %.2f of pass scored\n",
 				"", s.ScoreFloorPerS, s.ScoreFloorVsPassthrough, s.AdvantageFloorPerS, s.AdvantageFloorVsPassthrough)
 		}
-		switch {
-		case s.TrainerNote != "":
-			fmt.Fprintf(w, "%-11s trainer: %s\n", "", s.TrainerNote)
-		case s.TrainerPerS > 0:
-			fmt.Fprintf(w, "%-11s trainer (Python, SampleStream → %s): %.0f samples/s, %.2f of a bare consumer's %.0f/s",
-				"", s.TrainerTensors, s.TrainerPerS, s.TrainerVsConsumer, s.TrainerConsumerPerS)
-			if s.TrainerFloorPerS > 0 { // none where the samples came as chunks
-				fmt.Fprintf(w, "; its floor (views and tensors, no decoding) %.0f/s, %.2f", s.TrainerFloorPerS, s.TrainerFloorVsConsumer)
-			}
-			fmt.Fprintln(w)
-		}
+		printTrainer(w, s)
 		if s.Error != "" {
 			fmt.Fprintf(w, "%-11s error: %s\n", "", s.Error)
 		}

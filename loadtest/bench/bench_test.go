@@ -92,6 +92,17 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 		r.TrainerFloorVsConsumer < want-0.01 || r.TrainerFloorVsConsumer > want+0.01 {
 		// the floor read every sample and built tensors of all their tokens (trainer.py checks the count)
 		t.Fatalf("trainer floor: %v /s, ratio %v, want %v", r.TrainerFloorPerS, r.TrainerFloorVsConsumer, want)
+	} else if want := r.TrainerPerS / r.TrainerFloorPerS; r.TrainerVsFloor < want-0.01 || r.TrainerVsFloor > want+0.01 ||
+		r.TrainerCPUUs <= 0 || r.TrainerFloorCPUUs <= 0 || r.TrainerConsumerCPUUs <= 0 ||
+		r.TrainerVsFloorCPU < r.TrainerFloorCPUUs/r.TrainerCPUUs-0.01 || r.TrainerVsFloorCPU > r.TrainerFloorCPUUs/r.TrainerCPUUs+0.01 {
+		// the target's ratio, and the CPU the reading thread spent per sample
+		t.Fatalf("trainer / floor %v, want %v; CPU µs per sample: trainer %v, floor %v, consumer %v, ratio %v",
+			r.TrainerVsFloor, want, r.TrainerCPUUs, r.TrainerFloorCPUUs, r.TrainerConsumerCPUUs, r.TrainerVsFloorCPU)
+	} else if want := r.TrainerFastavroPerS / r.TrainerFloorPerS; r.TrainerFastavroPerS > 0 &&
+		(r.TrainerFastavroCPUUs <= 0 || r.TrainerFastavroVsFloor < want-0.01 || r.TrainerFastavroVsFloor > want+0.01) {
+		// where fastavro is installed, the trainer decoding with it
+		t.Fatalf("trainer with fastavro: %v /s, %v µs CPU, ratio to the floor %v, want %v",
+			r.TrainerFastavroPerS, r.TrainerFastavroCPUUs, r.TrainerFastavroVsFloor, want)
 	}
 	if a := res.Sizes[0]; a.TrainerPerS != 0 || a.TrainerNote != "" {
 		t.Fatalf("attnsr-k30 ran the trainer phase: %+v", a)

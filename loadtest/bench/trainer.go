@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 // is its reference, as the passthroughs are the stages'; the trainer's
 // floor is that consumer plus the tensors, built from views of each
 // record's arrays (a trainer whose decoding costs nothing), as the stages'
-// floors read and write what they do without working.
+// floors read and write what they do without working. Where fastavro is
+// installed, the trainer also runs with fastavro decoding each sample (the
+// well-kept library against the package's own decoder, same records).
 
 //go:embed trainer.py
 var benchTrainerScript []byte
@@ -30,9 +33,15 @@ const benchTrainerBatch = 64
 type trainerResult struct {
 	PerS         float64 `json:"trainer_per_s"`
 	ConsumerPerS float64 `json:"trainer_consumer_per_s"`
-	FloorPerS    float64 `json:"trainer_floor_per_s"` // 0 where the samples came as chunks
-	Tensors      string  `json:"tensors"`             // torch, or numpy where torch is missing
-	Note         string  `json:"-"`
+	FloorPerS    float64 `json:"trainer_floor_per_s"`    // 0 where the samples came as chunks
+	FastavroPerS float64 `json:"trainer_fastavro_per_s"` // 0 where fastavro is missing
+	// CPU time of the reading thread per sample, over the same spans
+	CPUUs         float64 `json:"trainer_cpu_us_per_sample"`
+	ConsumerCPUUs float64 `json:"trainer_consumer_cpu_us_per_sample"`
+	FloorCPUUs    float64 `json:"trainer_floor_cpu_us_per_sample"`
+	FastavroCPUUs float64 `json:"trainer_fastavro_cpu_us_per_sample"`
+	Tensors       string  `json:"tensors"` // torch, or numpy where torch is missing
+	Note          string  `json:"-"`
 }
 
 // pythonPackageDir is the directory holding the creditflow Python package
@@ -90,6 +99,30 @@ func (e *benchEnv) trainer(ctx context.Context, python, topic string, n, repeat 
 		return trainerResult{}, fmt.Errorf("trainer phase: unreadable result %q: %w", stdout.String(), err)
 	}
 	return r, nil
+}
+
+// printTrainer prints the trainer phase's lines of size s.
+func printTrainer(w io.Writer, s SizeResult) {
+	switch {
+	case s.TrainerNote != "":
+		fmt.Fprintf(w, "%-11s trainer: %s\n", "", s.TrainerNote)
+	case s.TrainerPerS > 0:
+		fmt.Fprintf(w, "%-11s trainer (Python, SampleStream → %s): %.0f samples/s, %.2f of a bare consumer's %.0f/s",
+			"", s.TrainerTensors, s.TrainerPerS, s.TrainerVsConsumer, s.TrainerConsumerPerS)
+		if s.TrainerFloorPerS > 0 { // none where the samples came as chunks
+			fmt.Fprintf(w, "; its floor (views and tensors, no decoding) %.0f/s, %.2f", s.TrainerFloorPerS, s.TrainerFloorVsConsumer)
+		}
+		fmt.Fprintln(w)
+		if s.TrainerFloorPerS > 0 {
+			fmt.Fprintf(w, "%-11s trainer / its floor: %.2f (target ≥ 0.80); in CPU per sample %.2f (%.1f µs, floor %.1f µs)",
+				"", s.TrainerVsFloor, s.TrainerVsFloorCPU, s.TrainerCPUUs, s.TrainerFloorCPUUs)
+			if s.TrainerFastavroPerS > 0 {
+				fmt.Fprintf(w, "; decoding with fastavro instead: %.0f samples/s, %.2f of the floor, %.1f µs CPU",
+					s.TrainerFastavroPerS, s.TrainerFastavroVsFloor, s.TrainerFastavroCPUUs)
+			}
+			fmt.Fprintln(w)
+		}
+	}
 }
 
 // lastLine is the last non-empty line of s (or err's text when s has none).

@@ -11,12 +11,18 @@ to_numpy, batches of BATCH in arrival order: no grouping, no duplicate or policy
 separates it from the bare consumer is building the tensors; what separates the trainer from
 it is the package's decoding and bookkeeping.
 
+Where fastavro is installed, a fourth reader is the same trainer with fastavro decoding each
+sample instead of the package's own decoder (creditflow._fastavro.decode_sample): the
+well-kept library measured against the hand-written one, same records, same run.
+
   python3 trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
 
 A run's rate is its records over the time from the first record its consumer returned to
 the end of the run (the last record read; for the trainer, the last full batch built: the
 last, partial one would leave only after the stream's max_wait), so joining the consumer
-group is left out of both, as the bench leaves it out of every phase.
+group is left out of both, as the bench leaves it out of every phase. Over the same span, the
+CPU time of the reading thread per record (time.thread_time: the interpreter's work, not
+librdkafka's fetching threads) is the figure a loaded machine shifts least.
 With CREDITFLOW_BENCH_PYPROFILE=FILE the first trainer run writes its cProfile there.
 """
 
@@ -33,6 +39,11 @@ from creditflow.batch import to_numpy
 from creditflow.wire import decode_sample
 
 try:
+    from creditflow import _fastavro
+except ImportError:
+    _fastavro = None
+
+try:
     from creditflow.batch import to_torch
     import torch  # noqa: F401  (to_torch imports it per call; fail here, once)
 except ImportError:
@@ -42,21 +53,22 @@ TIMEOUT = 120.0
 
 
 class _Clock:
-    """Wraps a consumer's consume and poll to note when it first returned records."""
+    """Wraps a consumer's consume and poll to note when it first returned records (the
+    monotonic clock, and the CPU time of the reading thread)."""
 
     def __init__(self, consumer):
-        self._c, self.first = consumer, None
+        self._c, self.first, self.first_cpu = consumer, None, None
 
     def consume(self, num_messages=1, timeout=-1):
         msgs = self._c.consume(num_messages=num_messages, timeout=timeout)
         if msgs and self.first is None:
-            self.first = time.monotonic()
+            self.first, self.first_cpu = time.monotonic(), time.thread_time()
         return msgs
 
     def poll(self, timeout=-1):
         msg = self._c.poll(timeout)
         if msg is not None and self.first is None:
-            self.first = time.monotonic()
+            self.first, self.first_cpu = time.monotonic(), time.thread_time()
         return msg
 
     def __getattr__(self, name):
@@ -79,9 +91,9 @@ def bare(brokers, topic, n, group):
         for msg in _take(c, n, "bare consumer", deadline):  # in bulk, as SampleStream takes them
             got += 1
             nbytes += len(msg.value())
-    end = time.monotonic()
+    end, cpu = time.monotonic(), time.thread_time()
     c.close()
-    return got, end - c.first, nbytes
+    return got, end - c.first, cpu - c.first_cpu, nbytes
 
 
 def _take(c, n, what, deadline):
@@ -150,37 +162,45 @@ def floor(brokers, topic, n, group, batch, layout):
                 b = []
     if b:
         tokens += int(convert(b)["lengths"].sum())
-    end = time.monotonic()
+    end, cpu = time.monotonic(), time.thread_time()
     c.close()
-    return got, end - c.first, tokens
+    return got, end - c.first, cpu - c.first_cpu, tokens
 
 
-def trainer(brokers, topic, n, group, batch):
+def trainer(brokers, topic, n, group, batch, decode=None):
     """Reads n samples in batches. The topic holds n, rarely a multiple of the batch, so the
     last batch is smaller and leaves only after waiting the stream's max_wait for samples that
     never come: a setting of the trainer, not its speed. When the last batch is such a one, the
-    run ends, uncounted, with the full batch before it."""
+    run ends, uncounted, with the full batch before it. With decode, the stream decodes each
+    sample with it instead of creditflow.decode_sample."""
+    if decode is not None:
+        import creditflow.kafka as kafka
+        own, kafka.decode_sample = kafka.decode_sample, decode
+        try:
+            return trainer(brokers, topic, n, group, batch)
+        finally:
+            kafka.decode_sample = own
     s = creditflow.SampleStream(brokers, group, topic=topic, idle_timeout=10.0)
     s._consumer = _Clock(s._consumer)
     convert = to_torch or to_numpy
     got, tokens, deadline = 0, 0, time.monotonic() + TIMEOUT
-    full = (0, 0, None)  # got, tokens, end after the last full batch
+    full = (0, 0, None, None)  # got, tokens, end, CPU time after the last full batch
     for b in s.batches(batch, whole_groups=True, max_wait=0.2):
         t = convert(b)
         got += len(b)
         tokens += int(t["lengths"].sum())
-        end = time.monotonic()
+        end, cpu = time.monotonic(), time.thread_time()
         if len(b) >= batch:
-            full = (got, tokens, end)
+            full = (got, tokens, end, cpu)
         if got >= n or end > deadline:
             break
     if got < n:
         raise TimeoutError("trainer: %d of %d samples" % (got, n))
     if full[2] is not None and full[0] < got:
-        got, tokens, end = full
-    first = s._consumer.first
+        got, tokens, end, cpu = full
+    first, first_cpu = s._consumer.first, s._consumer.first_cpu
     s.close()
-    return got, end - first, tokens
+    return got, end - first, cpu - first_cpu, tokens
 
 
 def main():
@@ -195,38 +215,57 @@ def main():
     # trainer leaves holding two batches' arrays), as a trainer does once at start-up.
     bare(brokers, topic, n, "%s.consumer.warm" % prefix)
     trainer(brokers, topic, n, "%s.trainer.warm" % prefix, batch)
+    if _fastavro is not None:
+        trainer(brokers, topic, n, "%s.fastavro.warm" % prefix, batch, _fastavro.decode_sample)
     if layout is not None:
         floor(brokers, topic, n, "%s.floor.warm" % prefix, batch, layout)
-    runs = {"consumer": [0, 0.0], "trainer": [0, 0.0], "floor": [0, 0.0]}
+    # per reader: records, seconds, CPU seconds of the reading thread
+    runs = {k: [0, 0.0, 0.0] for k in ("consumer", "trainer", "floor", "fastavro")}
     nbytes = tokens = tokens_of = 0
+    readers = ["trainer"] + (["fastavro"] if _fastavro is not None else []) + (["floor"] if layout is not None else [])
     for r in range(repeat):
-        got, dt, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
+        got, dt, cpu, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
         runs["consumer"][0] += got
         runs["consumer"][1] += dt
-        if os.environ.get("CREDITFLOW_BENCH_PYPROFILE"):  # the trainer's profile (cProfile) of the first run
-            import cProfile
-            prof = cProfile.Profile()
-            got, dt, tokens = prof.runcall(trainer, brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
-            prof.dump_stats(os.environ.pop("CREDITFLOW_BENCH_PYPROFILE"))
-        else:
-            got, dt, tokens = trainer(brokers, topic, n, "%s.trainer.%d" % (prefix, r), batch)
-        tokens_of = got
-        runs["trainer"][0] += got
-        runs["trainer"][1] += dt
-        if layout is not None:
-            got, dt, floor_tokens = floor(brokers, topic, n, "%s.floor.%d" % (prefix, r), batch, layout)
-            if floor_tokens != layout_tokens:
-                raise RuntimeError("trainer floor: %d tokens in its tensors, the records hold %d" % (floor_tokens, layout_tokens))
-            runs["floor"][0] += got
-            runs["floor"][1] += dt
+        runs["consumer"][2] += cpu
+        # the readers in turns, each round starting with the next one, so that none always
+        # follows the same neighbour
+        for k in range(len(readers)):
+            what = readers[(r + k) % len(readers)]
+            group = "%s.%s.%d" % (prefix, what, r)
+            if what == "floor":
+                got, dt, cpu, floor_tokens = floor(brokers, topic, n, group, batch, layout)
+                if floor_tokens != layout_tokens:
+                    raise RuntimeError("trainer floor: %d tokens in its tensors, the records hold %d" % (floor_tokens, layout_tokens))
+            elif what == "fastavro":
+                got, dt, cpu, _ = trainer(brokers, topic, n, group, batch, _fastavro.decode_sample)
+            elif os.environ.get("CREDITFLOW_BENCH_PYPROFILE"):  # the trainer's profile (cProfile) of the first run
+                import cProfile
+                prof = cProfile.Profile()
+                got, dt, cpu, tokens = prof.runcall(trainer, brokers, topic, n, group, batch)
+                prof.dump_stats(os.environ.pop("CREDITFLOW_BENCH_PYPROFILE"))
+                tokens_of = got
+            else:
+                got, dt, cpu, tokens = trainer(brokers, topic, n, group, batch)
+                tokens_of = got
+            runs[what][0] += got
+            runs[what][1] += dt
+            runs[what][2] += cpu
+
+    def rate(k):
+        return runs[k][0] / runs[k][1] if runs[k][1] else 0
+
+    def cpu_us(k):
+        return runs[k][2] / runs[k][0] * 1e6 if runs[k][0] else 0
+
     print(json.dumps({
-        "trainer_per_s": runs["trainer"][0] / runs["trainer"][1],
-        "trainer_consumer_per_s": runs["consumer"][0] / runs["consumer"][1],
-        "trainer_floor_per_s": runs["floor"][0] / runs["floor"][1] if runs["floor"][1] else 0,
+        "trainer_per_s": rate("trainer"), "trainer_consumer_per_s": rate("consumer"),
+        "trainer_floor_per_s": rate("floor"), "trainer_fastavro_per_s": rate("fastavro"),
+        "trainer_cpu_us_per_sample": cpu_us("trainer"), "trainer_consumer_cpu_us_per_sample": cpu_us("consumer"),
+        "trainer_floor_cpu_us_per_sample": cpu_us("floor"), "trainer_fastavro_cpu_us_per_sample": cpu_us("fastavro"),
         "tensors": "torch" if to_torch else "numpy",
         "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, tokens_of),
     }))
-
 
 if __name__ == "__main__":
     main()

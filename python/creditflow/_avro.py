@@ -421,6 +421,10 @@ class Schema:
         self._dec = _dec_record(self.json, rjson, {}, "")
         self._fast = compile_decoder(self.json, rjson)
         self._fast_packed = compile_decoder(self.json, rjson, packed) if packed else None
+        # fn(data, mv, pos) -> (dict, end) for data[pos:] that is exactly one record whose packed
+        # fields are numpy views of one count (wire.decode_sample); raises one of FALLBACK where
+        # decode_body must decide
+        self.fast_whole = compile_decoder(self.json, rjson, packed, whole=True) if packed else None
 
     def encode_body(self, datum: dict) -> bytes:
         out = []

@@ -1,7 +1,7 @@
 """Straight-line decoders: a record schema (with the reader it resolves to) compiled into the
 source of one Python function, so that decoding a record is one call instead of one closure
-call per field, and a one-byte varint (most lengths, counts, union branches and small ints) is
-read inline.
+call per field: varints are read inline (unrolled), and runs of fixed-size fields by one
+struct call.
 
 The fast decoder only ever returns what the closure decoder of _avro would return for the same
 bytes. It checks nothing it can leave to that decoder: whenever the bytes are not what it
@@ -21,21 +21,9 @@ class _Fallback(Exception):
     """The bytes need the checking decoder."""
 
 
-def _read_varint(b, pos, maxbytes):
-    u = shift = 0
-    for _ in range(maxbytes):
-        c = b[pos]
-        pos += 1
-        u |= (c & 0x7F) << shift
-        if c < 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
-    raise _Fallback
-
-
 class _Gen:
-    def __init__(self, named, packed=None):
-        self.lines, self.n, self.named = [], 0, named
+    def __init__(self, named, packed=None, whole=False):
+        self.lines, self.n, self.named, self.whole = [], 0, named, whole
         self.packed = packed or {}  # top-level bytes field -> numpy dtype (compile_decoder)
         self.depth = 0
         self.consts = {}
@@ -48,16 +36,23 @@ class _Gen:
         self.lines.append("    " * ind + line)
 
     def varint(self, ind, dst, maxbytes=10):
-        # one- and two-byte varints inline (counts, branches, lengths up to 8 KiB), longer
-        # ones through rv
-        c, d, u = self.var("c"), self.var("d"), self.var("u")
+        # unrolled: a byte below 128 ends the varint (most lengths, counts and branches end
+        # with the first); past maxbytes, the checking decoder decides
+        c, u = self.var("c"), self.var("u")
         self.emit(ind, "%s = b[pos]" % c)
         self.emit(ind, "if %s < 128:" % c)
         self.emit(ind + 1, "%s = (%s >> 1) ^ -(%s & 1); pos += 1" % (dst, c, c))
-        self.emit(ind, "elif (%s := b[pos + 1]) < 128:" % d)
-        self.emit(ind + 1, "%s = (%s & 127) | (%s << 7); %s = (%s >> 1) ^ -(%s & 1); pos += 2" % (u, c, d, dst, u, u))
         self.emit(ind, "else:")
-        self.emit(ind + 1, "%s, pos = rv(b, pos, %d)" % (dst, maxbytes))
+        ind += 1
+        self.emit(ind, "%s = %s & 127" % (u, c))
+        for k in range(1, maxbytes):
+            self.emit(ind, "%s = b[pos + %d]" % (c, k))
+            self.emit(ind, "if %s < 128:" % c)
+            self.emit(ind + 1, "%s |= %s << %d; %s = (%s >> 1) ^ -(%s & 1); pos += %d" % (u, c, 7 * k, dst, u, u, k + 1))
+            self.emit(ind, "else:")
+            ind += 1
+            self.emit(ind, "%s |= (%s & 127) << %d" % (u, c, 7 * k))
+        self.emit(ind, "raise Fallback")
 
     def node(self, ind, w, r, dst, packed=None):
         """Code that decodes writer node w (read as r) into variable dst; a bytes node with
@@ -127,6 +122,11 @@ class _Gen:
                 self.emit(ind, "if %s %% %d:" % (n, packed.itemsize))  # the checking path names the fault
                 self.emit(ind + 1, "raise Fallback")
                 self.emit(ind, "%s = fb(b, %s, %s // %d, pos); pos += %s" % (dst, self.dtype(packed), n, packed.itemsize, n))
+                if self.whole:  # every packed array of the record holds the same count
+                    self.emit(ind, "if pc < 0:")
+                    self.emit(ind + 1, "pc = %s // %d" % (n, packed.itemsize))
+                    self.emit(ind, "elif %s // %d != pc:" % (n, packed.itemsize))
+                    self.emit(ind + 1, "raise Fallback")
             else:
                 self.emit(ind, "%s = mv[pos:pos + %s]; pos += %s" % (dst, n, n))
         else:
@@ -143,35 +143,108 @@ class _Gen:
         items = []  # the dict is built at the end, in one expression
         top = self.depth == 0
         self.depth += 1
-        for f in w["fields"]:
+        fields = w["fields"]
+        i = 0
+        while i < len(fields):
+            # runs of fixed-size fields (float, double) and of ["null", float|double] unions
+            # are read by one struct call each instead of one per field
+            j = i
+            while j < len(fields) and _fixed(fields[j]["type"]):
+                j += 1
+            if j - i < 2:
+                j = i
+                while j < len(fields) and _nullable_fixed(fields[j]["type"]):
+                    j += 1
+                if j - i < 2:
+                    j = i
+            if j > i:
+                vs = [self.var("v") for _ in fields[i:j]]
+                if _fixed(fields[i]["type"]):
+                    self.fixed_run(ind, [_fixed(f["type"]) for f in fields[i:j]], vs)
+                else:
+                    self.nullable_run(ind, fields[i:j], vs)
+                items += ["%r: %s" % (f["name"], v) for f, v in zip(fields[i:j], vs) if f["name"] in rnames]
+                i = j
+                continue
+            f = fields[i]
             rf = rnames.get(f["name"])
             v = self.var("v")
             self.node(ind, f["type"], rf["type"] if rf is not None else f["type"], v,
                       self.packed.get(f["name"]) if top else None)
             if rf is not None:
                 items.append("%r: %s" % (f["name"], v))
+            i += 1
         self.depth -= 1
         wnames = {f["name"] for f in w["fields"]}
         for f in r["fields"]:
             if f["name"] not in wnames:
                 d = f["default"]
                 items.append("%r: %s" % (f["name"], "[]" if d == [] else repr(d)))
+        if top and self.whole:
+            self.tail(ind)
         self.emit(ind, "%s = {%s}" % (dst, ", ".join(items)))
 
+    def struct(self, fmt):
+        name = "S_" + fmt.replace("<", "")
+        self.consts[name] = struct.Struct(fmt).unpack_from
+        return name
 
-def compile_decoder(writer, reader, packed=None):
+    def fixed_run(self, ind, codes, vs):
+        """Consecutive float/double fields: one unpack (past the end: struct.error, FALLBACK)."""
+        fmt = "<" + "".join(codes)
+        self.emit(ind, "%s, = %s(b, pos); pos += %d" % (", ".join(vs), self.struct(fmt), struct.calcsize(fmt)))
+
+    def nullable_run(self, ind, fields, vs):
+        """Consecutive ["null", float|double] unions: all present or all null is read at once
+        (the branch bytes checked, the values in one unpack); any other mix field by field."""
+        codes = [_nullable_fixed(f["type"]) for f in fields]
+        fmt = "<" + "".join("x" + c for c in codes)
+        size = struct.calcsize(fmt)
+        offs, o = [], 0
+        for c in codes:
+            offs.append(o)
+            o += 1 + struct.calcsize("<" + c)
+        self.emit(ind, "if %s:" % " and ".join("b[pos + %d] == 2" % k for k in offs))
+        self.emit(ind + 1, "%s, = %s(b, pos); pos += %d" % (", ".join(vs), self.struct(fmt), size))
+        self.emit(ind, "elif %s:" % " and ".join("b[pos + %d] == 0" % k for k in range(len(codes))))
+        self.emit(ind + 1, "%s = None; pos += %d" % (" = ".join(vs), len(codes)))
+        self.emit(ind, "else:")
+        for f, v in zip(fields, vs):
+            self.node(ind + 1, f["type"], f["type"], v)
+
+    def tail(self, ind):
+        """whole: the record ends the input (the packed arrays' counts are checked where they are read)."""
+        self.emit(ind, "if pos != blen:")
+        self.emit(ind + 1, "raise Fallback")
+
+
+def _fixed(t):
+    t = t["type"] if isinstance(t, dict) else t
+    return {"double": "d", "float": "f"}.get(t) if isinstance(t, str) else None
+
+
+def _nullable_fixed(t):
+    if isinstance(t, list) and len(t) == 2 and t[0] == "null":
+        return _fixed(t[1])
+    return None
+
+
+def compile_decoder(writer, reader, packed=None, whole=False):
     """fn(b, mv, pos) -> (dict, pos) for records written with `writer` read as `reader`
     (parsed JSON schemas); raises _Fallback where the checking decoder must decide.
 
     packed maps top-level bytes fields to numpy dtypes: those fields come back as read-only
     numpy views of b (np.frombuffer) instead of memoryviews; a length that is not a multiple
-    of the dtype's size falls back."""
-    g = _Gen({}, {k: np.dtype(v) for k, v in (packed or {}).items()})
+    of the dtype's size falls back. With whole, the record must end the input and its packed
+    fields that are present must hold the same number of entries (else: fallback)."""
+    g = _Gen({}, {k: np.dtype(v) for k, v in (packed or {}).items()}, whole)
     g.emit(1, "blen = len(b)")
+    if whole:
+        g.emit(1, "pc = -1")
     g.record(1, writer, reader, "out")
     g.emit(1, "return out, pos")
     src = "def decode(b, mv, pos):\n" + "\n".join(g.lines) + "\n"
-    env = {"rv": _read_varint, "Fallback": _Fallback, "uf": struct.Struct("<f").unpack_from,
+    env = {"Fallback": _Fallback, "uf": struct.Struct("<f").unpack_from,
            "ud": struct.Struct("<d").unpack_from, "fb": np.frombuffer, **g.consts}
     exec(compile(src, "<avro decoder %s>" % writer["name"], "exec"), env)  # noqa: S102 (our own schema, our own code)
     return env["decode"]

@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ._avro import DecodeError, Schema
+from ._avro_fast import FALLBACK
 
 __all__ = [
     "MAGIC", "HEADER_SCHEMA", "LEGACY", "AUTO", "CURRENT", "WireError",
@@ -256,6 +257,11 @@ def decode_scored(value: bytes) -> dict:
 
 # ----- Sample ----------------------------------------------------------------------------
 
+# Sample writer fingerprint -> the straight-line decoder of a whole framed Sample
+# (Schema.fast_whole), filled by the first decode_sample.
+_SAMPLE_WHOLE = {}
+
+
 def decode_sample(value: bytes) -> dict:
     """Decodes a framed Sample (current or older schema) into a dict.
 
@@ -264,7 +270,25 @@ def decode_sample(value: bytes) -> dict:
     (zero-copy). ``scorer_policy_version`` and ``source`` are None for records written
     before they existed. Raises WireError (reason undecodable or unknown_schema).
     """
-    r = codec("Sample").decode(value, packed=True)
+    if value.__class__ is not bytes:
+        value = bytes(value)
+    # The trainer's path: one call for a well-formed record (the header, the body, its end and
+    # the arrays' counts checked on the way); anything else takes the checking path below,
+    # which decodes it the same or says why not.
+    fast = _SAMPLE_WHOLE.get(value[2:10]) if value[:2] == MAGIC else None
+    if fast is not None:
+        try:
+            return fast(value, memoryview(value), 10)[0]
+        except FALLBACK:
+            pass
+    return _decode_sample_checked(value)
+
+
+def _decode_sample_checked(value):
+    c = codec("Sample")
+    if not _SAMPLE_WHOLE:
+        _SAMPLE_WHOLE.update((fp, s.fast_whole) for fp, s in c.readers.items())
+    r = c.decode(value, packed=True)
     n = None
     for f, dt in (("tokens", _I32), ("loss_mask", _U8), ("advantages", _F32),
                   ("token_rewards", _F32), ("rollout_logprobs", _F32)):
