@@ -197,7 +197,9 @@ def main(argv=None):
         deadline = time.monotonic() + a.shutdown_timeout
         if not pod.wait_idle(a.shutdown_timeout):
             log.warn("shutdown timeout reached with requests in flight", in_flight=pod.in_flight)
-        srv.shutdown(max(0.5, deadline - time.monotonic()))
+        # Answers of drained requests are written by now; what is left is idle keep-alive
+        # connections (a TLS close waits for the client's close_notify) and admin loads.
+        srv.shutdown(max(0.5, min(5.0, deadline - time.monotonic())))
     else:
         log.error("the HTTP server stopped unexpectedly")
         status = 1
