@@ -125,11 +125,13 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 			t.Fatalf("pod did not start within 90 s:\n%s", p.stderr.String())
 		}
 	}
-	resp, err := http.Get(p.url + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("pod /healthz: %v %v", resp, err)
+	for _, path := range []string{protocol.PathHealth, protocol.PathLive} {
+		resp, err := http.Get(p.url + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("pod %s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
 	}
-	resp.Body.Close()
 	return p
 }
 
