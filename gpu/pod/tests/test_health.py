@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -222,6 +223,8 @@ class ServerBehaviourTest(_Served):
         self.assertEqual(sorted(s for s, _ in out), [200, 200])
 
     def test_keep_alive_and_binary_headers(self):
+        # asyncio sets TCP_NODELAY on accepted sockets only when the listener names IPPROTO_TCP.
+        self.assertEqual(self.srv.socket.proto, socket.IPPROTO_TCP)
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         self.addCleanup(c.close)
         self.assertEqual(self.call("POST", "/v1/score", ROW, conn=c)[0], 200)
