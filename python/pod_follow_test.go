@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 func b64ids(ids []int32) string {
@@ -40,7 +41,7 @@ type podAnswer struct {
 // version that computed it (all answers of one version agree, the two versions' differ),
 // and answers after the load carry the new version.
 func TestPodFollowsPolicyAnnouncements(t *testing.T) {
-	py := pythonWith(t, "torch", "confluent_kafka", "numpy")
+	py := pyenvtest.Python(t) // the pod needs uvicorn: the project environment has it
 	root := repoRoot(t)
 	dir := t.TempDir()
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
@@ -54,7 +55,7 @@ for name, seed in (("m1", 1), ("m2", 2)):
 	portFile := filepath.Join(dir, "port")
 	pod := startProc(t, env, py, "-m", "cfpod", "--model", filepath.Join(dir, "m1"), "--addr", "127.0.0.1:0",
 		"--port-file", portFile, "--policy-brokers", brokers, "--policy-version", "1", "--device", "cpu",
-		"--threads", "1", "--log-level", "info")
+		"--threads", "1", "--log-level", "info", "--insecure-no-token")
 	var port string
 	deadline := time.Now().Add(120 * time.Second)
 	for port == "" && time.Now().Before(deadline) {
@@ -197,7 +198,7 @@ func runToEnd(t *testing.T, env []string, name string, args ...string) string {
 // announcements; samples scored before the announcement carry scorer_policy_version 1,
 // samples of trajectories published after the pod loaded the announced checkpoint carry 2.
 func TestPodVersionReachesSamples(t *testing.T) {
-	py := pythonWith(t, "torch", "confluent_kafka", "numpy")
+	py := pyenvtest.Python(t) // the pod needs uvicorn: the project environment has it
 	if !strings.Contains(runHelp(t), "max-policy-lag") {
 		t.Skip("this build's stages do not record the scorer's policy version (policy versions are not merged)")
 	}
@@ -213,7 +214,7 @@ func TestPodVersionReachesSamples(t *testing.T) {
 	portFile := filepath.Join(dir, "port")
 	pod := startProc(t, env, py, "-m", "cfpod", "--model", filepath.Join(dir, "m1"), "--addr", "127.0.0.1:0",
 		"--port-file", portFile, "--policy-brokers", brokers, "--policy-version", "1", "--device", "cpu",
-		"--threads", "1", "--name", "creditflow-tiny")
+		"--threads", "1", "--name", "creditflow-tiny", "--insecure-no-token")
 	var port string
 	deadline := time.Now().Add(120 * time.Second)
 	for port == "" && time.Now().Before(deadline) {

@@ -25,34 +25,22 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
-const podToken = "pod-test-token"
-
-var (
-	pythonOnce sync.Once
-	pythonPath string
+const (
+	podToken   = "pod-test-token"
+	adminToken = "pod-test-admin-token" // /v1/admin/load takes this one only
 )
 
-// findPython returns an interpreter that can import torch, or skips the test.
+// findPython is the project's Python environment (internal/pyenv: PyTorch 2,
+// uvicorn); CREDITFLOW_POD_PYTHON names another interpreter that has them.
 func findPython(t *testing.T) string {
 	t.Helper()
-	pythonOnce.Do(func() {
-		cands := []string{os.Getenv("CREDITFLOW_POD_PYTHON"), "python3", "/usr/bin/python3"}
-		for _, c := range cands {
-			if c == "" {
-				continue
-			}
-			if err := exec.Command(c, "-c", "import torch").Run(); err == nil {
-				pythonPath = c
-				return
-			}
-		}
-	})
-	if pythonPath == "" {
-		t.Skip("no python3 with torch (install python3-torch, or set CREDITFLOW_POD_PYTHON)")
+	if py := os.Getenv("CREDITFLOW_POD_PYTHON"); py != "" {
+		return py
 	}
-	return pythonPath
+	return pyenvtest.Python(t)
 }
 
 type pod struct {
@@ -84,12 +72,16 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 	py := findPython(t)
 	dir := t.TempDir()
 	portFile := filepath.Join(dir, "port")
-	tokFile := filepath.Join(dir, "token")
+	tokFile, adminFile := filepath.Join(dir, "token"), filepath.Join(dir, "admin-token")
 	if err := os.WriteFile(tokFile, []byte(podToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(adminFile, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := append([]string{"-m", "cfpod", "--model", modelDir, "--addr", "127.0.0.1:0", "--port-file", portFile,
-		"--token-file", tokFile, "--device", "cpu", "--dtype", "float32", "--threads", "2"}, extra...)
+		"--token-file", tokFile, "--admin-token-file", adminFile, "--device", "cpu", "--dtype", "float32",
+		"--threads", "2"}, extra...)
 	cmd := exec.Command(py, args...)
 	cmd.Dir = "." // gpu/pod, where the cfpod package lives
 	p := &pod{cmd: cmd, stderr: &syncBuffer{}}
@@ -133,11 +125,13 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 			t.Fatalf("pod did not start within 90 s:\n%s", p.stderr.String())
 		}
 	}
-	resp, err := http.Get(p.url + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("pod /healthz: %v %v", resp, err)
+	for _, path := range []string{protocol.PathHealth, protocol.PathLive} {
+		resp, err := http.Get(p.url + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("pod %s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
 	}
-	resp.Body.Close()
 	return p
 }
 
@@ -300,7 +294,11 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 			writeQwen(t, dir, arch, int64(11+i))
 			version := int64(10 + i)
 			var info gpu.ModelInfo
-			if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": dir, "policy_version": version}, &info); st != 200 {
+			var eb protocol.ErrorBody
+			if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": dir}, &eb); st != 401 || eb.Code != gpu.CodeUnauthorized {
+				t.Errorf("admin load with the scoring token: status %d %+v, want 401 unauthorized", st, eb)
+			}
+			if st := postJSON(t, p.url+"/v1/admin/load", adminToken, map[string]any{"model": dir, "policy_version": version}, &info); st != 200 {
 				t.Fatalf("admin load: status %d, %+v", st, info)
 			}
 			if info.PolicyVersion != version || info.Architecture != arch || info.VocabSize != 300 || info.Name != "creditflow-tiny" {
@@ -320,7 +318,7 @@ func testHotLoad(t *testing.T, p *pod, root string) {
 	}
 	// A failed load keeps the previous model and says why.
 	var eb protocol.ErrorBody
-	if st := postJSON(t, p.url+"/v1/admin/load", podToken, map[string]any{"model": filepath.Join(root, "missing")}, &eb); st != 400 || eb.Code != gpu.CodeBadRequest {
+	if st := postJSON(t, p.url+"/v1/admin/load", adminToken, map[string]any{"model": filepath.Join(root, "missing")}, &eb); st != 400 || eb.Code != gpu.CodeBadRequest {
 		t.Errorf("loading a missing folder: status %d %+v, want 400 bad_request", st, eb)
 	}
 	var info gpu.ModelInfo

@@ -23,6 +23,7 @@ const (
 	PathScore     = "/v1/score"
 	PathAttention = "/v1/attention"
 	PathHealth    = "/healthz"
+	PathLive      = "/livez" // liveness from the model (a canary when idle); optional for a server
 	PathMetrics   = "/metrics"
 )
 

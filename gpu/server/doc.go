@@ -15,9 +15,13 @@
 //   - The bearer token is compared in constant time and never logged.
 //   - ListenAndServe and Serve drain in-flight requests when their context
 //     ends; while draining, /healthz answers 503.
+//   - /livez comes from the model: 200 while a model call succeeded within
+//     10 s or a request is being served, else a canary (one row of one
+//     token) decides; 503 when it fails or takes over 5 s. Draining does not
+//     fail it.
 //
 // Where things are: server.go the handlers (info, score, attention, health,
 // metrics), the shared path of work requests (serveWork) and the mapping of
-// scorer errors to statuses (errorStatus); options.go the options and the
-// server's metrics (creditflow_scorer_server_*).
+// scorer errors to statuses (errorStatus); live.go /livez; options.go the
+// options and the server's metrics (creditflow_scorer_server_*).
 package server

@@ -32,6 +32,7 @@ type Server struct {
 	cfg      config
 	sem      chan struct{}
 	draining atomic.Bool
+	live     liveness
 	metrics  *serverMetrics
 	handler  http.Handler
 	// bodies holds binary request and answer bodies for reuse: decoding
@@ -67,6 +68,7 @@ func New(s gpu.Scorer, opts ...Option) *Server {
 	mux.HandleFunc(protocol.PathScore, srv.handleScore)
 	mux.HandleFunc(protocol.PathAttention, srv.handleAttention)
 	mux.HandleFunc(protocol.PathHealth, srv.handleHealth)
+	mux.HandleFunc(protocol.PathLive, srv.handleLive)
 	mux.Handle(protocol.PathMetrics, promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, protocol.ErrorBody{Code: gpu.CodeNotFound,
@@ -346,6 +348,7 @@ func (s *Server) serveWork(w http.ResponseWriter, r *http.Request, op string, de
 		fail(status, b)
 		return
 	}
+	s.live.succeeded()
 	if raw, ok := resp.(rawBody); ok {
 		sw.Header().Set("Content-Type", raw.mediaType)
 		sw.Header().Set(protocol.Header, protocol.Version)

@@ -10,6 +10,7 @@ import time
 import torch
 
 from . import metrics as M
+from .health import Health
 from .log import Logger
 from .model import InputError, Model, ModelError, inference
 from .protocol import (PROTOCOL_VERSION, Reject, _score, bad, parse_attention_request,
@@ -54,13 +55,15 @@ class Pod:
     def __init__(self, model_dir, device="cpu", dtype=torch.float32, token="", admin_token="",
                  policy_version=0, name=None, placeholder_ids=None, max_request_bytes=64 << 20,
                  max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None,
-                 max_context=None):
+                 max_context=None, health=None):
         self.device, self.dtype, self.packing = device, dtype, packing
         self.max_context = max_context
-        self.token, self.admin_token = token or "", admin_token or token or ""
+        # No admin token: the admin endpoint is disabled (never the scoring token's).
+        self.token, self.admin_token = token or "", admin_token or ""
         self.placeholder_ids = placeholder_ids
         self.max_request_bytes, self.max_rows, self.max_tokens = max_request_bytes, max_rows, max_tokens
         self.log = log or Logger()
+        self.health = health or Health(self.log)
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self.max_concurrent = max_concurrent
         self.compute_lock = threading.Lock()
@@ -126,7 +129,11 @@ class Pod:
                 m = Model.load(folder, device=self.device, dtype=self.dtype,
                                placeholder_ids=self.placeholder_ids, name=name or self.name,
                                max_context=self.max_context)
+                # A model that cannot run a forward is not swapped in (cfpod/health.py).
+                self.health.inject()
+                self.forward_canary(m)
             except Exception as e:  # noqa: BLE001 - any failure (a bad file, CUDA out of memory) keeps the old model
+                self.health.check(e)
                 self.m_loads.inc(1, "error")
                 if str(self.device).startswith("cuda"):
                     torch.cuda.empty_cache()  # the half-built copy's memory
@@ -241,7 +248,7 @@ class Pod:
             t1 = time.monotonic()
             try:
                 with inference():
-                    out = fn()
+                    out = self.health.model_call(fn)
                 if tokens > self.fit_tokens[op]:
                     self.fit_tokens[op] = tokens
                 return out
@@ -264,6 +271,24 @@ class Pod:
                 self.m_model_duration.observe(t2 - t1, op)
                 if str(self.device).startswith("cuda"):
                     self.m_device_bytes.set(torch.cuda.max_memory_allocated(self.device))
+
+    @staticmethod
+    def forward_canary(model):
+        """The smallest forward: one row of one context and one target token."""
+        with inference():
+            model.score_rows([([0], [0], (0, 1))])
+
+    def canary(self):
+        """The canary forward on the current model under the model lock, as one model call
+        (health.py); False without running it when the model is busy with a request."""
+        if not self.compute_lock.acquire(blocking=False):
+            return False
+        try:
+            cur = self.current
+            self.health.model_call(lambda: self.forward_canary(cur.model))
+            return True
+        finally:
+            self.compute_lock.release()
 
     def score(self, req):
         """Logprob sets go through one prefix-shared plan; each entropy or kl set is scored

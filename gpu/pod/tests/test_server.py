@@ -14,7 +14,7 @@ import torch
 
 from cfpod.model import Model
 from cfpod.protocol import parse_score_request
-from cfpod.server import PROTOCOL_HEADER, PROTOCOL_VERSION, Handler, Logger, Pod, make_server
+from cfpod.server import PROTOCOL_HEADER, PROTOCOL_VERSION, Exchange, Logger, Pod, make_server
 from tests.binwire import decode_graphs, encode_rows, json_rows
 from tests.test_binary import malformed_bodies
 from tests.util import DEVICE, ON_CPU, TOL, small_config, write_checkpoint
@@ -48,7 +48,7 @@ class ServerTest(unittest.TestCase):
                       log=Logger("info", cls.log))
         cls.srv = make_server(cls.pod, "127.0.0.1", 0)
         cls.port = cls.srv.server_address[1]
-        threading.Thread(target=cls.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=cls.srv.serve_forever, daemon=True).start()
 
     @classmethod
     def tearDownClass(cls):
@@ -243,15 +243,15 @@ class ServerTest(unittest.TestCase):
         # previous request's slot: each answer is written after the slot is freed, while
         # the request still counts in flight (shutdown waits for the answer).
         seen = []
-        send = Handler._send
+        send = Exchange._send
 
-        def spy(handler, status, *a, **kw):
-            if handler.path.startswith("/v1/"):
+        async def spy(ex, status, *a, **kw):
+            if ex.path.startswith("/v1/"):
                 # in_flight >= 1, not == 1: an earlier test's request may still be
                 # finishing its write (its client has read the answer already).
                 seen.append((status, self.pod._slots._value, self.pod.in_flight >= 1))
-            return send(handler, status, *a, **kw)
-        Handler._send = spy
+            return await send(ex, status, *a, **kw)
+        Exchange._send = spy
         try:
             ok = self.score_body([[([1, 2], [3], (0, 1))]])
             self.assertEqual(self.call("POST", "/v1/score", ok)[0], 200)
@@ -259,7 +259,7 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(self.call("POST", "/v1/attention", {"jobs": [{"tokens": b64([1, 2]), "layers": [0],
                                                                           "steps": [{"action": [0, 9]}]}]})[0], 400)
         finally:
-            Handler._send = send
+            Exchange._send = send
         self.assertEqual(seen, [(200, 2, True), (400, 2, True), (400, 2, True)])
 
     def test_overload_and_draining_answer_503(self):
