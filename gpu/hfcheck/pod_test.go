@@ -20,7 +20,10 @@ import (
 	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
-const podToken = "hfcheck-token"
+const (
+	podToken      = "hfcheck-token"
+	podAdminToken = "hfcheck-admin-token" // the admin endpoint (hot loads) has its own token
+)
 
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -49,12 +52,15 @@ func startPod(t *testing.T, py, modelDir, dtype string) string {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	portFile, tokFile := filepath.Join(tmp, "port"), filepath.Join(tmp, "token")
+	portFile, tokFile, adminFile := filepath.Join(tmp, "port"), filepath.Join(tmp, "token"), filepath.Join(tmp, "admin-token")
 	if err := os.WriteFile(tokFile, []byte(podToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(adminFile, []byte(podAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(py, "-m", "cfpod", "--model", modelDir, "--addr", "127.0.0.1:0", "--port-file", portFile,
-		"--token-file", tokFile, "--device", "cpu", "--dtype", dtype, "--threads", "2",
+		"--token-file", tokFile, "--admin-token-file", adminFile, "--device", "cpu", "--dtype", dtype, "--threads", "2",
 		"--max-context", strconv.Itoa(maxContext), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+podDir)
 	logs := &lockedBuffer{}
@@ -99,7 +105,7 @@ func podLoad(t *testing.T, url, dir string) {
 	b, _ := json.Marshal(map[string]any{"model": dir})
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/admin/load", bytes.NewReader(b))
 	req.Header.Set(protocol.Header, protocol.Version)
-	req.Header.Set("Authorization", "Bearer "+podToken)
+	req.Header.Set("Authorization", "Bearer "+podAdminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -99,7 +99,7 @@ func podRefuses(t *testing.T, f *fixture, url string) {
 			b, _ := json.Marshal(map[string]any{"model": refusedFolder(t, f, r)})
 			req, _ := http.NewRequest(http.MethodPost, url+"/v1/admin/load", bytes.NewReader(b))
 			req.Header.Set(protocol.Header, protocol.Version)
-			req.Header.Set("Authorization", "Bearer "+podToken)
+			req.Header.Set("Authorization", "Bearer "+podAdminToken)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
