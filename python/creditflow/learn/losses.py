@@ -80,10 +80,11 @@ def policy_loss(model, b, old, adv, clip, is_cap):
     loss = -b.mean(w * obj)
     with torch.no_grad():
         clipped = b.mean(((ratio - 1).abs() > clip).float())
-        kl = b.mean(torch.exp(log_w) - 1 - log_w)
+        lw = log_w.double()  # w − 1 − log w in float64 (expm1): float32 rounding makes it negative near w = 1
+        kl = float(((torch.expm1(lw) - lw) * b.mask.double()).sum() / b.n.double())
         truncated = b.mean((torch.exp(log_w) > is_cap).float())
         entropy = b.mean(ent)
-    return loss, {"clip_fraction": float(clipped), "approx_kl": float(kl), "is_truncated": float(truncated),
+    return loss, {"clip_fraction": float(clipped), "approx_kl": kl, "is_truncated": float(truncated),
                   "entropy": float(entropy)}
 
 
