@@ -10,7 +10,7 @@ import "embed"
 // training loop (creditflow/learn) and the loop's starting checkpoint
 // (creditflow/learn/start).
 //
-//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch
+//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch creditflow/learn/start-household-long
 var Package embed.FS
 
 // Lock is the pinned list of the project's Python environment (requirements.lock):

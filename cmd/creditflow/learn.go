@@ -24,32 +24,46 @@ func init() {
 
 func runLearn(args []string) (err error) {
 	o := learn.Defaults()
-	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr] [--seed S] [--json] [flags]
+	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr|ppo] [--seed S] [--json] [flags]
        creditflow learn --compare lapo,grpo --seeds 3 [--out docs/img/learn] [flags]
+       creditflow learn --report docs/img/learn.json,...
 
 Closes the training loop on this machine (docs/learn.md): --workers Python rollout workers play
 an interactive world with the current policy and publish trajectories; the processor
 (creditflow run, its own process) scores them with the weights the trainer last announced and
-publishes per-token advantages; a Python trainer takes clipped policy-gradient steps on them,
+publishes per-token advantages (or token rewards); a Python trainer takes clipped
+policy-gradient steps on them (with a critic for token rewards),
 writes a checkpoint, announces the version, and evaluates it on held-out episodes. Workers and
 the scorer load each new version. Everything runs on the embedded broker unless --brokers is
 given. The summary reports held-out success by version and what the loop proved on the way;
 --json ends with one JSON object. Needs the system Python with Debian's python3-torch,
 python3-confluent-kafka and python3-numpy.`)
-	var brokers, compare, out, logLevel, dir, from *string
+	var brokers, compare, out, logLevel, dir, from, report *string
 	var seeds *int
 	var startup *time.Duration
 	var asJSON *bool
 	fs.inGroup(groupGeneral, func() {
-		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo, grpo (outcome advantages only: LAPO with λ = 0) or attnsr")
-		fs.StringVar(&o.World, "world", "", "searchqa, widesearch or household (default: household for attnsr, searchqa otherwise; docs/learn.md)")
+		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo, grpo (outcome advantages only: LAPO with λ = 0), attnsr, or ppo (the terminal reward only, with the critic of --attnsr-output ppo)")
+		fs.StringVar(&o.World, "world", "", "searchqa, widesearch, household or household-long (default: household for attnsr and ppo, searchqa otherwise; docs/learn.md)")
 		fs.IntVar(&o.Seed, "seed", o.Seed, "seed of the workers' episodes and the trainer")
 		fs.IntVar(&o.Steps, "steps", o.Steps, "trainer steps (each announces a new policy version)")
 		fs.IntVar(&o.Workers, "workers", o.Workers, "Python rollout workers")
 		fs.IntVar(&o.GroupsPerStep, "groups-per-step", o.GroupsPerStep, "groups (prompts) per trainer step")
 		fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "episodes per prompt (G)")
-		fs.IntVar(&o.GroupsPerVersion, "groups-per-version", 0, "groups a worker plays under one version before it waits for the next (0: groups-per-step/workers + 1)")
+		fs.IntVar(&o.GroupsPerVersion, "groups-per-version", 0, "groups a worker plays under one version before it waits for the next (0: its share of --groups-per-step, so the workers produce what the trainer consumes)")
 		fs.Float64Var(&o.LR, "lr", o.LR, "the trainer's learning rate (Adam)")
+		fs.IntVar(&o.Epochs, "epochs", o.Epochs, "the trainer's optimizer steps per batch (PPO epochs)")
+		fs.IntVar(&o.Epochs, "ppo-epochs", o.Epochs, "the same as --epochs")
+		fs.Float64Var(&o.Clip, "clip", o.Clip, "ε of the clipped ratio to the policy before the update")
+		fs.Float64Var(&o.ISCap, "is-cap", o.ISCap, "C of the truncated importance weight against the rollout log-probs")
+		fs.Float64Var(&o.Lambda, "lambda", o.Lambda, "lapo: λ, weight of the process advantage")
+		fs.StringVar(&o.Direction, "direction", o.Direction, "lapo: backward (LAPO) or forward (IGPO's direction, the ablation)")
+		fs.BoolVar(&o.NoGate, "no-gate", false, "lapo: switch the sign gate off (the ablation)")
+		fs.StringVar(&o.AttnSROutput, "attnsr-output", o.AttnSROutput, "attnsr: grpo (the GRPO-reweighting variant, α = 0.25) or ppo (step rewards into GAE with a critic)")
+		fs.Float64Var(&o.Beta, "beta", o.Beta, "attnsr: β, the step reward budget")
+		fs.Float64Var(&o.Gamma, "gamma", o.Gamma, "with a critic (attnsr --attnsr-output ppo, ppo): GAE's γ")
+		fs.Float64Var(&o.GAELambda, "gae-lambda", o.GAELambda, "with a critic: GAE's λ")
+		fs.Float64Var(&o.CriticLR, "critic-lr", o.CriticLR, "with a critic: its learning rate (Adam)")
 		fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "held-out episodes evaluated per version")
 		fs.Float64Var(&o.JudgeNoise, "judge-noise", 0, "publish a flaky judge's outcome reward, wrong with this probability (held-out success counts true answers; docs/learn.md)")
 		fs.BoolVar(&o.Chaos, "chaos", false, "SIGKILL the processor (a third of the way) and worker 0 (half way); both are restarted")
@@ -60,6 +74,7 @@ python3-confluent-kafka and python3-numpy.`)
 		seeds = fs.Int("seeds", 3, "with --compare: seeds 1..N")
 		out = fs.String("out", "docs/img/learn", "with --compare: write <out>.svg, <out>.md and <out>.json")
 		from = fs.String("from", "", "with --compare: take the runs of these files (a comparison's .json, or what learn --json printed; comma-separated) that were made with the same method, seed and settings, instead of running them again")
+		report = fs.String("report", "", "run nothing: write <name>.md and <name>.svg again from each comparison <name>.json given (comma-separated)")
 	})
 	fs.inGroup(groupKafka, func() {
 		brokers = fs.String("brokers", "", "use these brokers instead of the embedded one (standard creditflow.* topics on a cluster that has none of them, else creditflow-learn-<time>.*)")
@@ -74,6 +89,9 @@ python3-confluent-kafka and python3-numpy.`)
 	})
 	if err := fs.parseWith(args, func(a []string) error { return mon.parse(fs.FlagSet, a) }); err != nil {
 		return err
+	}
+	if *report != "" {
+		return writeReports(splitList(*report))
 	}
 	if o.Logger, err = newLogger(*logLevel); err != nil {
 		return err
@@ -163,7 +181,11 @@ func runCompare(ctx context.Context, o learn.Options, methods []string, seeds in
 			oo := o
 			oo.Method, oo.Seed = m, s
 			for _, e := range earlier {
-				if ok, _ := e.Matches(oo); ok {
+				ok, why := e.Matches(oo)
+				if !ok && e.Method == m && e.Seed == s {
+					fmt.Fprintf(os.Stderr, "%s seed %d: not taken from --from: %s\n", m, s, why)
+				}
+				if ok {
 					fmt.Fprintf(os.Stderr, "%s seed %d: taken from --from (held-out success %.3f → %.3f)\n", m, s, e.InitialSuccess, e.FinalSuccess)
 					c.Runs = append(c.Runs, e)
 					continue seed
@@ -184,7 +206,6 @@ func runCompare(ctx context.Context, o learn.Options, methods []string, seeds in
 			c.Runs = append(c.Runs, sum)
 		}
 	}
-	title := c.Title()
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
@@ -192,15 +213,47 @@ func runCompare(ctx context.Context, o learn.Options, methods []string, seeds in
 	if err != nil {
 		return err
 	}
-	for ext, body := range map[string]string{".svg": c.SVG(title), ".md": c.Markdown(), ".json": string(js) + "\n"} {
-		if err := os.WriteFile(out+ext, []byte(body), 0o644); err != nil {
-			return err
-		}
+	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := writeFigures(c, out); err != nil {
+		return err
 	}
 	fmt.Print(c.Markdown())
 	fmt.Fprintf(os.Stderr, "wrote %s.svg, %s.md, %s.json\n", out, out, out)
 	if asJSON {
 		fmt.Println(strings.ReplaceAll(string(js), "\n", ""))
+	}
+	return nil
+}
+
+// writeFigures writes <out>.svg and <out>.md of c.
+func writeFigures(c learn.Comparison, out string) error {
+	for ext, body := range map[string]string{".svg": c.SVG(c.Title()), ".md": c.Markdown()} {
+		if err := os.WriteFile(out+ext, []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeReports writes the figure and table of each comparison .json again
+// from its runs: every published number comes from the JSON by one command.
+func writeReports(files []string) error {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+		var c learn.Comparison
+		if err := json.Unmarshal(b, &c); err != nil || len(c.Runs) == 0 {
+			return fmt.Errorf("--report: %s holds no comparison's runs", f)
+		}
+		out := strings.TrimSuffix(f, ".json")
+		if err := writeFigures(c, out); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s.md, %s.svg from %s\n", out, out, f)
 	}
 	return nil
 }
@@ -217,6 +270,17 @@ func printLearnSummary(s learn.Summary) {
 	fmt.Fprintf(w, "by version        %s\n", strings.Join(line, "  "))
 	fmt.Fprintf(w, "trajectories      %d published, %d trained on, lost %d, stale %d (+%d skipped by the trainer), duplicates dropped by the trainer %d\n",
 		s.Trajectories, s.TrainerTrajectories, s.Lost, s.StaleSamples, s.StaleSkipped, s.DuplicatesDropped)
+	fmt.Fprintf(w, "unused            %d of %d published trajectories were never trained on (%.1f%%)\n",
+		s.UnusedTrajectories, s.Trajectories, 100*s.UnusedShare)
+	if n := len(s.Steps); n > 0 {
+		l := s.Steps[n-1]
+		fmt.Fprintf(w, "last step         loss %.4f, clip fraction %.3f, grad norm %.3f (%d clip hits in %d steps), KL to μ %.4f, entropy %.3f",
+			l.Loss, l.ClipFraction, l.GradNorm, clipHits(s.Steps), n, l.ApproxKL, l.Entropy)
+		if l.ValueLoss != nil {
+			fmt.Fprintf(w, ", value loss %.4f", *l.ValueLoss)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "samples by policy_version         %s\n", formatVersionCounts(s.SamplesByPolicyVersion))
 	fmt.Fprintf(w, "samples by scorer_policy_version  %s\n", formatVersionCounts(s.SamplesByScorerPolicyVersion))
 	if s.ReloadSecondsP50 != nil {
@@ -229,6 +293,14 @@ func printLearnSummary(s learn.Summary) {
 		fmt.Fprintf(w, "chaos             %d SIGKILL of the processor, %d of a worker: lost %d, duplicates dropped %d\n",
 			s.ProcessorKills, s.WorkerKills, s.Lost, s.DuplicatesDropped)
 	}
+}
+
+func clipHits(steps []learn.TrainerStep) int {
+	n := 0
+	for _, s := range steps {
+		n += s.GradClipHits
+	}
+	return n
 }
 
 func formatVersionCounts(m map[string]int) string {

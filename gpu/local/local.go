@@ -179,6 +179,10 @@ func (l *Scorer) Swap(m *model.Model, version int64) error {
 	return nil
 }
 
+// PolicyVersion is the policy version of the weights new calls use now
+// (-1: never announced as a version).
+func (l *Scorer) PolicyVersion() int64 { return l.cur.Load().info.PolicyVersion }
+
 // Info reports the model; it never fails.
 func (l *Scorer) Info(ctx context.Context) (gpu.ModelInfo, error) {
 	cur := l.cur.Load()

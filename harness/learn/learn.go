@@ -21,11 +21,11 @@ package learn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,69 +41,39 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 )
 
-// Eval is the held-out evaluation of one policy version.
-type Eval struct {
-	PolicyVersion int64   `json:"policy_version"`
-	TrainerStep   int     `json:"trainer_step"`
-	Trajectories  int     `json:"trajectories"` // consumed by the trainer before this version
-	SuccessRate   float64 `json:"success_rate"`
-	RewardMean    float64 `json:"reward_mean"`
-	FoundRate     float64 `json:"found_rate"` // episodes in which a turn revealed the evidence
-	Seconds       float64 `json:"seconds"`    // since the trainer started
+// quota is the groups worker k plays under one version: GroupsPerVersion
+// when set, else its share of GroupsPerStep (the first GroupsPerStep mod
+// Workers workers play one more), so that one version's groups are one
+// trainer step's.
+func (o Options) quota(k int) int {
+	if o.GroupsPerVersion > 0 {
+		return o.GroupsPerVersion
+	}
+	q := o.GroupsPerStep / o.Workers
+	if k < o.GroupsPerStep%o.Workers {
+		q++
+	}
+	return q
 }
 
-// Summary is what a run measured. JSON names are stable.
-type Summary struct {
-	Method                       string             `json:"method"`
-	World                        string             `json:"world"`
-	Seed                         int                `json:"seed"`
-	Seconds                      float64            `json:"seconds"`
-	PolicyVersions               int64              `json:"policy_versions"` // versions announced after the start
-	TrainerSteps                 int                `json:"trainer_steps"`
-	InitialSuccess               float64            `json:"initial_success"`
-	FinalSuccess                 float64            `json:"final_success"`
-	Eval                         []Eval             `json:"eval"`
-	Trajectories                 int                `json:"trajectories"` // published by the workers
-	TrainerTrajectories          int                `json:"trainer_trajectories"`
-	SamplesByPolicyVersion       map[string]int     `json:"samples_by_policy_version"`
-	SamplesByScorerPolicyVersion map[string]int     `json:"samples_by_scorer_policy_version"`
-	StaleSamples                 int64              `json:"stale_samples"`            // routed to the stale topic by the processor
-	StaleSkipped                 int                `json:"stale_skipped_by_trainer"` // went stale while waiting in the samples topic
-	Lost                         int                `json:"lost"`
-	DuplicatesDropped            int                `json:"duplicates_dropped"`
-	ReloadSecondsP50             *float64           `json:"reload_seconds_p50"`
-	ReloadSeconds                []float64          `json:"reload_seconds"`
-	TrainerWaitShare             float64            `json:"trainer_wait_share"`
-	Shares                       map[string]float64 `json:"time_shares"` // sampling, scoring, training, evaluation, waiting
-	Bound                        string             `json:"bound"`
-	ProcessorKills               int                `json:"processor_kills"`
-	WorkerKills                  int                `json:"worker_kills"`
-	// Settings are the options that decide what the run learns (absent in
-	// summaries written before they were recorded).
-	Settings *Settings `json:"settings,omitempty"`
+// processorArgs are the credit flags of `creditflow run` for o's method.
+func (o Options) processorArgs() []string {
+	switch o.Method {
+	case MethodGRPO:
+		return []string{"--method", MethodLAPO, "--lambda", "0"}
+	case MethodPPO:
+		return []string{"--method", MethodAttnSR, "--attnsr-output", "ppo", "--beta", "0"}
+	case MethodAttnSR:
+		return []string{"--method", MethodAttnSR, "--attnsr-output", o.AttnSROutput, "--beta", ftoa(o.Beta)}
+	}
+	a := []string{"--method", MethodLAPO, "--lambda", ftoa(o.Lambda), "--direction", o.Direction}
+	if o.NoGate {
+		a = append(a, "--no-gate")
+	}
+	return a
 }
 
-// Settings are the options of a run that change its learning curve; two
-// runs of one method and seed with equal settings measure the same thing.
-type Settings struct {
-	Steps            int     `json:"steps"`
-	GroupsPerStep    int     `json:"groups_per_step"`
-	GroupSize        int     `json:"group_size"`
-	Workers          int     `json:"workers"`
-	GroupsPerVersion int     `json:"groups_per_version"`
-	MaxPolicyLag     int64   `json:"max_policy_lag"`
-	LR               float64 `json:"lr"`
-	EvalEpisodes     int     `json:"eval_episodes"`
-	Chaos            bool    `json:"chaos,omitempty"`
-	JudgeNoise       float64 `json:"judge_noise,omitempty"`
-}
-
-// settingsOf is what o records in a summary (o with its defaults resolved).
-func settingsOf(o Options) *Settings {
-	return &Settings{Steps: o.Steps, GroupsPerStep: o.GroupsPerStep, GroupSize: o.GroupSize, Workers: o.Workers,
-		GroupsPerVersion: o.GroupsPerVersion, MaxPolicyLag: o.MaxPolicyLag, LR: o.LR, EvalEpisodes: o.EvalEpisodes, Chaos: o.Chaos,
-		JudgeNoise: o.JudgeNoise}
-}
+func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // run is the state of one run.
 type run struct {
@@ -117,6 +87,8 @@ type run struct {
 	sampling    float64 // worker seconds spent playing episodes
 	evalSeconds float64
 	stepTraj    map[int64]int // policy version -> trajectories the trainer had consumed when it announced it
+	trainSteps  []TrainerStep
+	trainErr    string // the trainer's error line: input it cannot train on
 	stepCh      chan int
 }
 
@@ -178,18 +150,13 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	r := &run{o: o, log: o.Logger, pubIDs: map[string]bool{}, stepCh: make(chan int, 1024), stepTraj: map[int64]int{0: 0}}
 	bs := strings.Join(brokers, ",")
 	t := o.Topics
-	method := o.Method
 	procArgs := []string{o.Exe, "run", "--brokers", bs, "--stage", "both", "--group", o.GroupID,
 		"--topic-trajectories", t.Trajectories, "--topic-scored", t.Scored, "--topic-samples", t.Samples,
 		"--topic-dead-letters", t.DeadLetters, "--topic-state", t.State, "--topic-policy", t.Policy,
 		"--topic-samples-stale", t.SamplesStale, "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
 		"--scorers", "local", "--scorer-model", init, "--scorer-follow-policy", "--metrics-addr", "", "--log-level", "warn",
 		"--session-timeout", "6s", "--commit-interval", "200ms"}
-	if method == MethodGRPO {
-		procArgs = append(procArgs, "--method", MethodLAPO, "--lambda", "0")
-	} else {
-		procArgs = append(procArgs, "--method", method)
-	}
+	procArgs = append(procArgs, o.processorArgs()...)
 	var procCPU float64
 	startProcessor := func() (*proc, error) {
 		return startProc("processor", dir, nil, nil, procArgs...)
@@ -205,7 +172,9 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		"--brokers", bs, "--samples-topic", t.Samples, "--policy-topic", t.Policy, "--group", o.GroupID+"-trainer",
 		"--init", init, "--out", filepath.Join(dir, "checkpoints"),
 		"--steps", strconv.Itoa(o.Steps), "--groups-per-step", strconv.Itoa(o.GroupsPerStep),
-		"--lr", strconv.FormatFloat(o.LR, 'g', -1, 64), "--seed", strconv.Itoa(o.Seed), "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10))
+		"--lr", ftoa(o.LR), "--seed", strconv.Itoa(o.Seed), "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
+		"--loss", o.loss(), "--epochs", strconv.Itoa(o.Epochs), "--clip", ftoa(o.Clip), "--is-cap", ftoa(o.ISCap),
+		"--gamma", ftoa(o.Gamma), "--gae-lambda", ftoa(o.GAELambda), "--critic-lr", ftoa(o.CriticLR))
 	if err != nil {
 		return Summary{}, err
 	}
@@ -222,7 +191,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 			"--brokers", bs, "--topic", t.Trajectories, "--policy-topic", t.Policy, "--init", init, "--env", o.World,
 			"--run", fmt.Sprintf("s%d", o.Seed), "--worker", strconv.Itoa(k), "--workers", strconv.Itoa(o.Workers),
 			"--first-group", strconv.Itoa(restart*1_000_000), "--group-size", strconv.Itoa(o.GroupSize),
-			"--groups-per-version", strconv.Itoa(o.GroupsPerVersion), "--seed", strconv.Itoa(o.Seed),
+			"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps-1), "--seed", strconv.Itoa(o.Seed),
 			"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64))
 	}
 	workers := make([]*proc, o.Workers)
@@ -240,7 +209,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}
 	defer stopWorkers()
 
-	sum = Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o)}
+	sum = Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o), Commit: sourceCommit()}
 	var runErr error
 wait:
 	for {
@@ -283,6 +252,9 @@ wait:
 	}
 	if runErr == nil && trainer.err != nil {
 		runErr = fmt.Errorf("learn: the trainer failed: %v (see %s)", trainer.err, filepath.Join(dir, "trainer.log"))
+		if msg := r.trainerError(); msg != "" {
+			runErr = fmt.Errorf("learn: the trainer stopped: %s", msg)
+		}
 	}
 	// Drain: the workers stop after their batch in flight is acknowledged;
 	// the processor then works off what they published; the evaluator
@@ -337,7 +309,13 @@ func (r *run) onLine(name string, obj map[string]any) {
 		if r.o.OnEval != nil {
 			r.o.OnEval(e)
 		}
+	case "error":
+		r.trainErr, _ = obj["message"].(string)
 	case "step":
+		var ts TrainerStep
+		if b, err := json.Marshal(obj); err == nil && json.Unmarshal(b, &ts) == nil {
+			r.trainSteps = append(r.trainSteps, ts)
+		}
 		r.steps = int(num(obj["trainer_step"]))
 		r.stepTraj[int64(num(obj["policy_version"]))] = int(num(obj["trajectories"]))
 		select {
@@ -358,6 +336,12 @@ func (r *run) onLine(name string, obj map[string]any) {
 	}
 }
 
+func (r *run) trainerError() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.trainErr
+}
+
 func (r *run) stepsDone() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -372,55 +356,6 @@ func (r *run) published() map[string]bool {
 		out[k] = true
 	}
 	return out
-}
-
-// fill completes the summary from the evaluations and the trainer's last line.
-func (r *run) fill(s *Summary, procCPU float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s.Eval = append([]Eval(nil), r.evals...)
-	sort.SliceStable(s.Eval, func(i, j int) bool { return s.Eval[i].PolicyVersion < s.Eval[j].PolicyVersion })
-	for i := range s.Eval { // an evaluation can be read before the trainer's step line
-		s.Eval[i].Trajectories = r.stepTraj[s.Eval[i].PolicyVersion]
-	}
-	if len(s.Eval) > 0 {
-		s.InitialSuccess = s.Eval[0].SuccessRate
-		s.FinalSuccess = s.Eval[len(s.Eval)-1].SuccessRate
-	}
-	d := r.done
-	if d == nil {
-		d = map[string]any{}
-	}
-	s.PolicyVersions = int64(num(d["policy_versions"]))
-	s.TrainerSteps = int(num(d["trainer_steps"]))
-	s.TrainerTrajectories = int(num(d["trajectories"]))
-	s.DuplicatesDropped = int(num(d["duplicates_dropped"]))
-	s.StaleSkipped = int(num(d["stale_skipped"]))
-	s.TrainerWaitShare = num(d["trainer_wait_share"])
-	s.SamplesByPolicyVersion = counts(d["samples_by_policy_version"])
-	s.SamplesByScorerPolicyVersion = counts(d["samples_by_scorer_policy_version"])
-	if v, ok := d["reload_seconds_p50"].(float64); ok {
-		s.ReloadSecondsP50 = &v
-	}
-	if xs, ok := d["reload_seconds"].([]any); ok {
-		for _, x := range xs {
-			s.ReloadSeconds = append(s.ReloadSeconds, num(x))
-		}
-	}
-	wall := s.Seconds
-	if wall <= 0 {
-		return
-	}
-	// Busy shares of the loop's wall time: sampling is summed over the
-	// workers (so it can pass 1 with several), scoring is the processor's CPU.
-	s.Shares = map[string]float64{
-		"sampling":   round3(r.sampling / wall),
-		"scoring":    round3(procCPU / wall),
-		"training":   round3(num(d["train_seconds"]) / wall),
-		"evaluation": round3(r.evalSeconds / wall),
-		"waiting":    round3(s.TrainerWaitShare),
-	}
-	s.Bound = bound(s.Shares, r.o.Workers)
 }
 
 // bound names what limits the loop: the part with the largest busy share of

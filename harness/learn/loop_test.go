@@ -33,6 +33,16 @@ type learnSummary struct {
 	WorkerKills       int            `json:"worker_kills"`
 	TrainerWaitShare  float64        `json:"trainer_wait_share"`
 	Bound             string         `json:"bound"`
+	UnusedShare       float64        `json:"unused_share"`
+	Steps             []struct {
+		GradNorm float64 `json:"grad_norm"`
+		Entropy  float64 `json:"entropy"`
+	} `json:"steps"`
+	Settings struct {
+		Epochs int    `json:"epochs"`
+		Loss   string `json:"loss"`
+	} `json:"settings"`
+	Commit string `json:"commit"`
 }
 
 // TestLearnLoopRaisesSuccess runs the whole loop (`creditflow learn`: embedded broker,
@@ -70,7 +80,7 @@ func TestLearnLoopRaisesSuccess(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
 		t.Fatalf("last line is not the JSON summary: %v\n%s", err, out)
 	}
-	t.Logf("held-out success %.3f -> %.3f; %s", s.InitialSuccess, s.FinalSuccess, s.Bound)
+	t.Logf("held-out success %.3f -> %.3f; unused %.3f of the published trajectories; %s", s.InitialSuccess, s.FinalSuccess, s.UnusedShare, s.Bound)
 	if s.PolicyVersions != steps || len(s.Eval) != steps+1 {
 		t.Errorf("policy versions %d, evaluations %d; want %d and %d", s.PolicyVersions, len(s.Eval), steps, steps+1)
 	}
@@ -86,6 +96,19 @@ func TestLearnLoopRaisesSuccess(t *testing.T) {
 	for k, n := range s.ByScorer {
 		if k == "-1" && n > 0 {
 			t.Errorf("%d samples without a scorer policy version", n)
+		}
+	}
+	// The workers produce what the trainer consumes (a restarted worker
+	// plays its share of the current version again: a few groups).
+	if s.UnusedShare > 0.1 {
+		t.Errorf("%.1f%% of the published trajectories were never trained on; want at most 10%%", 100*s.UnusedShare)
+	}
+	if len(s.Steps) != steps || s.Settings.Epochs != 1 || s.Settings.Loss != "pg" {
+		t.Errorf("%d step records, settings %+v; want %d steps, 1 epoch, loss pg", len(s.Steps), s.Settings, steps)
+	}
+	for i, st := range s.Steps {
+		if !(st.GradNorm > 0) || !(st.Entropy > 0) {
+			t.Errorf("step %d: grad norm %v, entropy %v; want both positive", i+1, st.GradNorm, st.Entropy)
 		}
 	}
 }

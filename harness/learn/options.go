@@ -13,36 +13,57 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 )
 
-// Methods: GRPO is outcome advantages only (LAPO's advantage with λ = 0).
+// Methods: GRPO is outcome advantages only (LAPO's advantage with λ = 0);
+// PPO is the terminal reward only with the critic of AttnSR's ppo output
+// (AttnSR's token rewards with β = 0: no step rewards).
 const (
 	MethodLAPO   = "lapo"
 	MethodGRPO   = "grpo"
 	MethodAttnSR = "attnsr"
+	MethodPPO    = "ppo"
 )
 
 // Options configure one run of the loop.
 type Options struct {
-	Method        string // lapo | grpo | attnsr
-	World         string // searchqa | widesearch | household ("" : household for attnsr, searchqa otherwise)
+	Method        string // lapo | grpo | attnsr | ppo
+	World         string // searchqa | widesearch | household | household-long ("" : household for attnsr and ppo, searchqa otherwise)
 	Seed          int
 	Workers       int
 	Steps         int // trainer steps (policy versions after the start)
 	GroupsPerStep int
 	GroupSize     int
-	// GroupsPerVersion bounds what a worker produces under one version
-	// before it waits for the next (0: GroupsPerStep/Workers + 1).
+	// GroupsPerVersion is what each worker produces under one version
+	// before it waits for the next (0: its share of GroupsPerStep, so that
+	// the workers produce what the trainer consumes).
 	GroupsPerVersion int
 	MaxPolicyLag     int64
 	LR               float64
-	EvalEpisodes     int
-	Partitions       int
-	Brokers          []string // empty: the embedded broker
-	Topics           stage.Topics
-	GroupID          string // the processor's consumer group prefix
-	Dir              string // run folder (checkpoints, logs); "" : a temporary one, removed after
-	Exe              string // the creditflow binary the processor runs from
-	Python           string // "" : FindPython
-	Chaos            bool   // SIGKILL the processor and one worker mid-run
+	// The trainer (docs/learn.md, "The trainer"): optimizer steps per batch,
+	// the clip ε of the ratio to the policy before the update, the cap C of
+	// the importance weight against the behaviour policy, and for the ppo
+	// loss GAE's γ and λ and the critic's learning rate.
+	Epochs    int
+	Clip      float64
+	ISCap     float64
+	Gamma     float64
+	GAELambda float64
+	CriticLR  float64
+	// Credit: LAPO's λ, direction and gate; AttnSR's output (grpo: the
+	// reweighted advantages; ppo: token rewards for the critic) and β.
+	Lambda       float64
+	Direction    string
+	NoGate       bool
+	AttnSROutput string
+	Beta         float64
+	EvalEpisodes int
+	Partitions   int
+	Brokers      []string // empty: the embedded broker
+	Topics       stage.Topics
+	GroupID      string // the processor's consumer group prefix
+	Dir          string // run folder (checkpoints, logs); "" : a temporary one, removed after
+	Exe          string // the creditflow binary the processor runs from
+	Python       string // "" : FindPython
+	Chaos        bool   // SIGKILL the processor and one worker mid-run
 	// JudgeNoise is the probability that the outcome reward the workers
 	// publish is wrong (a flaky judge; held-out success counts true answers).
 	JudgeNoise float64
@@ -55,7 +76,8 @@ type Options struct {
 // Defaults is a run that shows a clear rise on two cores in minutes.
 func Defaults() Options {
 	return Options{Method: MethodLAPO, Seed: 1, Workers: 2, Steps: 16, GroupsPerStep: 8, GroupSize: 5,
-		MaxPolicyLag: 1, LR: 2e-4, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
+		MaxPolicyLag: 1, LR: 2e-4, Epochs: 1, Clip: 0.2, ISCap: 2, Gamma: 1, GAELambda: 0.95, CriticLR: 1e-3,
+		Lambda: 0.5, Direction: "backward", AttnSROutput: "grpo", Beta: 0.25, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
 		GroupID: "creditflow-learn", Timeout: 20 * time.Minute, Logger: zerolog.Nop()}
 }
 
@@ -64,26 +86,44 @@ func Defaults() Options {
 func (o Options) resolved() Options {
 	if o.World == "" {
 		o.World = "searchqa"
-		if o.Method == MethodAttnSR {
+		if o.Method == MethodAttnSR || o.Method == MethodPPO {
 			o.World = "household"
 		}
 	}
-	if o.GroupsPerVersion <= 0 && o.Workers > 0 {
-		o.GroupsPerVersion = (o.GroupsPerStep+o.Workers-1)/o.Workers + 1
-	}
 	return o
+}
+
+// loss is the trainer's loss: ppo (GAE with a critic over token rewards)
+// for AttnSR's ppo output and the PPO method, pg (creditflow's advantages)
+// otherwise.
+func (o Options) loss() string {
+	if o.Method == MethodPPO || (o.Method == MethodAttnSR && o.AttnSROutput == "ppo") {
+		return "ppo"
+	}
+	return "pg"
 }
 
 // Validate reports options a run cannot start with, naming the flag of
 // `creditflow learn` to change; it looks at the options only.
 func (o Options) Validate() error {
-	if o.Method != MethodLAPO && o.Method != MethodGRPO && o.Method != MethodAttnSR {
-		return fmt.Errorf("--method %q: use lapo, grpo or attnsr", o.Method)
+	switch o.Method {
+	case MethodLAPO, MethodGRPO, MethodAttnSR, MethodPPO:
+	default:
+		return fmt.Errorf("--method %q: use lapo, grpo, attnsr or ppo", o.Method)
+	}
+	if o.AttnSROutput != "grpo" && o.AttnSROutput != "ppo" {
+		return fmt.Errorf("--attnsr-output %q: use grpo or ppo", o.AttnSROutput)
+	}
+	if o.Direction != "backward" && o.Direction != "forward" {
+		return fmt.Errorf("--direction %q: use backward or forward", o.Direction)
+	}
+	if o.Epochs < 1 || !(o.Clip > 0) || !(o.ISCap >= 1) {
+		return fmt.Errorf("--epochs must be at least 1, --clip positive and --is-cap at least 1")
 	}
 	switch o.resolved().World {
-	case "searchqa", "widesearch", "household":
+	case "searchqa", "widesearch", "household", "household-long":
 	default:
-		return fmt.Errorf("--world %q: use searchqa, widesearch or household (docs/learn.md)", o.World)
+		return fmt.Errorf("--world %q: use searchqa, widesearch, household or household-long (docs/learn.md)", o.World)
 	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
 		return fmt.Errorf("--workers, --steps and --groups-per-step must be positive and the group size at least 2")

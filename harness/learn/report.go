@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -54,6 +55,17 @@ func meanSD(xs []float64) (float64, float64) {
 		v /= float64(len(xs) - 1)
 	}
 	return m, math.Sqrt(v)
+}
+
+// median of xs (the mean of the two middle values of an even count).
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // stepsTo is the first trainer step at which held-out success reached
@@ -122,20 +134,28 @@ func (c Comparison) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.3f | %.3f | %+.3f | %.3f | %s | %d | %.0f |\n", r.Method, r.World, r.Seed,
 			r.InitialSuccess, r.FinalSuccess, r.FinalSuccess-r.InitialSuccess, auc(r), st, r.TrainerTrajectories, r.Seconds)
 	}
-	b.WriteString("\n| method | world | seeds | final success (mean ± sd) | gain (mean ± sd) | AUC (mean ± sd) |\n|---|---|---:|---:|---:|---:|\n")
+	b.WriteString("\n| method | world | seeds | final success (mean ± sd) | gain (mean ± sd) | AUC (mean ± sd) | reached 0.8 | its first step (median of those that did) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, k := range c.methods() {
 		rs := c.of(k)
-		var fin, gain, a []float64
+		var fin, gain, a, reached []float64
 		for _, r := range rs {
 			fin = append(fin, r.FinalSuccess)
 			gain = append(gain, r.FinalSuccess-r.InitialSuccess)
 			a = append(a, auc(r))
+			if st := stepsTo(r, reachTarget); st >= 0 {
+				reached = append(reached, float64(st))
+			}
+		}
+		med := "—"
+		if len(reached) > 0 {
+			med = strconv.FormatFloat(median(reached), 'f', -1, 64)
 		}
 		fm, fs := meanSD(fin)
 		gm, gs := meanSD(gain)
 		am, as := meanSD(a)
 		m, w := splitKey(k)
-		fmt.Fprintf(&b, "| %s | %s | %d | %.3f ± %.3f | %+.3f ± %.3f | %.3f ± %.3f |\n", m, w, len(rs), fm, fs, gm, gs, am, as)
+		fmt.Fprintf(&b, "| %s | %s | %d | %.3f ± %.3f | %+.3f ± %.3f | %.3f ± %.3f | %d of %d | %s |\n", m, w, len(rs), fm, fs, gm, gs, am, as,
+			len(reached), len(rs), med)
 	}
 	b.WriteString(c.differencesMarkdown())
 	return b.String()

@@ -33,11 +33,12 @@ func LoadRuns(path string) ([]Summary, error) {
 }
 
 // Matches says whether s is the run that o would make: the same method,
-// seed and world, and the same settings. A summary written before runs
-// recorded their settings matches when its trainer steps and its
-// trajectories per step agree with o's (its learning rate, workers and
-// held-out episodes cannot be checked); the reason is returned when it does
-// not match.
+// seed and world, and the same settings (every field of Settings: the
+// trainer's epochs, clip and importance cap, LAPO's λ and direction,
+// AttnSR's output, the judge's noise, …). A summary that records no
+// settings, written before runs recorded them, never matches: what its
+// trainer did cannot be checked. The reason is returned when it does not
+// match.
 func (s Summary) Matches(o Options) (bool, string) {
 	o = o.resolved()
 	switch {
@@ -45,18 +46,11 @@ func (s Summary) Matches(o Options) (bool, string) {
 		return false, fmt.Sprintf("a run of %s seed %d", s.Method, s.Seed)
 	case s.World != o.World:
 		return false, fmt.Sprintf("world %s, not %s", s.World, o.World)
-	case s.Settings != nil:
-		if want := settingsOf(o); *s.Settings != *want {
-			return false, fmt.Sprintf("settings %+v, not %+v", *s.Settings, *want)
-		}
-		return true, ""
-	case s.TrainerSteps != o.Steps:
-		return false, fmt.Sprintf("%d trainer steps, not %d", s.TrainerSteps, o.Steps)
+	case s.Settings == nil:
+		return false, "it records no settings (made before runs recorded them)"
 	}
-	for _, e := range s.Eval {
-		if e.TrainerStep == 1 && e.Trajectories != o.GroupsPerStep*o.GroupSize {
-			return false, fmt.Sprintf("%d trajectories in its first step, not %d×%d", e.Trajectories, o.GroupsPerStep, o.GroupSize)
-		}
+	if d := s.Settings.diff(*settingsOf(o)); d != "" {
+		return false, "settings differ: " + d
 	}
 	return true, ""
 }

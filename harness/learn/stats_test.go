@@ -47,6 +47,45 @@ func TestPermutationP(t *testing.T) {
 	}
 }
 
+func TestSignFlipP(t *testing.T) {
+	// 8 sign patterns of three positive differences: only all-plus and
+	// all-minus reach |mean| 2.
+	if p := signFlipP([]float64{1, 2, 3}); math.Abs(p-0.25) > 1e-12 {
+		t.Errorf("p = %v, want 0.25", p)
+	}
+	if p := signFlipP([]float64{1, -1}); p != 1 {
+		t.Errorf("differences that cancel: p = %v, want 1", p)
+	}
+	if p := signFlipP([]float64{0, 0, 0}); p != 1 {
+		t.Errorf("no difference: p = %v, want 1", p)
+	}
+	// ten seeds, each one 0.1 apart in the same direction: 2 of 1,024 patterns
+	d := make([]float64, 10)
+	for i := range d {
+		d[i] = 0.1
+	}
+	if p := signFlipP(d); math.Abs(p-2.0/1024) > 1e-12 {
+		t.Errorf("ten same-signed differences: p = %v, want 2/1024", p)
+	}
+	// enumerated against drawn (12 differences, 4,096 patterns)
+	r := rand.New(rand.NewPCG(5, 5))
+	d = d[:0]
+	for i := 0; i < 12; i++ {
+		d = append(d, r.NormFloat64()+0.5)
+	}
+	exact, drawn := signFlipTest(d, exactSplits), signFlipTest(d, 0)
+	if exact <= 0 || exact >= 1 || math.Abs(exact-drawn) > 0.006 {
+		t.Errorf("exact p %v, drawn p %v", exact, drawn)
+	}
+	// pairing: only seeds both ran, matched by seed not by position
+	a := []Summary{run3("lapo", 2, 0.5, 0.9), run3("lapo", 1, 0.5, 0.7), run3("lapo", 3, 0.5, 0.8)}
+	b := []Summary{run3("grpo", 1, 0.5, 0.6), run3("grpo", 2, 0.5, 0.5)}
+	got := pairedDiffs(a, b, func(s Summary) float64 { return s.FinalSuccess })
+	if len(got) != 2 || math.Abs(got[0]-0.4) > 1e-12 || math.Abs(got[1]-0.1) > 1e-12 {
+		t.Errorf("paired differences %v, want [0.4 0.1]", got)
+	}
+}
+
 func TestDifferencesTable(t *testing.T) {
 	c := Comparison{Runs: []Summary{
 		run3("lapo", 1, 0.4, 0.6, 0.9), run3("lapo", 2, 0.5, 0.7, 0.7),
@@ -59,12 +98,14 @@ func TestDifferencesTable(t *testing.T) {
 		t.Fatalf("%d differences, want %d (lapo against grpo only): %+v", len(ds), len(measures), ds)
 	}
 	// finals 0.9, 0.7 against 0.6, 0.5: of the 6 splits of four runs, two
-	// separate the means by 0.25. Reaching 0.8: lapo at step 2 once, never
-	// once (3 = steps + 1); grpo never.
+	// separate the means by 0.25. Reaching 0.8: lapo at step 2 once, the
+	// other run never; grpo never: 1 of 2 against 0 of 2.
 	md := c.Markdown()
 	for _, want := range []string{
-		"| lapo | grpo | searchqa | final success | 0.800 | 0.550 | +0.250 | 2 + 2 | 0.333 |",
-		"| lapo | grpo | searchqa | first step ≥ 0.8 (never: steps + 1) | 2.5 | 3.0 | -0.5 | 2 + 2 |",
+		// paired by seed: d = 0.3, 0.2; two of the four sign patterns reach |0.5|
+		"| lapo | grpo | searchqa | final success | 0.800 | 0.550 | +0.250 | 2 + 2 | 0.333 | 2 | 0.500 |",
+		"| lapo | grpo | searchqa | reached 0.8 (runs) | 1 of 2 | 0 of 2 | +0.50 | 2 + 2 | 1.000 | 2 | 1.000 |",
+		"| lapo | searchqa | 2 | 0.800 ± 0.141 | +0.350 ± 0.212 | 0.633 ± 0.000 | 1 of 2 | 2 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("table lacks %q:\n%s", want, md)
@@ -89,22 +130,53 @@ func TestLoadRunsAndMatches(t *testing.T) {
 	if err != nil || len(rs) != 1 || rs[0].Seed != 6 || len(rs[0].Eval) != 3 {
 		t.Fatalf("LoadRuns: %+v, %v", rs, err)
 	}
-	if ok, why := rs[0].Matches(o); !ok { // no settings recorded: steps and trajectories per step agree
-		t.Errorf("an older summary of the same run does not match: %s", why)
-	}
-	o2 := o
-	o2.GroupSize = 8
-	if ok, _ := rs[0].Matches(o2); ok {
-		t.Error("a run of 3 groups of 5 matches options of 3 groups of 8")
+	if ok, why := rs[0].Matches(o); ok || !strings.Contains(why, "no settings") { // made before runs recorded settings
+		t.Errorf("a summary without settings matches (%v, %q)", ok, why)
 	}
 	s.Settings = settingsOf(o.resolved())
 	if ok, why := s.Matches(o); !ok {
 		t.Errorf("recorded settings: %s", why)
 	}
-	o3 := o
-	o3.LR = 1e-3
-	if ok, _ := s.Matches(o3); ok {
-		t.Error("a run with another learning rate matches")
+	// Each setting that changes what a run learns refuses the join, and the
+	// reason names it.
+	for name, change := range map[string]func(*Options){
+		"lr":                 func(o *Options) { o.LR = 1e-3 },
+		"group_size":         func(o *Options) { o.GroupSize = 8 },
+		"epochs":             func(o *Options) { o.Epochs = 2 },
+		"clip":               func(o *Options) { o.Clip = 0.1 },
+		"is_cap":             func(o *Options) { o.ISCap = 5 },
+		"judge_noise":        func(o *Options) { o.JudgeNoise = 0.3 },
+		"groups_per_version": func(o *Options) { o.GroupsPerVersion = 4 },
+	} {
+		oo := o
+		change(&oo)
+		if ok, why := s.Matches(oo); ok || !strings.Contains(why, name) {
+			t.Errorf("%s changed: match %v (%q)", name, ok, why)
+		}
+	}
+	// LAPO's λ and direction, AttnSR's output: settings of those methods
+	lapo := o
+	lapo.Method = MethodLAPO
+	sl := s
+	sl.Method, sl.Settings = MethodLAPO, settingsOf(lapo.resolved())
+	for name, change := range map[string]func(*Options){
+		"lambda":    func(o *Options) { o.Lambda = 1 },
+		"direction": func(o *Options) { o.Direction = "forward" },
+		"no_gate":   func(o *Options) { o.NoGate = true },
+	} {
+		oo := lapo
+		change(&oo)
+		if ok, why := sl.Matches(oo); ok || !strings.Contains(why, name) {
+			t.Errorf("%s changed: match %v (%q)", name, ok, why)
+		}
+	}
+	att := o
+	att.Method, att.World = MethodAttnSR, "household"
+	sa := s
+	sa.Method, sa.World, sa.Settings = MethodAttnSR, "household", settingsOf(att.resolved())
+	att.AttnSROutput = "ppo"
+	if ok, why := sa.Matches(att); ok || !strings.Contains(why, "attnsr_output") || !strings.Contains(why, "loss") {
+		t.Errorf("AttnSR's output changed: match %v (%q)", ok, why)
 	}
 	if ok, _ := s.Matches(Defaults()); ok {
 		t.Error("a widesearch run matches the searchqa default")

@@ -346,6 +346,41 @@ func TestAttnSRScorerVersionFromAnswers(t *testing.T) {
 	}
 }
 
+// TestScorerVersionWithoutScorerCall: a LAPO trajectory without a gold
+// target needs no scorer call; its sample carries the version the scorer
+// serves now (not -1, and not the version it had when the stage started).
+func TestScorerVersionWithoutScorerCall(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	local := local.New(model.Tiny(), local.WithPolicyVersion(0))
+	e.runStages(t, local)
+	if err := local.Swap(model.Tiny(), 3); err != nil {
+		t.Fatal(err)
+	}
+	gen := synth.Default()
+	gen.GroupSize = 2
+	var msgs []producers.Message
+	for _, tr := range gen.Group(0) {
+		tr.GoldTarget, tr.GoldSpan = nil, [2]int32{} // no gold target: LAPO has no rows to score
+		b, err := schemas.Trajectories().Encode(&tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, producers.Message{Topic: e.cfg.Topics.Trajectories, Key: []byte(tr.PromptID), Value: b})
+	}
+	if err := e.prod.Produce(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the samples", func() bool { return len(keysOn(t, e.cfg.Brokers, e.cfg.Topics.Samples)) == len(msgs) })
+	for _, recs := range readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples) {
+		for _, r := range recs {
+			s, _ := schemas.Samples().Decode(r.Value)
+			if s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 3 {
+				t.Fatalf("sample %s: scorer_policy_version %v, want 3", s.TrajectoryID, s.ScorerPolicyVersion)
+			}
+		}
+	}
+}
+
 func TestPolicyConfigChecks(t *testing.T) {
 	cfg := stage.DefaultConfig()
 	cfg.Brokers = []string{"127.0.0.1:1"}

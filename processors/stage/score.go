@@ -406,11 +406,26 @@ func (s *ScoreStage) process(ctx context.Context, j *scoreJob) {
 	j.pooled = true
 }
 
+// policyVersioner is a scorer that knows which policy version its weights
+// are now (the in-process scorer, which can follow the policy topic).
+type policyVersioner interface{ PolicyVersion() int64 }
+
+// currentPolicyVersion is the scorer's weights version for a record that
+// needs no scorer call (a LAPO trajectory without a gold target or an
+// eligible turn): the version the scorer serves now where it can say,
+// else the one it reported when the stage started.
+func (s *ScoreStage) currentPolicyVersion() int64 {
+	if v, ok := s.scorer.(policyVersioner); ok {
+		return v.PolicyVersion()
+	}
+	return s.info.PolicyVersion
+}
+
 // score runs the method's scorer calls, retrying transient failures while ctx lasts.
 func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas.Scored, error) {
 	sc := &schemas.Scored{
 		Trajectory: *t, Method: s.cfg.Credit.Method, Turns: make([]schemas.TurnScore, len(t.Turns)),
-		ScorerModel: s.info.Name, ScorerPolicyVersion: s.info.PolicyVersion, ScoredAtMs: time.Now().UnixMilli(),
+		ScorerModel: s.info.Name, ScorerPolicyVersion: s.currentPolicyVersion(), ScoredAtMs: time.Now().UnixMilli(),
 	}
 	switch s.cfg.Credit.Method {
 	case "attnsr":

@@ -14,8 +14,15 @@ episode knows which turn mattered:
   a note kept in one place of the house (the desk). The policy opens three places
   (``open PLACE``); the place that holds the note shows the code; then it writes
   ``unlock BOX with CODE``. The reward is 1 exactly when the code is right.
+- ``LongHousehold`` (``household-long``, AttnSR's longer case): ten moves, then the unlock. The
+  policy walks between rooms (``go to ROOM``) and opens the places of the room it is in
+  (``open PLACE``); the desk, which holds the note with the code, is in the office and opens
+  only there. Two places hold an "old note" naming a wrong code, which a policy that copies
+  what it read last will copy. Each episode knows the turn that showed the code
+  (``key_turns``), the walk into the office that made it possible (``enabling_turns``) and the
+  turns that showed an old note (``harmful_turns``).
 
-All are built so that credit assignment matters: a policy that picks its queries (places)
+All are built so that credit assignment can matter: a policy that picks its queries (places)
 at random finds the evidence in a minority of episodes, the outcome reward alone cannot tell
 the turn that found the evidence from the turns that did not, and a policy that learns where
 the evidence is kept succeeds almost always.
@@ -32,7 +39,7 @@ Only the standard library is used here.
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["SearchQA", "WideSearch", "Household", "Episode", "NAMES", "make_env", "judge", "ENVS"]
+__all__ = ["SearchQA", "WideSearch", "Household", "LongHousehold", "Episode", "NAMES", "make_env", "judge", "ENVS"]
 
 #: Gold answers and codes: the 26 made-up names of creditflow's synthetic worlds (one per
 #: initial, in capital letters; every other word the worlds write is lowercase), which the
@@ -240,6 +247,93 @@ class Household(_World):
         return "you open the %s. you see %s.\n" % (query, r.choice(self.things))
 
 
+class LongHousehold(Household):
+    """ALFWorld-shaped and longer (docs/learn.md): ten moves among rooms and places, then one
+    unlock. ``go to ROOM`` walks (the episode starts in the hall); ``open PLACE`` opens a place
+    of the room the policy is in ("there is no PLACE here." elsewhere). The desk is in the
+    office and holds the note with the code; the drawer (bedroom) and the cabinet (kitchen)
+    hold old notes naming one wrong code, the same in both; every other place holds a thing."""
+    name = "household-long"
+    info_turns = 10
+    rooms = {"hall": ["closet"], "kitchen": ["fridge", "cabinet"], "bedroom": ["drawer", "dresser"],
+             "office": ["desk", "shelf"]}
+    places = [p for ps in rooms.values() for p in ps]
+    options = ["go to %s" % r for r in rooms] + ["open %s" % p for p in places]
+    start = "hall"
+    keep = "desk"
+    stale = ["drawer", "cabinet"]  #: the places of the old notes
+
+    def reset(self, seed):
+        r = random.Random("household-long/%d" % seed)
+        box, gold = r.choice(self.boxes), r.choice(NAMES)
+        wrong = r.choice([n for n in NAMES if n != gold])
+        prompt = ("<|user|> you are in the hall of a house with a kitchen, a bedroom and an office. your task "
+                  "is to: unlock the %s and take what is inside. <|assistant|>" % box)
+        ep = Episode(seed=seed, prompt=prompt, gold=gold, right="open " + self.keep)
+        ep.box, ep.wrong, ep.room = box, wrong, self.start
+        ep.enabling_turns, ep.harmful_turns = [], []
+        return ep
+
+    def room_of(self, place):
+        return next(r for r, ps in self.rooms.items() if place in ps)
+
+    def format_query(self, q):
+        return q + "\n"
+
+    def parse_query(self, action):
+        a = " ".join(action.strip().split())
+        return a if a in self.options else None
+
+    def step(self, ep, action):
+        if self.phase(ep) != "info":
+            return super().step(ep, action)
+        t = len(ep.turns)
+        q = self.parse_query(action)
+        if q is None:
+            obs = "nothing happens.\n"
+        elif q.startswith("go to "):
+            room = q[len("go to "):]
+            if room == "office" and ep.room != "office":
+                ep.enabling_turns.append(t)
+            ep.room = room
+            obs = "you are in the %s. you see %s.\n" % (room, " and ".join("a " + p for p in self.rooms[room]))
+        else:
+            place = q[len("open "):]
+            if self.room_of(place) != ep.room:
+                obs = "there is no %s here.\n" % place
+            elif place == self.keep:
+                obs = "you open the %s. inside is a note: the %s code is %s.\n" % (place, ep.box, ep.gold)
+                ep.key_turns.append(t)
+            elif place in self.stale:
+                obs = "you open the %s. inside is an old note: the %s code was %s.\n" % (place, ep.box, ep.wrong)
+                ep.harmful_turns.append(t)
+            else:
+                rr = random.Random("household-long/%d/%d" % (ep.seed, t))
+                obs = "you open the %s. you see %s.\n" % (place, rr.choice(self.things))
+        ep.turns.append((self.info_kind, action, obs))
+        return obs
+
+    def expert_action(self, ep, rng, p_right=0.0):
+        """Demonstrations: a move picked uniformly among the options (with probability
+        `p_right` the next move of the shortest path to the note: go to the office, open the
+        desk); the unlock copies the code of the last note seen (a random name when none)."""
+        if self.phase(ep) == "info":
+            if rng.random() < p_right:
+                return self.oracle_action(ep)
+            return self.format_query(rng.choice(self.options))
+        seen = [obs for _, _, obs in ep.turns if "code is " in obs or "code was " in obs]
+        name = seen[-1].split()[-1].rstrip(".") if seen else rng.choice(NAMES)
+        return self.format_answer(ep, name)
+
+    def oracle_action(self, ep):
+        """The best policy: to the office, open the desk, then anything; the unlock with the code."""
+        if self.phase(ep) == "info":
+            if ep.key_turns:
+                return self.format_query("open shelf" if ep.room == "office" else "go to hall")
+            return self.format_query("open desk" if ep.room == "office" else "go to office")
+        return self.format_answer(ep, ep.gold)
+
+
 def judge(ep: Episode, noise: float, key: str) -> float:
     """A flaky judge's outcome reward for a finished episode (docs/learn.md, "LAPO against GRPO when
     the judge errs"):
@@ -255,11 +349,11 @@ def judge(ep: Episode, noise: float, key: str) -> float:
     return 1.0 if ep.correct != wrong else 0.0
 
 
-ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "household": Household}
+ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "household": Household, "household-long": LongHousehold}
 
 
 def make_env(name: str):
-    """The world named `name` (searchqa, widesearch or household)."""
+    """The world named `name` (searchqa, widesearch, household or household-long)."""
     try:
         return ENVS[name]()
     except KeyError:

@@ -1,19 +1,30 @@
 """The trainer of the training loop (docs/learn.md, docs/trainers.md).
 
 usage: python3 -m creditflow.learn.trainer --brokers B --init DIR --out DIR [--steps N]
-           [--groups-per-step K] [--lr LR] [--clip EPS] [--max-policy-lag L]
+           [--groups-per-step K] [--loss pg|ppo] [--epochs E] [--lr LR] [--clip EPS]
+           [--is-cap C] [--gamma G] [--gae-lambda L] [--critic-lr LR] [--max-policy-lag L]
 
-Reads whole groups from the samples topic (SampleStream.batches), takes --epochs clipped
-policy-gradient steps per batch (PPO epochs: the ratio's clip bounds how far they move a token) with creditflow's per-token advantages (importance ratios
-against the rollout log-probabilities, logits divided by each sample's temperature, token
-mean over the policy tokens), writes the new weights as a Hugging Face checkpoint folder
-<out>/v<N>, announces version N on the policy topic and commits the consumed offsets
-(creditflow.learn.evaluate evaluates each announced version beside it).
+Reads whole groups from the samples topic (SampleStream.batches) and takes exactly
+--groups-per-step of them per step (the rest wait for the next step). Per batch it computes the
+log-probabilities of the policy before this update once, then takes --epochs optimizer steps
+(default 1) of the clipped objective of creditflow.learn.losses: the ratio against the policy
+before the update, clipped at ±--clip, each token weighted by a truncated importance weight
+min(--is-cap, π_old/μ) against the rollout log-probabilities, logits divided by each sample's
+temperature, token mean over the policy tokens, Adam, gradient norm clipped at 1.
+--loss pg uses creditflow's per-token advantages; --loss ppo runs GAE(--gamma, --gae-lambda)
+over the token rewards of AttnSR's ppo output with a critic (a value head, trained on the
+returns by its own Adam at --critic-lr) and normalizes the advantages over the batch. A sample
+without the field its loss needs stops the run with an error naming it.
+It writes the new weights as a Hugging Face checkpoint folder <out>/v<N>, announces version N
+on the policy topic and commits the consumed offsets (creditflow.learn.evaluate evaluates each
+announced version beside it).
 
-Stdout carries one JSON object per line: {"event": "step", ...} per step, and a last {"event": "done", ...} with the counts the loop proves:
-samples by policy_version and by scorer_policy_version, duplicates dropped, reload latency
-(announcement → first sample scored with that version reaching the trainer) and the share of
-time spent waiting for samples.
+Stdout carries one JSON object per line: {"event": "step", ...} per step (loss, clip fraction,
+gradient norm and clip hits, approximate KL to the behaviour policy, entropy, value loss with a
+critic, step rewards seen), {"event": "error", "message"} when it stops on bad input, and a last
+{"event": "done", ...} with the counts the loop proves: samples by policy_version and by
+scorer_policy_version, duplicates dropped, reload latency (announcement → first sample scored
+with that version reaching the trainer) and the share of time spent waiting for samples.
 """
 
 import argparse
@@ -27,28 +38,87 @@ import time
 import torch
 
 from .. import policy as P
-from ..batch import to_torch
 from ..kafka import SampleStream, announce_policy
+from . import losses as L
 from . import rollout
+
+MAX_GRAD_NORM = 1.0
 
 
 def emit(obj):
     print(json.dumps(obj, sort_keys=True), flush=True)
 
 
-def pg_loss(model, batch, clip):
-    """The clipped policy-gradient loss of docs/trainers.md on one batch of samples."""
-    b = to_torch(batch, pad_id=P.PAD)
-    temps = torch.tensor([s.get("temperature") or 1.0 for s in batch], dtype=torch.float32)
-    logp = P.token_logprobs(model, b["input_ids"], temps)
-    mask = b["loss_mask"][:, 1:] * b["attention_mask"][:, 1:].float()
-    adv = b["advantages"][:, 1:]
-    lp_mu = b["rollout_logprobs"][:, 1:]
-    ratio = torch.exp(logp - lp_mu)
-    obj = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
-    loss = -(obj * mask).sum() / mask.sum().clamp(min=1)
-    clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
-    return loss, float(clipped)
+def take_groups(pending, want):
+    """The first `want` groups of pending (in arrival order) and the rest."""
+    order = list(dict.fromkeys(s["prompt_id"] for s in pending))
+    keep = set(order[:want])
+    return [s for s in pending if s["prompt_id"] in keep], [s for s in pending if s["prompt_id"] not in keep]
+
+
+def step_rewards_seen(batch):
+    """Nonzero token rewards other than the one on each sample's last policy token (the
+    terminal reward R_i): the step rewards s_{i,k} of AttnSR's ppo output (none with β = 0).
+    Returns their count and the sum of their absolute values."""
+    n, total = 0, 0.0
+    for s in batch:
+        tr, mask = s.get("token_rewards"), s.get("loss_mask")
+        if tr is None or mask is None:
+            continue
+        pol = [i for i, m in enumerate(mask) if m]
+        for i in pol[:-1]:
+            if tr[i] != 0:
+                n += 1
+                total += abs(float(tr[i]))
+    return n, total
+
+
+def train_batch(model, opt, critic, copt, batch, a):
+    """--epochs optimizer steps on one batch; returns the step's diagnostics."""
+    b = L.Batch(batch)
+    model.eval()
+    with torch.no_grad():
+        old, _ = L.logprobs_entropy(model, b)
+        info = {}
+        if a.loss == "ppo":
+            critic.eval()
+            values = critic.values(b.ids)
+            adv, returns = L.gae(b.rewards, values, b.mask, a.gamma, a.gae_lambda)
+            m = b.mean(adv)
+            sd = torch.sqrt(b.mean((adv - m) ** 2)).clamp(min=1e-8)
+            adv = (adv - m) / sd * b.mask
+            info["value_mean"] = float(b.mean(values))
+            info["return_mean"] = float(b.mean(returns))
+        else:
+            adv = b.adv
+    model.train()
+    norms, hits, vlosses = [], 0, []
+    for _ in range(a.epochs):
+        loss, diag = L.policy_loss(model, b, old, adv, a.clip, a.is_cap)
+        opt.zero_grad()
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM))
+        norms.append(norm)
+        hits += norm > MAX_GRAD_NORM
+        opt.step()
+        if a.loss == "ppo":
+            critic.train()
+            vl = L.value_loss(critic, b, returns)
+            copt.zero_grad()
+            vl.backward()
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), MAX_GRAD_NORM)
+            copt.step()
+            vlosses.append(float(vl))
+    out = {"loss": round(float(loss), 5), "grad_norm": round(norms[-1], 5), "grad_norm_max": round(max(norms), 5),
+           "grad_clip_hits": hits, "optimizer_steps": len(norms)}
+    out.update({k: float("%.4g" % v) for k, v in diag.items()})  # four significant digits: a KL of 1e-7 shows
+    out.update({k: round(v, 5) for k, v in info.items()})
+    if vlosses:
+        with torch.no_grad():
+            after = float(L.value_loss(critic, b, returns))
+        out["value_loss"] = round(vlosses[0], 6)
+        out["value_loss_after"] = round(after, 6)
+    return out
 
 
 def main(argv=None):
@@ -61,13 +131,21 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="folder for the checkpoints v1, v2, …")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--groups-per-step", type=int, default=8)
+    ap.add_argument("--loss", choices=sorted(L.FIELD), default="pg",
+                    help="pg: creditflow's per-token advantages; ppo: GAE with a critic over the token rewards")
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--clip", type=float, default=0.2)
-    ap.add_argument("--epochs", type=int, default=2, help="gradient steps on each batch (PPO epochs)")
+    ap.add_argument("--epochs", "--ppo-epochs", type=int, default=1, help="optimizer steps on each batch")
+    ap.add_argument("--is-cap", type=float, default=2.0, help="C of the truncated importance weight against μ")
+    ap.add_argument("--gamma", type=float, default=1.0, help="--loss ppo: GAE's γ")
+    ap.add_argument("--gae-lambda", type=float, default=0.95, help="--loss ppo: GAE's λ")
+    ap.add_argument("--critic-lr", type=float, default=1e-3, help="--loss ppo: the critic's learning rate (Adam)")
     ap.add_argument("--max-policy-lag", type=int, default=None,
                     help="skip samples more than N versions behind the newest announced one (counted as stale)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
+    if a.epochs < 1:
+        ap.error("--epochs must be at least 1")
     rollout.setup_torch()
     torch.manual_seed(a.seed)
     stop = []
@@ -77,6 +155,10 @@ def main(argv=None):
     tokenizer = os.path.join(a.init, "tokenizer.json")
     extra = {"tokenizer.json": open(tokenizer).read()} if os.path.exists(tokenizer) else {}
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    critic = copt = None
+    if a.loss == "ppo":
+        critic = L.Critic(a.init)
+        copt = torch.optim.Adam(critic.parameters(), lr=a.critic_lr)
 
     t_start = time.monotonic()
     trajectories = 0
@@ -90,6 +172,7 @@ def main(argv=None):
     wait = train = 0.0
     step, version = 0, 0
     want = a.groups_per_step
+    failed = None
     t_wait = time.monotonic()
     try:
         pending = []
@@ -98,9 +181,17 @@ def main(argv=None):
             pending += ready
             if len({s["prompt_id"] for s in pending}) < want and not stop:
                 continue
-            batch, pending = pending, []
+            batch, pending = take_groups(pending, want)
+            if not batch:
+                break
             now = time.monotonic()
             wait += now - t_wait
+            try:
+                L.check_fields(batch, a.loss)
+            except L.MissingField as e:
+                failed = str(e)
+                emit({"event": "error", "message": failed})
+                break
             for s in batch:
                 by_version[s["policy_version"]] += 1
                 sv = s.get("scorer_policy_version")
@@ -108,13 +199,7 @@ def main(argv=None):
                 if sv is not None and sv in announced and sv not in reload_s:
                     reload_s[sv] = now - announced[sv]
             trajectories += len(batch)
-            model.train()
-            for _ in range(a.epochs):  # PPO-style: the clip bounds how far the epochs move each token
-                loss, clipped = pg_loss(model, batch, a.clip)
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
+            diag = train_batch(model, opt, critic, copt, batch, a)
             step += 1
             version = step
             folder = os.path.abspath(os.path.join(a.out, "v%d" % version))
@@ -125,11 +210,15 @@ def main(argv=None):
             t1 = time.monotonic()
             train += t1 - now
             rewards = [s["reward"] for s in batch]
-            emit({"event": "step", "trainer_step": step, "policy_version": version, "samples": len(batch),
-                  "groups": len({s["prompt_id"] for s in batch}), "loss": round(float(loss), 5),
-                  "clipped": round(clipped, 4), "reward_mean": round(sum(rewards) / len(rewards), 4),
-                  "sample_policy_versions": sorted({s["policy_version"] for s in batch}), "trajectories": trajectories,
-                  "seconds": round(t1 - t_start, 2)})
+            n_sr, abs_sr = step_rewards_seen(batch)
+            line = {"event": "step", "trainer_step": step, "policy_version": version, "samples": len(batch),
+                    "groups": len({s["prompt_id"] for s in batch}), "reward_mean": round(sum(rewards) / len(rewards), 4),
+                    "sample_policy_versions": sorted({s["policy_version"] for s in batch}), "trajectories": trajectories,
+                    "seconds": round(t1 - t_start, 2)}
+            if a.loss == "ppo":
+                line.update({"step_rewards_nonzero": n_sr, "step_rewards_abs_sum": round(abs_sr, 5)})
+            line.update(diag)
+            emit(line)
             t_wait = time.monotonic()
             if step >= a.steps or stop:
                 break
@@ -145,6 +234,9 @@ def main(argv=None):
           "reload_seconds_p50": round(rl[len(rl) // 2], 3) if rl else None,
           "wait_seconds": round(wait, 2), "train_seconds": round(train, 2),
           "trainer_wait_share": round(wait / total, 4) if total > 0 else 0, "seconds": round(total, 2)})
+    if failed:
+        print("trainer: " + failed, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,14 +2,17 @@
 
 usage: python3 -m creditflow.learn.worker --brokers B --init DIR [--env searchqa|household]
            [--worker K --workers W] [--group-size G] [--groups-per-batch N]
-           [--groups-per-version N] [--seed S] [--temperature T] [--judge-noise Q]
+           [--groups-per-version N] [--last-version V] [--seed S] [--temperature T] [--judge-noise Q]
 
 Follows the policy topic (PolicyWatcher): whenever a newer version is announced it loads that
 checkpoint; it plays whole groups (G episodes of one question, sampled at --temperature from
 the current policy) in the interactive world and publishes them with RolloutPublisher: token
 ids, the per-token rollout log-probabilities, the temperature and the policy version that
-generated them. After --groups-per-version groups under one version it waits (at most
---wait seconds) for the next one, so that workers do not run far ahead of the trainer.
+generated them. It plays exactly --groups-per-version groups under one version (batches of at
+most --groups-per-batch), then waits (at most --wait seconds) for the next one: the loop gives
+each worker its share of the trainer's groups per step, so that the workers produce what the
+trainer consumes. Under a version newer than --last-version (the trainer's last) it plays
+nothing: no trainer step would read those groups.
 With --judge-noise Q the published reward is a flaky judge's verdict, wrong with probability Q
 (creditflow.envs.judge); the held-out evaluation still counts true answers.
 Prompt ids are <run>-g<NNNNNN> with the worker's own residue class of group numbers, so workers
@@ -45,6 +48,8 @@ def main(argv=None):
     ap.add_argument("--group-size", type=int, default=5)
     ap.add_argument("--groups-per-batch", type=int, default=2)
     ap.add_argument("--groups-per-version", type=int, default=4)
+    ap.add_argument("--last-version", type=int, default=None,
+                    help="play nothing under a newer version (the version of the trainer's last step minus one)")
     ap.add_argument("--wait", type=float, default=120.0, help="seconds to wait for a new version before producing anyway")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -70,13 +75,21 @@ def main(argv=None):
                     under_version, waited_since = 0, None
                 except (OSError, ValueError) as e:  # a half-written folder: the next poll retries
                     print(json.dumps({"event": "load_failed", "version": newest, "error": str(e)}), file=sys.stderr)
-            if under_version >= a.groups_per_version:
+            idle = (a.last_version is not None and version > a.last_version) or a.groups_per_version < 1
+            if idle or under_version >= a.groups_per_version:
+                if idle:
+                    time.sleep(0.05)
+                    continue
                 waited_since = waited_since or time.monotonic()
                 if time.monotonic() - waited_since < a.wait:
                     time.sleep(0.05)
                     continue
             t0 = time.monotonic()
-            groups = [a.worker + a.workers * (local + k) for k in range(a.groups_per_batch)]
+            # the version's share, or after --wait without a new version one more batch
+            n = min(a.groups_per_batch, a.groups_per_version - under_version)
+            if n < 1:
+                n, waited_since = a.groups_per_batch, None
+            groups = [a.worker + a.workers * (local + k) for k in range(n)]
             seeds = [a.seed * 100_000_000 + g for g in groups for _ in range(a.group_size)]
             played = rollout.play(model, env, seeds, temperature=a.temperature, generator=gen)
             wins, ids = 0, []
@@ -91,8 +104,8 @@ def main(argv=None):
                 wins += ep.correct
                 ids.append(tid)
             pub.flush(60)
-            local += a.groups_per_batch
-            under_version += a.groups_per_batch
+            local += n
+            under_version += n
             print(json.dumps({"event": "published", "worker": a.worker, "policy_version": version, "groups": len(groups),
                               "trajectories": len(played), "successes": wins,
                               "seconds": round(time.monotonic() - t0, 3), "trajectory_ids": ids}), flush=True)
