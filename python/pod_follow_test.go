@@ -40,7 +40,7 @@ type podAnswer struct {
 // version that computed it (all answers of one version agree, the two versions' differ),
 // and answers after the load carry the new version.
 func TestPodFollowsPolicyAnnouncements(t *testing.T) {
-	py := pythonWith(t, "torch", "confluent_kafka", "numpy")
+	py := projectPython(t)
 	root := repoRoot(t)
 	dir := t.TempDir()
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
@@ -197,7 +197,7 @@ func runToEnd(t *testing.T, env []string, name string, args ...string) string {
 // announcements; samples scored before the announcement carry scorer_policy_version 1,
 // samples of trajectories published after the pod loaded the announced checkpoint carry 2.
 func TestPodVersionReachesSamples(t *testing.T) {
-	py := pythonWith(t, "torch", "confluent_kafka", "numpy")
+	py := projectPython(t)
 	if !strings.Contains(runHelp(t), "max-policy-lag") {
 		t.Skip("this build's stages do not record the scorer's policy version (policy versions are not merged)")
 	}

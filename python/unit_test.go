@@ -10,7 +10,7 @@ import (
 
 // TestPythonPackage runs the package's own unit tests (python/tests) with unittest.
 func TestPythonPackage(t *testing.T) {
-	py := pythonWith(t, "numpy")
+	py := projectPython(t)
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-t", ".")
 	cmd.Dir = filepath.Join(repoRoot(t), "python")
 	cmd.Env = pyEnv(t)
@@ -24,7 +24,7 @@ func TestPythonPackage(t *testing.T) {
 // TestPipInstallOffline: `pip install ./python` works without a network (no build
 // isolation, no index) and the installed package carries its schemas.
 func TestPipInstallOffline(t *testing.T) {
-	py := pythonWith(t, "setuptools", "pip", "numpy")
+	py := projectPython(t)
 	src := filepath.Join(t.TempDir(), "src")
 	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "python"), src).CombinedOutput(); err != nil {
 		t.Fatalf("copy: %v\n%s", err, out)

@@ -25,34 +25,15 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/protocol"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 const podToken = "pod-test-token"
 
-var (
-	pythonOnce sync.Once
-	pythonPath string
-)
-
-// findPython returns an interpreter that can import torch, or skips the test.
+// findPython is the project's Python environment (internal/pyenv: PyTorch 2).
 func findPython(t *testing.T) string {
 	t.Helper()
-	pythonOnce.Do(func() {
-		cands := []string{os.Getenv("CREDITFLOW_POD_PYTHON"), "python3", "/usr/bin/python3"}
-		for _, c := range cands {
-			if c == "" {
-				continue
-			}
-			if err := exec.Command(c, "-c", "import torch").Run(); err == nil {
-				pythonPath = c
-				return
-			}
-		}
-	})
-	if pythonPath == "" {
-		t.Skip("no python3 with torch (install python3-torch, or set CREDITFLOW_POD_PYTHON)")
-	}
-	return pythonPath
+	return pyenvtest.Python(t)
 }
 
 type pod struct {

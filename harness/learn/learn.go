@@ -69,7 +69,7 @@ type Options struct {
 	GroupID          string // the processor's consumer group prefix
 	Dir              string // run folder (checkpoints, logs); "" : a temporary one, removed after
 	Exe              string // the creditflow binary the processor runs from
-	Python           string // "" : FindPython
+	Python           string // "" : FindPython ($CREDITFLOW_PYTHON, else the project's environment)
 	Chaos            bool   // SIGKILL the processor and one worker mid-run
 	// JudgeNoise is the probability that the outcome reward the workers
 	// publish is wrong (a flaky judge; held-out success counts true answers).
@@ -204,7 +204,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	var err error
 	if o.Python == "" {
-		if o.Python, err = FindPython(); err != nil {
+		if o.Python, err = FindPython(ctx, os.Stderr); err != nil {
 			return Summary{}, err
 		}
 	}
