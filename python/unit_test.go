@@ -4,19 +4,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// TestPythonPackage runs the package's own unit tests (python/tests) with unittest.
+// TestPythonPackage runs the package's own unit tests (python/tests) under pytest; it
+// fails unless some ran and none failed (pytest's exit status 5, nothing collected, is a
+// failure too).
 func TestPythonPackage(t *testing.T) {
 	py := projectPython(t)
-	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-t", ".")
+	cmd := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs")
 	cmd.Dir = filepath.Join(repoRoot(t), "python")
-	cmd.Env = pyEnv(t)
+	cmd.Env = append(pyEnv(t), "OMP_NUM_THREADS=2")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python unit tests failed: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`\d+ passed`).Match(out) {
+		t.Fatalf("pytest passed nothing:\n%s", out)
 	}
 	t.Logf("%s", out)
 }
