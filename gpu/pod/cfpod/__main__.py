@@ -58,6 +58,10 @@ def parse_args(argv):
                    help="prefix sharing of LAPO rows: walk (depth-first over the prefix tree, one call per "
                         "edge; default on cpu) or tree (subtrees packed into calls of at most 4,096 tokens with "
                         "an ancestor mask; default on cuda)")
+    p.add_argument("--attention", default=_env("attention"), choices=["sdpa", "reference"],
+                   help="attention kernels: sdpa (torch's scaled_dot_product_attention with enable_gqa, the "
+                        "lower-right causal bias on a cached prefix and the packs' masks; default on cuda) or "
+                        "reference (float32 scores in query blocks, the Go reference's arithmetic; default on cpu)")
     p.add_argument("--threads", type=int, default=int(_env("threads", "0")), help="torch CPU threads (0: torch's default)")
     p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warn", "error"])
     a = p.parse_args(argv)
@@ -91,8 +95,8 @@ def main(argv=None):
         pod = Pod(a.model, device=a.device, dtype=dtype, token=token, admin_token=admin,
                   policy_version=a.policy_version, name=a.name, placeholder_ids=ph,
                   max_request_bytes=a.max_request_bytes, max_rows=a.max_rows, max_tokens=a.max_tokens,
-                  max_concurrent=a.max_concurrent, log=log, packing=a.packing)
-    except (ModelError, OSError) as e:
+                  max_concurrent=a.max_concurrent, log=log, packing=a.packing, attention=a.attention)
+    except (ModelError, OSError, ValueError) as e:
         log.error("cannot start: model load failed", error=str(e))
         return 2
     ctx = None
@@ -141,7 +145,8 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)
     log.info("scorer pod listening", addr=f"{host or '0.0.0.0'}:{bound}", tls=ctx is not None, auth=bool(token),
-             protocol="creditflow.scorer/v1", device=a.device, dtype=str(dtype).replace("torch.", ""))
+             protocol="creditflow.scorer/v1", device=a.device, dtype=str(dtype).replace("torch.", ""),
+             attention="sdpa" if pod.current.model.use_sdpa else "reference", packing=pod.current.model.packing)
     srv.serve_forever(poll_interval=0.2)
     srv.server_close()
     if follower is not None:

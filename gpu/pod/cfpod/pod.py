@@ -53,8 +53,8 @@ class Pod:
 
     def __init__(self, model_dir, device="cpu", dtype=torch.float32, token="", admin_token="",
                  policy_version=0, name=None, placeholder_ids=None, max_request_bytes=64 << 20,
-                 max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None):
-        self.device, self.dtype, self.packing = device, dtype, packing
+                 max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None, attention=None):
+        self.device, self.dtype, self.packing, self.attention_kind = device, dtype, packing, attention
         self.token, self.admin_token = token or "", admin_token or token or ""
         self.placeholder_ids = placeholder_ids
         self.max_request_bytes, self.max_rows, self.max_tokens = max_request_bytes, max_rows, max_tokens
@@ -132,6 +132,8 @@ class Pod:
                 raise
             if self.packing:
                 m.packing = self.packing
+            if self.attention_kind:
+                m.set_attention(self.attention_kind)
             if self.name is None:
                 self.name = m.name  # the model's name stays fixed across policy versions
             m.name = name or self.name
