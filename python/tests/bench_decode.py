@@ -1,10 +1,10 @@
-"""Decode speed of creditflow's own Avro decoder against python3-avro, same run, same records.
+"""Decode speed of creditflow's own Avro decoder against avro, same run, same records.
 
   PYTHONPATH=python /usr/bin/python3 python/tests/bench_decode.py
 
 For each size: a Sample of N tokens (8 turns of diagnostics), decoded to numpy arrays by
-creditflow.decode_sample and by python3-avro's DatumReader followed by np.frombuffer on each
-packed field (the cheapest a python3-avro user can do). Prints microseconds per record
+creditflow.decode_sample and by avro's DatumReader followed by np.frombuffer on each
+packed field (the cheapest a avro user can do). Prints microseconds per record
 (best of 5 rounds) and the ratio avro/own.
 """
 
@@ -32,7 +32,7 @@ def best(fn, n):
 
 def main():
     if _avro is None:
-        print("python3-avro not installed")
+        print("avro not installed")
         return 1
     import avro.io
     import avro.schema
@@ -57,7 +57,7 @@ def main():
         print("%8d %10d %12.1f %12.1f %8.1f" % (n, len(v), own * 1e6, ref * 1e6, ref / own))
 
     # Encoding a trajectory of N tokens (8 turns) from numpy arrays: creditflow.encode_trajectory
-    # against python3-avro's DatumWriter on the same packed datum.
+    # against avro's DatumWriter on the same packed datum.
     import random
     writer = avro.io.DatumWriter(avro.schema.parse(wire.schema_text("Trajectory")))
     print("\n%8s %10s %12s %12s %8s" % ("tokens", "bytes", "enc_own_us", "enc_avro_us", "ratio"))
