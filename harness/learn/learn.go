@@ -266,7 +266,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	defer func() { _ = processor.stop(30 * time.Second) }()
 
-	penv := pythonEnv(pkg)
+	penv := pythonEnv(pkg, o.Python)
 	trainer, err := startProc("trainer", dir, penv, r.onLine, o.Python, "-m", "creditflow.learn.trainer",
 		"--brokers", bs, "--samples-topic", t.Samples, "--policy-topic", t.Policy, "--group", o.GroupID+"-trainer",
 		"--init", init, "--out", filepath.Join(dir, "checkpoints"),

@@ -68,10 +68,18 @@ func FindPython(ctx context.Context, log io.Writer) (string, error) {
 	return pyenv.Ensure(ctx, log)
 }
 
-// pythonEnv is the environment of the Python children: the package on
-// PYTHONPATH, one thread each (the loop's processes share the machine).
-func pythonEnv(pkgRoot string) []string {
-	return []string{"PYTHONPATH=" + pkgRoot, "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "PYTHONUNBUFFERED=1",
+// pythonEnv is the environment of the Python children run by python: the
+// package on PYTHONPATH, one thread each (the loop's processes share the
+// machine). With Debian's /usr/bin/python3 (CREDITFLOW_PYTHON), OpenBLAS is
+// preloaded where installed: Debian's torch otherwise computes with the
+// reference BLAS, many times slower; PyTorch's own wheels carry their BLAS.
+func pythonEnv(pkgRoot, python string) []string {
+	env := []string{"PYTHONPATH=" + pkgRoot, "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "PYTHONUNBUFFERED=1",
 		// glibc keeps freed memory: fresh pages are slow on small virtual machines
 		"MALLOC_MMAP_THRESHOLD_=33554432", "MALLOC_TRIM_THRESHOLD_=100000000000", "MALLOC_TOP_PAD_=268435456"}
+	const openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+	if _, err := os.Stat(openblas); err == nil && python == "/usr/bin/python3" && os.Getenv("LD_PRELOAD") == "" {
+		env = append(env, "LD_PRELOAD="+openblas)
+	}
+	return env
 }
