@@ -208,7 +208,10 @@ func TestPodVersionReachesSamples(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod"), "PYTHONDONTWRITEBYTECODE=1")
+	// The follower imports the creditflow package: both folders, as `pip install ./python
+	// "./gpu/pod[kafka]"` would give.
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
+		filepath.Join(root, "python"), "PYTHONDONTWRITEBYTECODE=1")
 	brokers := startBroker(t)
 	portFile := filepath.Join(dir, "port")
 	pod := startProc(t, env, py, "-m", "cfpod", "--model", filepath.Join(dir, "m1"), "--addr", "127.0.0.1:0",
