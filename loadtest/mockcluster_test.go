@@ -5,29 +5,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // startMockCluster starts librdkafka's mock cluster (3 brokers, an
 // independent Kafka implementation) with the given "topic:partitions"
 // topics, through testdata/mockcluster.py, and returns its bootstrap list.
-// It skips the test where librdkafka is not installed (Debian: librdkafka1,
-// which python3-confluent-kafka and kcat bring).
+// It runs on the project's Python environment, whose confluent-kafka wheel
+// carries librdkafka.
 func startMockCluster(t *testing.T, topics ...string) []string {
 	t.Helper()
-	py := "/usr/bin/python3" // Debian's packages are visible to it
-	if _, err := os.Stat(py); err != nil {
-		if py, err = exec.LookPath("python3"); err != nil {
-			t.Skip("python3 not installed: librdkafka's mock cluster cannot be started")
-		}
-	}
+	py := pyenvtest.Python(t)
 	cmd := exec.Command(py, append([]string{"testdata/mockcluster.py"}, topics...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -70,7 +65,7 @@ func startMockCluster(t *testing.T, topics ...string) []string {
 	err = cmd.Wait()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 3 {
-		t.Skipf("librdkafka not installed: %s", strings.TrimSpace(stderr.String()))
+		t.Fatalf("librdkafka not found (the confluent-kafka wheel of the project's Python environment carries it): %s", strings.TrimSpace(stderr.String()))
 	}
 	t.Fatalf("librdkafka's mock cluster did not start: %v\n%s", err, stderr.String())
 	return nil

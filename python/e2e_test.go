@@ -194,7 +194,7 @@ func checkExactlyOnce(t *testing.T, brokers string, published []string, got []tr
 // advantages `creditflow compute` gives on the same scored records; also when the processor
 // is SIGKILLed once mid-run and restarted.
 func TestRolloutWorkersToTrainer(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	for _, kill := range []bool{false, true} {
 		name := "clean"
 		if kill {

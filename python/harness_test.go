@@ -1,7 +1,7 @@
 // Package python_test runs the creditflow Python package's tests and the end-to-end tests
 // that drive it as separate processes (rollout workers, trainers) against `creditflow
-// broker` and `creditflow run`. They use Debian's /usr/bin/python3 with python3-numpy and
-// python3-confluent-kafka (.ci/run installs them) and skip cleanly without them.
+// broker` and `creditflow run`. They use the project's Python environment
+// (internal/pyenv, python/requirements.lock; built on first use).
 package python_test
 
 import (
@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 var (
@@ -67,16 +69,11 @@ func creditflowBin(t *testing.T) string {
 	return binPath
 }
 
-// pythonWith returns a python3 that imports every module (Debian's first), or skips.
-func pythonWith(t *testing.T, modules ...string) string {
+// projectPython is the project's Python environment (internal/pyenv): numpy,
+// confluent-kafka, torch, fastavro, avro, pytest.
+func projectPython(t *testing.T) string {
 	t.Helper()
-	for _, py := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(py, "-c", "import "+strings.Join(modules, ", ")).Run() == nil {
-			return py
-		}
-	}
-	t.Skipf("needs a python3 with %s (Debian: python3-numpy python3-confluent-kafka python3-torch python3-pip; .ci/run installs them)", strings.Join(modules, ", "))
-	return ""
+	return pyenvtest.Python(t)
 }
 
 // pyEnv makes the package importable from the checkout.

@@ -18,7 +18,7 @@ func ptr[T any](v T) *T { return &v }
 // writes (with the writer generation the Go codec uses), the Go codec decodes what the
 // package writes by default, and the package decodes a Go-written Sample to the same values.
 func TestPackageBytesEqualGo(t *testing.T) {
-	py := pythonWith(t, "numpy")
+	py := projectPython(t)
 	tr := &schemas.Trajectory{
 		TrajectoryID: "t-ü", PromptID: "p-1", GroupSize: 5, SampleIndex: 2, PolicyVersion: 7, CreatedAtMs: 1764500000000,
 		Prompt: []int32{101, 102, 103}, Turns: []schemas.Turn{

@@ -13,7 +13,7 @@ import (
 // (schemas.DefaultLimits), so a trajectory build_trajectory accepts is one
 // the stages accept, and the other way round.
 func TestLimitsMatchGo(t *testing.T) {
-	py := pythonWith(t, "numpy")
+	py := projectPython(t)
 	out := runPy(t, py, 60*time.Second, "-c", `import dataclasses, json, creditflow
 print(json.dumps(dataclasses.asdict(creditflow.Limits())))`)
 	var got struct {

@@ -20,7 +20,7 @@ import (
 // kafka-go (package producers) or RolloutPublisher (librdkafka, murmur2_random) writes it,
 // so a group never splits when Go and Python producers share a topic.
 func TestSamePartitionFromGoAndPython(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	const topic, parts, n = "creditflow.trajectories", 7, 300
 	b, err := broker.Start(broker.WithTopics(parts, topic))
 	if err != nil {

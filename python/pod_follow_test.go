@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 func b64ids(ids []int32) string {
@@ -41,7 +40,7 @@ type podAnswer struct {
 // version that computed it (all answers of one version agree, the two versions' differ),
 // and answers after the load carry the new version.
 func TestPodFollowsPolicyAnnouncements(t *testing.T) {
-	py := pyenvtest.Python(t) // the pod needs uvicorn: the project environment has it
+	py := projectPython(t) // the pod needs uvicorn: the project environment has it
 	root := repoRoot(t)
 	dir := t.TempDir()
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
@@ -198,7 +197,7 @@ func runToEnd(t *testing.T, env []string, name string, args ...string) string {
 // announcements; samples scored before the announcement carry scorer_policy_version 1,
 // samples of trajectories published after the pod loaded the announced checkpoint carry 2.
 func TestPodVersionReachesSamples(t *testing.T) {
-	py := pyenvtest.Python(t) // the pod needs uvicorn: the project environment has it
+	py := projectPython(t) // the pod needs uvicorn: the project environment has it
 	if !strings.Contains(runHelp(t), "max-policy-lag") {
 		t.Skip("this build's stages do not record the scorer's policy version (policy versions are not merged)")
 	}
@@ -209,7 +208,10 @@ func TestPodVersionReachesSamples(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod"), "PYTHONDONTWRITEBYTECODE=1")
+	// The follower imports the creditflow package: both folders, as `pip install ./python
+	// "./gpu/pod[kafka]"` would give.
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
+		filepath.Join(root, "python"), "PYTHONDONTWRITEBYTECODE=1")
 	brokers := startBroker(t)
 	portFile := filepath.Join(dir, "port")
 	pod := startProc(t, env, py, "-m", "cfpod", "--model", filepath.Join(dir, "m1"), "--addr", "127.0.0.1:0",

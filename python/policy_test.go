@@ -79,7 +79,7 @@ func waitArrived(t *testing.T, brokers string, ids []string, timeout time.Durati
 // the others to creditflow.samples; a SampleStream with max_policy_lag=1 yields exactly the
 // fresh ones.
 func TestPolicyAnnouncementRoutesStale(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	if !strings.Contains(runHelp(t), "max-policy-lag") {
 		t.Skip("this build's `creditflow run` has no --max-policy-lag (the stages' side of policy versions is not merged)")
 	}
@@ -150,7 +150,7 @@ func TestPolicyAnnouncementRoutesStale(t *testing.T) {
 // SampleStream(max_policy_lag=1) skips and counts the version-1 samples and yields the
 // version-5 ones.
 func TestSampleStreamPolicyLag(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	brokers := startBroker(t)
 	startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4", "--log-level", "warn", "--metrics-addr=", "--scorers", "local")
 	old := publish(t, py, brokers, "old", 0, 2, 4, "--policy-version", "1")

@@ -50,7 +50,7 @@ with creditflow.SampleStream(sys.argv[1], "restart", topic=sys.argv[2]) as s:
 // killed holds its partitions only until its session times out (6 s), not
 // librdkafka's default 45 s.
 func TestReaderRestartInSameGroup(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	for _, c := range []struct {
 		how   string
 		bound time.Duration

@@ -74,7 +74,7 @@ type arrival struct {
 // after the 6 s session timeout, not librdkafka's 45 s; docs/python.md,
 // "Several trainers in one consumer group").
 func TestTrainersInOneGroupGetWholeGroups(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("readers_%d", n), func(t *testing.T) {
 			const partitions, groups, size = 6, 12, 4

@@ -19,7 +19,7 @@ import (
 // exists waits for it with a log line instead of raising
 // UNKNOWN_TOPIC_OR_PART, and reads the first sample once the topic is made.
 func TestSampleStreamWaitsForTopic(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	b, err := broker.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ s.close()`
 // TestExampleTrainerCtrlC: Ctrl-C stops examples/python/trainer.py with its
 // summary line and status 130, not a traceback.
 func TestExampleTrainerCtrlC(t *testing.T) {
-	py := pythonWith(t, "confluent_kafka", "numpy")
+	py := projectPython(t)
 	b, err := broker.Start(broker.WithTopics(2, "creditflow.samples"))
 	if err != nil {
 		t.Fatal(err)

@@ -4,19 +4,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// TestPythonPackage runs the package's own unit tests (python/tests) with unittest.
+// TestPythonPackage runs the package's own unit tests (python/tests) under pytest; it
+// fails unless some ran and none failed (pytest's exit status 5, nothing collected, is a
+// failure too).
 func TestPythonPackage(t *testing.T) {
-	py := pythonWith(t, "numpy")
-	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-t", ".")
+	py := projectPython(t)
+	cmd := exec.Command(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs")
 	cmd.Dir = filepath.Join(repoRoot(t), "python")
-	cmd.Env = pyEnv(t)
+	cmd.Env = append(pyEnv(t), "OMP_NUM_THREADS=2")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python unit tests failed: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`\d+ passed`).Match(out) {
+		t.Fatalf("pytest passed nothing:\n%s", out)
 	}
 	t.Logf("%s", out)
 }
@@ -24,7 +30,7 @@ func TestPythonPackage(t *testing.T) {
 // TestPipInstallOffline: `pip install ./python` works without a network (no build
 // isolation, no index) and the installed package carries its schemas.
 func TestPipInstallOffline(t *testing.T) {
-	py := pythonWith(t, "setuptools", "pip", "numpy")
+	py := projectPython(t)
 	src := filepath.Join(t.TempDir(), "src")
 	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "python"), src).CombinedOutput(); err != nil {
 		t.Fatalf("copy: %v\n%s", err, out)

@@ -9,23 +9,16 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
-// pythonWithAvro returns a Python interpreter that can import the avro
-// package, or skips the test.
+// pythonWithAvro is the project's Python environment (internal/pyenv), which
+// holds the avro package (Apache Avro's Python implementation) the example
+// scripts use.
 func pythonWithAvro(t *testing.T) string {
 	t.Helper()
-	for _, cand := range []string{"python3", "/usr/bin/python3"} {
-		p, err := exec.LookPath(cand)
-		if err != nil {
-			continue
-		}
-		if exec.Command(p, "-c", "import avro.io, avro.schema").Run() == nil {
-			return p
-		}
-	}
-	t.Skip("python3 with the avro module is not installed (Debian: apt-get install python3-avro)")
-	return ""
+	return pyenvtest.Python(t)
 }
 
 func examplesDir(t *testing.T) string {

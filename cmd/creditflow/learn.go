@@ -36,8 +36,8 @@ policy-gradient steps on them (with a critic for token rewards),
 writes a checkpoint, announces the version, and evaluates it on held-out episodes. Workers and
 the scorer load each new version. Everything runs on the embedded broker unless --brokers is
 given. The summary reports held-out success by version and what the loop proved on the way;
---json ends with one JSON object. Needs the system Python with Debian's python3-torch,
-python3-confluent-kafka and python3-numpy.`)
+--json ends with one JSON object. Runs the Python ends with the project's Python environment
+(creditflow pyenv; built on first use, a few minutes once), or $CREDITFLOW_PYTHON when set.`)
 	var brokers, compare, out, logLevel, dir, from, report *string
 	var seeds *int
 	var startup *time.Duration
@@ -112,12 +112,12 @@ python3-confluent-kafka and python3-numpy.`)
 	if o.Exe, err = os.Executable(); err != nil {
 		return err
 	}
-	if o.Python, err = learn.FindPython(); err != nil {
-		return err
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer func() { err = stoppedBy(ctx, err) }() // Ctrl-C at any point: exit status 130
+	if o.Python, err = learn.FindPython(ctx, os.Stderr); err != nil {
+		return err
+	}
 	o.Brokers = splitList(*brokers)
 	if len(o.Brokers) > 0 {
 		if err := (kafkasec.Config{}).WaitReachable(ctx, o.Brokers, *startup); err != nil {

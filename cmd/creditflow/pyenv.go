@@ -18,7 +18,7 @@ func runPyenv(args []string) error {
 	fs := newFlagSet("pyenv", `usage: creditflow pyenv [--check]
 
 Builds the project's Python environment from python/requirements.lock (PyTorch 2, transformers,
-safetensors, tokenizers, numpy, confluent-kafka, fastavro, pytest; from the Python package index,
+safetensors, tokenizers, numpy, confluent-kafka, fastavro, avro, pytest; from the Python package index,
 a few minutes and about 6 GB the first time) unless it is already built, and prints its
 interpreter. The environment lives under $CREDITFLOW_VENV, else ~/.cache/creditflow/venv-<hash of
 the lock>; the tests, the scorer pod's tests and creditflow learn use it.`)

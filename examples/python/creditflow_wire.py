@@ -5,7 +5,7 @@ little-endian CRC-64-AVRO fingerprint of the schema's Parsing Canonical Form,
 then the Avro binary body. Token arrays are Avro bytes holding packed
 little-endian int32 / float32 / float64 values.
 
-Requires the `avro` package (Debian: python3-avro).
+Requires the `avro` package (Apache Avro: `pip install avro`; in the project's environment).
 """
 
 import io

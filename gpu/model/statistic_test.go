@@ -172,12 +172,9 @@ func TestScoreJSONLStatistic(t *testing.T) {
 // TestTorchStatistics checks entropy and KL against testdata/llama_ref.py,
 // the independent PyTorch implementation (float64 softmax), on the tiny
 // models and on random models of every architecture written as safetensors
-// (F32, BF16, F16). Skipped when PyTorch is not installed.
+// (F32, BF16, F16).
 func TestTorchStatistics(t *testing.T) {
-	py := torchPython()
-	if py == "" {
-		t.Skip("PyTorch not installed (Debian: apt-get install python3-torch)")
-	}
+	py := torchPython(t)
 	type job struct {
 		Dir   string           `json:"dir"`
 		Mode  string           `json:"mode"`

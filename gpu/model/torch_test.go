@@ -7,16 +7,15 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"testing"
+
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
-// torchPython finds a Python with PyTorch, or "" when there is none.
-func torchPython() string {
-	for _, p := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(p, "-c", "import torch").Run() == nil {
-			return p
-		}
-	}
-	return ""
+// torchPython is the project's Python environment (internal/pyenv), which has
+// PyTorch 2.
+func torchPython(t *testing.T) string {
+	t.Helper()
+	return pyenvtest.Python(t)
 }
 
 type pyJob struct {
@@ -27,13 +26,9 @@ type pyJob struct {
 
 // TestTorchCrossCheck runs testdata/llama_ref.py, an independent PyTorch
 // implementation reading the same safetensors files (F32, F16, BF16; every
-// supported architecture), and compares scores and step graphs. Skipped when
-// PyTorch is not installed.
+// supported architecture), and compares scores and step graphs.
 func TestTorchCrossCheck(t *testing.T) {
-	py := torchPython()
-	if py == "" {
-		t.Skip("PyTorch not installed (Debian: apt-get install python3-torch)")
-	}
+	py := torchPython(t)
 	type modelCase struct {
 		name  string
 		m     *Model

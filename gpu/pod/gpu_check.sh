@@ -2,7 +2,7 @@
 # The scorer pod's accelerator check, in one go (each step capped; at most 7 minutes in all):
 #   0. env        torch, CUDA and cuDNN versions, the device, the TF32 settings in force, the
 #                 attention kernel each of the pod's attention calls runs (cfpod.devinfo)
-#   1. unittest   the unit tests with every model on cuda (float32); CPU-only tests skip
+#   1. tests      the unit tests (pytest) with every model on cuda (float32); CPU-only tests skip
 #   2. check      cuda float32 vs CPU float32 (the Go reference's numbers) and bfloat16
 #                 attention vs float32 attention on the same inputs, both gated (cfpod.check)
 #   3. bench-0.5b throughput on a random Qwen2.5-0.5B-shaped model: LAPO rows with prefix
@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 MODE=cuda
-STEPS=env,unittest,check,bench-0.5b,bench-7b
+STEPS=env,tests,check,bench-0.5b,bench-7b
 while [ $# -gt 0 ]; do
   case $1 in
     --cpu) MODE=cpu; shift ;;
@@ -74,7 +74,7 @@ step() {
 
 if [ "$MODE" = cuda ]; then
   step env 30 "$PY" -m cfpod.devinfo --device cuda --full-float32
-  step unittest 90 env CFPOD_TEST_DEVICE=cuda "$PY" -m unittest
+  step tests 90 env CFPOD_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider -rs
   step check 60 "$PY" -m cfpod.check --device cuda
   step bench-0.5b 100 "$PY" -m cfpod.bench --device cuda --dtype bfloat16 --size 0.5b --json \
     --out "$OUT/bench-0.5b.json"
@@ -83,8 +83,8 @@ if [ "$MODE" = cuda ]; then
     --out "$OUT/bench-7b.json"
 else
   step env 60 "$PY" -m cfpod.devinfo --device cpu --full-float32
-  step unittest 120 env CFPOD_TEST_DEVICE=cpu CFPOD_NO_NUMPY=1 CFPOD_IN_GPU_CHECK=1 "$PY" -m unittest \
-    tests.test_attention
+  step tests 120 env CFPOD_TEST_DEVICE=cpu CFPOD_IN_GPU_CHECK=1 "$PY" -m pytest -q -p no:cacheprovider \
+    tests/test_attention.py
   step check 120 "$PY" -m cfpod.check --device cpu --tiny --trajectories 1 --tokens 600
   step bench-0.5b 120 "$PY" -m cfpod.bench --device cpu --size small --trajectories 2 --naive-trajectories 1 \
     --padded-trajectories 2 --attention-lengths 512 --budget 8192 --json --out "$OUT/bench-0.5b.json"

@@ -187,6 +187,24 @@ func TestPodMatchesReference(t *testing.T) {
 	t.Run("hot-load", func(t *testing.T) { testHotLoad(t, p, root) })
 }
 
+// TestPodOnSdpaMatchesReference: the pod on torch's scaled_dot_product_attention
+// (--attention sdpa, the accelerator's kernels, here on CPU) with the walk (every edge on
+// a cached prefix: the lower-right causal bias with grouped heads) against the Go
+// reference, as TestPodMatchesReference does with the reference attention and tree packs.
+func TestPodOnSdpaMatchesReference(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := model.WriteTiny(dir); err != nil {
+		t.Fatal(err)
+	}
+	p := startPod(t, dir, "--name", "creditflow-tiny", "--policy-version", "3", "--packing", "walk",
+		"--attention", "sdpa", "--log-level", "info")
+	t.Run("tiny", func(t *testing.T) { testTiny(t, p) })
+	t.Run("statistics", func(t *testing.T) { testStatistics(t, p) })
+	if !strings.Contains(p.stderr.String(), `"attention": "sdpa"`) { // the line after the port file
+		t.Fatalf("the pod did not say it attends with sdpa:\n%s", p.stderr.String())
+	}
+}
+
 // testTiny compares scores, usage, step graphs and errors with the reference.
 func testTiny(t *testing.T, p *pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -103,7 +103,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 		return Summary{}, errors.New("learn: the creditflow binary to run the processor from is not set")
 	}
 	if o.Python == "" {
-		if o.Python, err = FindPython(); err != nil {
+		if o.Python, err = FindPython(ctx, os.Stderr); err != nil {
 			return Summary{}, err
 		}
 	}
@@ -167,7 +167,7 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	}
 	defer func() { _ = processor.stop(30 * time.Second) }()
 
-	penv := pythonEnv(pkg)
+	penv := pythonEnv(pkg, o.Python)
 	trainer, err := startProc("trainer", dir, penv, r.onLine, o.Python, "-m", "creditflow.learn.trainer",
 		"--brokers", bs, "--samples-topic", t.Samples, "--policy-topic", t.Policy, "--group", o.GroupID+"-trainer",
 		"--init", init, "--out", filepath.Join(dir, "checkpoints"),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/harness/learn"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 // learnSummary is the part of `creditflow learn --json` the test reads.
@@ -55,9 +56,7 @@ func TestLearnLoopRaisesSuccess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few minutes of CPU")
 	}
-	if _, err := learn.FindPython(); err != nil {
-		t.Skipf("%v (.ci/run installs them)", err)
-	}
+	py := pyenvtest.Python(t)
 	bin := filepath.Join(t.TempDir(), "creditflow")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/creditflow")
 	build.Dir = filepath.Join("..", "..")
@@ -69,6 +68,7 @@ func TestLearnLoopRaisesSuccess(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "learn", "--method", "lapo", "--seed", "1", "--steps", strconv.Itoa(steps),
 		"--eval-episodes", "64", "--chaos", "--json", "--dir", t.TempDir())
+	cmd.Env = append(cmd.Environ(), learn.PythonEnvVar+"="+py)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -62,7 +62,7 @@ type Options struct {
 	GroupID      string // the processor's consumer group prefix
 	Dir          string // run folder (checkpoints, logs); "" : a temporary one, removed after
 	Exe          string // the creditflow binary the processor runs from
-	Python       string // "" : FindPython
+	Python       string // "" : FindPython ($CREDITFLOW_PYTHON, else the project's environment)
 	Chaos        bool   // SIGKILL the processor and one worker mid-run
 	// JudgeNoise is the probability that the outcome reward the workers
 	// publish is wrong (a flaky judge; held-out success counts true answers).

@@ -1,12 +1,15 @@
 package learn
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 
+	"github.com/creditflow/creditflow/internal/pyenv"
 	"github.com/creditflow/creditflow/python"
 )
 
@@ -43,34 +46,39 @@ func startCheckpoint(pkgRoot, world string) string {
 	return filepath.Join(pkgRoot, "creditflow", "learn", "start")
 }
 
-// FindPython returns a Python interpreter that imports torch and
-// confluent_kafka: the system one first (Debian's python3-torch and
-// python3-confluent-kafka are installed for it), then python3 on PATH.
-func FindPython() (string, error) {
-	var tried []string
-	for _, c := range []string{"/usr/bin/python3", "python3"} {
-		p, err := exec.LookPath(c)
-		if err != nil {
-			continue
+// PythonEnvVar names an interpreter to run the loop's Python ends with instead
+// of the project's environment; it must import torch, confluent_kafka and numpy.
+const PythonEnvVar = "CREDITFLOW_PYTHON"
+
+// FindPython returns the interpreter of the loop's workers, trainer and
+// evaluator: $CREDITFLOW_PYTHON when set, else the project's Python environment
+// (internal/pyenv, python/requirements.lock), which it builds first when it is
+// missing, saying so on log (a few minutes and about 6 GB, once).
+func FindPython(ctx context.Context, log io.Writer) (string, error) {
+	if p := os.Getenv(PythonEnvVar); p != "" {
+		if out, err := exec.CommandContext(ctx, p, "-c", "import torch, confluent_kafka, numpy").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s=%s cannot import torch, confluent_kafka and numpy: %v\n%s", PythonEnvVar, p, err, out)
 		}
-		tried = append(tried, p)
-		if exec.Command(p, "-c", "import torch, confluent_kafka, numpy").Run() == nil {
-			return p, nil
-		}
+		return p, nil
 	}
-	return "", fmt.Errorf("no Python with torch, confluent_kafka and numpy (tried %v): on Debian, apt-get install python3-torch python3-confluent-kafka python3-numpy", tried)
+	if py, err := pyenv.Python(); err == nil {
+		return py, nil
+	}
+	fmt.Fprintf(log, "creditflow learn: the project's Python environment is not built yet; building it (set %s to use another interpreter)\n", PythonEnvVar)
+	return pyenv.Ensure(ctx, log)
 }
 
-// pythonEnv is the environment of the Python children: the package on
-// PYTHONPATH, one thread each (the loop's processes share the machine), and
-// OpenBLAS preloaded where installed (Debian's torch otherwise computes with
-// the reference BLAS, many times slower; apt-get install libopenblas0-pthread).
-func pythonEnv(pkgRoot string) []string {
+// pythonEnv is the environment of the Python children run by python: the
+// package on PYTHONPATH, one thread each (the loop's processes share the
+// machine). With Debian's /usr/bin/python3 (CREDITFLOW_PYTHON), OpenBLAS is
+// preloaded where installed: Debian's torch otherwise computes with the
+// reference BLAS, many times slower; PyTorch's own wheels carry their BLAS.
+func pythonEnv(pkgRoot, python string) []string {
 	env := []string{"PYTHONPATH=" + pkgRoot, "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "PYTHONUNBUFFERED=1",
 		// glibc keeps freed memory: fresh pages are slow on small virtual machines
 		"MALLOC_MMAP_THRESHOLD_=33554432", "MALLOC_TRIM_THRESHOLD_=100000000000", "MALLOC_TOP_PAD_=268435456"}
 	const openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
-	if _, err := os.Stat(openblas); err == nil && os.Getenv("LD_PRELOAD") == "" {
+	if _, err := os.Stat(openblas); err == nil && python == "/usr/bin/python3" && os.Getenv("LD_PRELOAD") == "" {
 		env = append(env, "LD_PRELOAD="+openblas)
 	}
 	return env

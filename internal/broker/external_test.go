@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -15,13 +16,15 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/internal/testpki"
 	"github.com/creditflow/creditflow/producers"
 )
 
 // These tests drive the embedded broker with outside clients (kcat,
-// librdkafka through Python's confluent-kafka). They are skipped when the
-// tools are not installed (Debian: kcat, python3-confluent-kafka).
+// librdkafka through Python's confluent-kafka in the project's Python
+// environment). The kcat ones are skipped where kcat is not installed
+// (Debian: kcat).
 
 func run(t *testing.T, stdin string, name string, args ...string) string {
 	t.Helper()
@@ -53,6 +56,9 @@ func readTopic(t *testing.T, brokers []string, topic string, parts int) map[int]
 
 func TestKcat(t *testing.T) {
 	if _, err := exec.LookPath("kcat"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kcat not installed (.ci/run installs it)")
+		}
 		t.Skip("kcat not installed")
 	}
 	b, err := broker.Start(broker.WithTopics(5, "kc"), broker.WithTopics(1, "out"))
@@ -101,6 +107,9 @@ func TestKcat(t *testing.T) {
 
 func TestKcatSASL(t *testing.T) {
 	if _, err := exec.LookPath("kcat"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kcat not installed (.ci/run installs it)")
+		}
 		t.Skip("kcat not installed")
 	}
 	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
@@ -153,16 +162,7 @@ print(json.dumps(got))
 `
 
 func TestPythonConfluentKafka(t *testing.T) {
-	py := ""
-	for _, cand := range []string{"/usr/bin/python3", "python3"} {
-		if err := exec.Command(cand, "-c", "import confluent_kafka").Run(); err == nil {
-			py = cand
-			break
-		}
-	}
-	if py == "" {
-		t.Skip("python3 with confluent_kafka not installed")
-	}
+	py := pyenvtest.Python(t)
 	b, err := broker.Start(broker.WithTopics(4, "py", "fromgo"))
 	if err != nil {
 		t.Fatal(err)
@@ -236,6 +236,9 @@ func TestPythonConfluentKafka(t *testing.T) {
 // that requires one.
 func TestKcatMutualTLS(t *testing.T) {
 	if _, err := exec.LookPath("kcat"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kcat not installed (.ci/run installs it)")
+		}
 		t.Skip("kcat not installed")
 	}
 	dir := t.TempDir()

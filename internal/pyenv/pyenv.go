@@ -1,7 +1,7 @@
 // Package pyenv finds or builds the project's one Python environment: a virtual
 // environment holding exactly the packages pinned in python/requirements.lock
 // (PyTorch 2, transformers, safetensors, tokenizers, numpy, confluent-kafka,
-// fastavro, pytest), installed from the Python package index.
+// fastavro, avro, pytest), installed from the Python package index.
 //
 // Guarantees:
 //   - The environment is named by the hash of the lock file, so a changed lock
@@ -135,7 +135,7 @@ func build(ctx context.Context, dir string, log io.Writer) error {
 			return fmt.Errorf("python environment: %s: %w (the environment needs the Python package index; see python/requirements.lock)", strings.Join(s, " "), err)
 		}
 	}
-	check := exec.CommandContext(ctx, filepath.Join(dir, "bin", "python"), "-c", "import torch, transformers, safetensors, tokenizers, numpy, confluent_kafka, fastavro, pytest")
+	check := exec.CommandContext(ctx, filepath.Join(dir, "bin", "python"), "-c", "import torch, transformers, safetensors, tokenizers, numpy, confluent_kafka, fastavro, avro, pytest, setuptools")
 	if out, err := check.CombinedOutput(); err != nil {
 		return fmt.Errorf("python environment: the installed packages do not import: %v\n%s", err, out)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/pyenv"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -162,7 +163,7 @@ func Cmd(args []string) (int, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, the embedded broker's (a child process) to this file + \".broker\" and the instant scorer's (another) to this file + \".scorer\"")
 	fs.StringVar(&o.profilePhase, "profile-phase", "", "with --cpuprofile: profile only the first run of this phase (passthrough, score, score-floor, passthrough-scored, advantage or advantage-floor) of the first size")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap (allocations) profile at the end to this file")
-	fs.StringVar(&o.python, "trainer-python", "/usr/bin/python3", "the interpreter of the trainer phase (needs numpy and confluent_kafka; torch when present); empty skips the phase")
+	fs.StringVar(&o.python, "trainer-python", pyenv.Interpreter(), "the interpreter of the trainer phase (needs numpy and confluent_kafka; torch when present; default: the project's Python environment, creditflow pyenv); empty skips the phase")
 	fs.StringVar(&o.compression, "compression", o.compression, "the codec of every producer in the run, the stages' and the passthroughs' alike: lz4, zstd, snappy, gzip or none (what each costs: docs/kafka.md, Compression)")
 	asJSON := fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 	if err := fs.Parse(args); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/schemas"
 )
 
@@ -44,7 +45,7 @@ func TestBenchRunsEveryPhase(t *testing.T) {
 		t.Skip("runs the stages on an embedded broker")
 	}
 	o := benchOptions{records: 100, partitions: 2, openGroups: 200, repeat: 1, timeout: 90 * time.Second, seed: 7,
-		python: "/usr/bin/python3"}
+		python: pyenvtest.Optional(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := runBench(ctx, o, []benchSize{benchSizes[0], benchSizes[len(benchSizes)-1]})

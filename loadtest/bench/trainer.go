@@ -65,7 +65,7 @@ func pythonPackageDir() (string, bool) {
 
 // trainer reads n samples of topic with the Python package and with a bare
 // consumer, repeat times each, in turns. A missing interpreter, package or
-// python3-confluent-kafka is a note, not an error.
+// confluent-kafka is a note, not an error.
 func (e *benchEnv) trainer(ctx context.Context, python, topic string, n, repeat int) (trainerResult, error) {
 	pkg, ok := pythonPackageDir()
 	if !ok {
@@ -73,7 +73,7 @@ func (e *benchEnv) trainer(ctx context.Context, python, topic string, n, repeat 
 	}
 	probe := exec.CommandContext(ctx, python, "-c", "import confluent_kafka, numpy")
 	if out, err := probe.CombinedOutput(); err != nil {
-		return trainerResult{Note: fmt.Sprintf("skipped: %s cannot import confluent_kafka and numpy (apt-get install python3-confluent-kafka python3-numpy): %s",
+		return trainerResult{Note: fmt.Sprintf("skipped: %s cannot import confluent_kafka and numpy (build the project's Python environment: creditflow pyenv): %s",
 			python, strings.TrimSpace(lastLine(string(out), err)))}, nil
 	}
 	script, err := os.CreateTemp("", "bench_trainer_*.py")

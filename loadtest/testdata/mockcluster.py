@@ -6,21 +6,35 @@ hold it until stdin closes.
 librdkafka starts the cluster for any client configured with
 test.mock.num.brokers=3. The mock answers no CreateTopics, so the topics are
 made with its own API (rd_kafka_mock_topic_create, replication factor 3).
-This talks to librdkafka through ctypes: the same library that Debian's
-python3-confluent-kafka and kcat use, whose Python binding does not expose
-the mock's API. Prints one line, the bootstrap list, then waits.
+This talks to librdkafka through ctypes: the copy the confluent-kafka wheel
+bundles (confluent_kafka.libs, in the project's Python environment), else a
+system one (Debian: librdkafka1); the Python binding does not expose the
+mock's API. Prints one line, the bootstrap list, then waits.
 Exit status 3: librdkafka is not installed.
 """
 
 import ctypes
 import ctypes.util
+import glob
+import os
 import sys
 
 RD_KAFKA_PRODUCER = 0
 
 
+def bundled():
+    """The librdkafka the confluent-kafka wheel carries, if that package is installed."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        return []
+    libs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(confluent_kafka.__file__))),
+                        "confluent_kafka.libs")
+    return sorted(glob.glob(os.path.join(libs, "librdkafka*.so*")))
+
+
 def load():
-    for name in (ctypes.util.find_library("rdkafka"), "librdkafka.so.1", "librdkafka.so"):
+    for name in (*bundled(), ctypes.util.find_library("rdkafka"), "librdkafka.so.1", "librdkafka.so"):
         if not name:
             continue
         try:

@@ -2,10 +2,11 @@ package credit
 
 import (
 	"bytes"
-	"os/exec"
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 // pyClasses prints, for every code point but the surrogates, one character
@@ -36,17 +37,13 @@ sys.stdout.write(" ".join(low) + "\n")
 // The Python character classes used by Normalize agree with Python's own on
 // every character both know.
 func TestPythonCharacterClasses(t *testing.T) {
-	py, err := exec.LookPath("python3")
+	out, err := pyenvtest.Command(t, "-c", pyClasses).Output()
 	if err != nil {
-		t.Skip("python3 not found")
-	}
-	out, err := exec.Command(py, "-c", pyClasses).Output()
-	if err != nil {
-		t.Fatalf("python3: %v", err)
+		t.Fatalf("python: %v", err)
 	}
 	lines := bytes.Split(bytes.TrimRight(out, "\n"), []byte("\n"))
 	if len(lines) != 6 {
-		t.Fatalf("python3 printed %d lines, want 6", len(lines))
+		t.Fatalf("python printed %d lines, want 6", len(lines))
 	}
 	low := strings.Fields(string(lines[5]))
 	goAssigned := func(r rune) bool {

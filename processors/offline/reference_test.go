@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/processors/credit"
 )
 
@@ -196,10 +197,7 @@ func keys(m map[string]any) []string {
 // Python implementation (testdata/reference.py) on the same random inputs
 // and compares every output number.
 func TestAgainstPythonReference(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found; the cross-check against testdata/reference.py needs it")
-	}
+	py := pyenvtest.Python(t)
 	type scenario struct {
 		name   string
 		attnsr bool

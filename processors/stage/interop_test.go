@@ -10,26 +10,14 @@ import (
 
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
-
-// pythonWith returns a python3 that can import every module, or "".
-func pythonWith(modules ...string) string {
-	for _, py := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(py, "-c", "import "+strings.Join(modules, ", ")).Run() == nil {
-			return py
-		}
-	}
-	return ""
-}
 
 // TestPythonClientsEndToEnd: a rollout worker written with the creditflow
 // Python package (librdkafka via confluent-kafka) publishes trajectories; both
 // stages process them; a Python trainer reads and checks every sample.
 func TestPythonClientsEndToEnd(t *testing.T) {
-	py := pythonWith("confluent_kafka", "numpy")
-	if py == "" {
-		t.Skip("needs a python3 with confluent_kafka and numpy (Debian: python3-confluent-kafka python3-numpy)")
-	}
+	py := pyenvtest.Python(t)
 	e := newEnv(t, 2, nil)
 	e.runStages(t, local.New(model.Tiny()))
 	ctx, b := e.ctx, e.b

@@ -19,6 +19,7 @@ import (
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -215,7 +216,7 @@ func TestLongTrajectoryEndToEnd(t *testing.T) {
 		t.Fatalf("compared %d samples, want 2", n)
 	}
 	// A Python trainer (confluent-kafka, examples/python) reads them too.
-	if py := pythonWith("confluent_kafka", "numpy"); py != "" {
+	if py := pyenvtest.Optional(t); py != "" {
 		dir, _ := filepath.Abs("../../examples/python")
 		tr := exec.CommandContext(ctx, py, "trainer.py", "--brokers", strings.Join(cfg.Brokers, ","),
 			"--topic", cfg.Topics.Samples, "--expect", "2", "--batch", "2", "--timeout", "60")

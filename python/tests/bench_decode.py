@@ -1,14 +1,14 @@
-"""Decode speed of creditflow's own Avro decoder against fastavro and python3-avro, same run,
+"""Decode speed of creditflow's own Avro decoder against fastavro and avro, same run,
 same records.
 
   PYTHONPATH=python python/tests/bench_decode.py   # with the project's interpreter
 
 For each size: a Sample of N tokens (8 turns of diagnostics), decoded to numpy arrays by
 creditflow.decode_sample, by fastavro (creditflow._fastavro.decode_sample: schemaless_reader,
-then np.frombuffer on each packed field) and by python3-avro's DatumReader followed by
-np.frombuffer on each packed field (the cheapest a python3-avro user can do). Prints
+then np.frombuffer on each packed field) and by avro's DatumReader followed by
+np.frombuffer on each packed field (the cheapest a avro user can do). Prints
 microseconds per record (best of 5 rounds) and each library's time over the own decoder's. A
-library that is not installed is left out (python3-avro: also the encoding table).
+library that is not installed is left out (avro: also the encoding table).
 """
 
 import io
@@ -71,7 +71,7 @@ def main():
         return 0
 
     # Encoding a trajectory of N tokens (8 turns) from numpy arrays: creditflow.encode_trajectory
-    # against python3-avro's DatumWriter on the same packed datum.
+    # against avro's DatumWriter on the same packed datum.
     import random
     writer = avro.io.DatumWriter(avro.schema.parse(wire.schema_text("Trajectory")))
     print("\n%8s %10s %12s %12s %8s" % ("tokens", "bytes", "enc_own_us", "enc_avro_us", "ratio"))

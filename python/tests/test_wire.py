@@ -17,7 +17,7 @@ class Fingerprints(unittest.TestCase):
         for name, fp in want.items():
             self.assertEqual(wire.codec(name).writers[wire.LEGACY].fingerprint.hex(), fp, name)
 
-    @unittest.skipIf(avro is None, "python3-avro not installed")
+    @unittest.skipIf(avro is None, "avro not installed")
     def test_canonical_form_matches_python3_avro(self):
         for name in ("Trajectory", "Scored", "Sample", "DeadLetter", "PolicyAnnouncement"):
             for gen in (None, wire.LEGACY):
@@ -32,7 +32,7 @@ class Fingerprints(unittest.TestCase):
             self.assertNotEqual(c.current.fingerprint, c.writers[wire.LEGACY].fingerprint)
 
 
-@unittest.skipIf(avro is None, "python3-avro not installed")
+@unittest.skipIf(avro is None, "avro not installed")
 class AgainstPython3Avro(unittest.TestCase):
     def test_sample_bytes_identical_both_generations(self):
         for current in (True, False):

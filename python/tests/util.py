@@ -1,20 +1,23 @@
 """Shared fixtures of the package tests."""
 
 import io
+import os
 import random
 import struct
 
 try:
     import avro.io
     import avro.schema
-except ImportError:  # python3-avro is optional: the tests that compare with it skip
+except ImportError:  # avro is optional outside CI: the tests that compare with it skip
+    if os.environ.get("CI") == "true":
+        raise
     avro = None
 
 from creditflow import wire
 
 
 def avro_encode(name, datum, generation=None):
-    """Frames datum with python3-avro (the reference implementation) for comparison."""
+    """Frames datum with avro (the reference implementation) for comparison."""
     text = wire.schema_text(name, generation)
     schema = avro.schema.parse(text)
     buf = io.BytesIO()

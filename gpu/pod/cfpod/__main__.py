@@ -78,6 +78,10 @@ def parse_args(argv):
                    help="prefix sharing of LAPO rows: walk (depth-first over the prefix tree, one call per "
                         "edge; default on cpu) or tree (subtrees packed into calls of at most 4,096 tokens with "
                         "an ancestor mask; default on cuda)")
+    p.add_argument("--attention", default=_env("attention"), choices=["sdpa", "reference"],
+                   help="attention kernels: sdpa (torch's scaled_dot_product_attention with enable_gqa, the "
+                        "lower-right causal bias on a cached prefix and the packs' masks; default on cuda) or "
+                        "reference (float32 scores in query blocks, the Go reference's arithmetic; default on cpu)")
     p.add_argument("--threads", type=int, default=int(_env("threads", "0")), help="torch CPU threads (0: torch's default)")
     p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warn", "error"])
     a = p.parse_args(argv)
@@ -132,8 +136,8 @@ def main(argv=None):
                   policy_version=a.policy_version, name=a.name, placeholder_ids=ph,
                   max_request_bytes=a.max_request_bytes, max_rows=a.max_rows, max_tokens=a.max_tokens,
                   max_concurrent=a.max_concurrent, log=log, packing=a.packing,
-                  max_context=a.max_context, health=health)
-    except (ModelError, OSError) as e:
+                  max_context=a.max_context, health=health, attention=a.attention)
+    except (ModelError, OSError, ValueError) as e:
         log.error("cannot start: model load failed", error=str(e))
         return 2
     except Exception as e:  # noqa: BLE001 - the model's first forward failed (health.py)
@@ -182,7 +186,8 @@ def main(argv=None):
     http.start()
     log.info("scorer pod listening", addr=f"{host}:{bound}", tls=bool(a.tls_cert), auth=bool(token),
              admin=bool(admin), protocol="creditflow.scorer/v1", device=a.device,
-             dtype=str(dtype).replace("torch.", ""), server="uvicorn")
+             dtype=str(dtype).replace("torch.", ""), server="uvicorn",
+             attention="sdpa" if pod.current.model.use_sdpa else "reference", packing=pod.current.model.packing)
     while not (term.is_set() or fatal.is_set()) and http.is_alive():
         term.wait(0.2)
     status = 0

@@ -10,20 +10,11 @@ that computed them. A failed load is logged and counted
 (creditflow_scorer_pod_model_loads_total{result="error"}), and the old model keeps serving.
 An announcement without a checkpoint (weights not published) changes nothing.
 
-The pod image carries the creditflow package next to cfpod (gpu/pod/Dockerfile); from a
-repository checkout it is found in python/.
+It needs the creditflow package (python/ of the repository) and confluent-kafka:
+`pip install ./python "./gpu/pod[kafka]"`, as the pod image does (gpu/pod/Dockerfile).
 """
 
-import os
-import sys
-
-try:
-    from creditflow.kafka import PolicyWatcher
-except ImportError as e:  # a repository checkout: the package is python/ at the root
-    if getattr(e, "name", "") not in ("creditflow", "creditflow.kafka"):
-        raise  # confluent-kafka (or numpy) missing: the caller reports it
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "python"))
-    from creditflow.kafka import PolicyWatcher
+from creditflow.kafka import PolicyWatcher
 
 
 class PolicyFollower(PolicyWatcher):

@@ -59,7 +59,8 @@ class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
         half = cfg.head_dim // 2
         self.inv_freq = cfg.inv_freq.to(self.device)
         self._half = half
-        # Fused attention kernels on accelerators; the float32 reference path elsewhere.
+        # Fused attention kernels on accelerators; the float32 reference path elsewhere
+        # (set_attention chooses either on any device).
         self.use_sdpa = attention.HAS_SDPA and self.device.type == "cuda"
         # How score_rows shares prefixes (see there). The walk does the least arithmetic and
         # is bitwise equal to row-by-row scoring on CPU; tree packing makes fewer, larger
@@ -68,6 +69,17 @@ class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
         self.pack_tokens = 4096
         self.counts = None  # a rowrun.Counts to count the device's work (cfpod.bench)
         self._head32 = self._head32_of = None
+
+    def set_attention(self, kind):
+        """kind "sdpa": torch's scaled_dot_product_attention (grouped heads through enable_gqa,
+        an edge on a cached prefix with the lower-right causal bias, packs with their mask;
+        attention.py), on any device; "reference": float32 scores and softmax in query
+        blocks, the Go reference's arithmetic."""
+        if kind not in ("sdpa", "reference"):
+            raise ValueError(f"attention {kind!r} is not supported (want sdpa or reference)")
+        if kind == "sdpa" and not attention.HAS_SDPA:
+            raise ValueError(f"attention sdpa: torch {torch.__version__} has no scaled_dot_product_attention")
+        self.use_sdpa = kind == "sdpa"
 
     @classmethod
     def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None,

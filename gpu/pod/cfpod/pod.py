@@ -55,8 +55,8 @@ class Pod:
     def __init__(self, model_dir, device="cpu", dtype=torch.float32, token="", admin_token="",
                  policy_version=0, name=None, placeholder_ids=None, max_request_bytes=64 << 20,
                  max_rows=65536, max_tokens=4 << 20, max_concurrent=64, log=None, packing=None,
-                 max_context=None, health=None):
-        self.device, self.dtype, self.packing = device, dtype, packing
+                 max_context=None, health=None, attention=None):
+        self.device, self.dtype, self.packing, self.attention_kind = device, dtype, packing, attention
         self.max_context = max_context
         # No admin token: the admin endpoint is disabled (never the scoring token's).
         self.token, self.admin_token = token or "", admin_token or ""
@@ -142,6 +142,8 @@ class Pod:
                 raise
             if self.packing:
                 m.packing = self.packing
+            if self.attention_kind:
+                m.set_attention(self.attention_kind)
             if self.name is None:
                 self.name = m.name  # the model's name stays fixed across policy versions
             m.name = name or self.name

@@ -145,5 +145,66 @@ class ModelOnSdpaPathTest(unittest.TestCase):
                                 self.assertAlmostEqual(x, y, delta=1e-6)
 
 
+def torch_version():
+    return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+
+
+@unittest.skipUnless(torch_version() >= (2, 5), "torch's kernels with enable_gqa need torch 2.5")
+class ModelOnTorchSdpaTest(unittest.TestCase):
+    """The model on torch's own scaled_dot_product_attention (set_attention("sdpa"), as
+    `cfpod --attention sdpa` on any device) against the reference path: every feature the
+    accelerator path uses runs here, on the device of the test run."""
+
+    def test_the_features_are_there(self):
+        self.assertTrue(attention.HAS_SDPA and attention.HAS_GQA and attention.HAS_LOWER_RIGHT
+                        and attention.HAS_LOWER_RIGHT_GQA)
+
+    def test_scores_and_graphs_equal_the_reference_path(self):
+        r = random.Random(13)
+        for arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM"):
+            m, _ = model_from(small_config(arch), seed=14)
+            rows = search_rows(r, 96, 96) + search_rows(r, 96, 96, turns=3)
+            toks = [r.randrange(97) for _ in range(220)]
+            steps = [((10, 30), (30, 60)), ((60, 90), None), ((90, 150), (150, 220))]
+            m.set_attention("reference")
+            ref = {p: m.score_rows(rows, packing=p)[0] for p in ("walk", "tree")}
+            ref_g = m.step_graphs(toks, steps, [0, 2])
+            m.set_attention("sdpa")
+            kinds = []
+            real = attention._sdpa
+
+            def seen(*a, **k):
+                mask = k.get("attn_mask")
+                kinds.append(("gqa" if k.get("enable_gqa") else "repeated",
+                              "causal" if k.get("is_causal") else "none" if mask is None
+                              else "bool" if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
+                              else type(mask).__name__))
+                return real(*a, **k)
+            attention._sdpa = seen
+            try:
+                got = {p: m.score_rows(rows, packing=p)[0] for p in ("walk", "tree")}
+                g = m.step_graphs(toks, steps, [0, 2])
+            finally:
+                attention._sdpa = real
+            with self.subTest(arch=arch):
+                # Walk edges on a cached prefix take the lower-right causal bias with grouped
+                # heads; tree packs and chosen positions take boolean masks.
+                self.assertIn(("gqa", "CausalBias"), kinds)
+                self.assertIn(("repeated", "bool"), kinds)
+                for p in ("walk", "tree"):
+                    self.assertEqual(len(got[p]), len(ref[p]))
+                    for a, b in zip(got[p], ref[p]):
+                        self.assertAlmostEqual(a, b, delta=TOL)
+                for (_, aa, ao), (_, raa, rao) in zip(g, ref_g):
+                    for X, Y in ((aa, raa), (ao, rao)):
+                        for x, y in zip(sum(X, []), sum(Y, [])):
+                            self.assertAlmostEqual(x, y, delta=1e-6)
+
+    def test_set_attention_refuses_other_kinds(self):
+        m, _ = model_from(small_config(), seed=1)
+        with self.assertRaises(ValueError):
+            m.set_attention("flash")
+
+
 if __name__ == "__main__":
     unittest.main()
