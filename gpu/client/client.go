@@ -32,12 +32,15 @@ var ErrUnavailable = errors.New("scorer unavailable")
 // skipped and its /healthz probed until it answers 200 and reports the same
 // model.
 type Client struct {
-	cfg      config
-	list     atomic.Pointer[[]*endpoint] // the endpoints work goes to (endpoints())
-	listMu   sync.Mutex                  // serialises changes of list
-	static   []*endpoint                 // the endpoints named by URL
-	dns      []dnsTarget                 // the names followed (discover.go)
-	resolved bool                        // the names were resolved once (under listMu)
+	cfg    config
+	list   atomic.Pointer[[]*endpoint] // the endpoints work goes to (endpoints())
+	listMu sync.Mutex                  // serialises changes of list
+	static []*endpoint                 // the endpoints named by URL
+	dns    []dnsTarget                 // the names followed (discover.go)
+	// tlsNames maps a discovered https address ("IP:PORT") to the name it
+	// was found under, which its certificate is checked against (dialTLS).
+	tlsNames sync.Map
+	resolved bool // the names were resolved once (under listMu)
 	slotsMu  sync.Mutex
 	// reserved are tokens of slots held to keep the requests in flight at
 	// inFlightPerEP per endpoint while the endpoint count changes.
@@ -120,6 +123,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 				return nil, fmt.Errorf("scorer client: %w", err)
 			}
 			c.dns = append(c.dns, d)
+			if d.scheme == "https" && tr.DialTLSContext == nil {
+				tr.DialTLSContext = c.dialTLS(cfg.tlsConfig)
+			}
 			continue
 		}
 		if !strings.Contains(u, "://") {

@@ -10,6 +10,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -85,6 +86,9 @@ func (c *Client) resolve() {
 		slices.Sort(addrs)
 		for _, a := range addrs {
 			u := d.scheme + "://" + net.JoinHostPort(a, d.port)
+			if d.scheme == "https" {
+				c.tlsNames.Store(net.JoinHostPort(a, d.port), d.host)
+			}
 			if !want[u] {
 				want[u] = true
 				urls = append(urls, u)
@@ -164,5 +168,27 @@ func (c *Client) watchHealth() {
 				c.markFailure(ep, &attemptError{kind: "health", err: err}, true)
 			}
 		}
+	}
+}
+
+// dialTLS dials an https endpoint. An address found under a dns+https name
+// is checked against that name (the service's, which its certificate
+// carries), not against the pod's IP address; any other address as
+// net/http would check it (its host). base is the client's TLS settings.
+func (c *Client) dialTLS(base *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if base != nil {
+			cfg = base.Clone()
+		}
+		if cfg.ServerName == "" {
+			if name, ok := c.tlsNames.Load(addr); ok {
+				cfg.ServerName = name.(string)
+			} else if host, _, err := net.SplitHostPort(addr); err == nil {
+				cfg.ServerName = host
+			}
+		}
+		d := &tls.Dialer{Config: cfg}
+		return d.DialContext(ctx, network, addr)
 	}
 }

@@ -75,6 +75,22 @@ func (ca *CA) Issue(t testing.TB, cn string, server bool) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// IssueFor signs a server certificate valid for the DNS names only (no IP
+// address): a service name that resolves to pods' addresses.
+func (ca *CA) IssueFor(t testing.TB, dnsNames ...string) tls.Certificate {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(ca.serial.Add(1)), Subject: pkix.Name{CommonName: dnsNames[0]},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: dnsNames}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
 // Pool is a certificate pool holding the CA.
 func (ca *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
