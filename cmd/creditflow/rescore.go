@@ -64,11 +64,8 @@ func (f scorerFlags) newScorer(log zerolog.Logger, reg prometheus.Registerer, op
 	}
 	copts := []client.Option{client.WithLogger(log), client.WithRegisterer(reg), client.WithTokenBudget(*f.budget)}
 	if *f.token != "" {
-		b, err := os.ReadFile(*f.token)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--scorer-token-file: %w", err)
-		}
-		copts = append(copts, client.WithBearerToken(strings.TrimSpace(string(b))))
+		// Read again when the file changes: a rotated secret needs no restart.
+		copts = append(copts, client.WithBearerTokenFile(*f.token))
 	}
 	if *f.ca != "" {
 		copts = append(copts, client.WithCAFile(*f.ca))

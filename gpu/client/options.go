@@ -28,6 +28,7 @@ type Option func(*config) error
 type config struct {
 	tlsConfig      *tls.Config
 	token          string
+	tokenFile      *tokenFile // WithBearerTokenFile; wins over token
 	requestTimeout time.Duration
 	budget         int
 	maxWait        time.Duration
@@ -65,6 +66,22 @@ func WithCAFile(path string) Option {
 			c.tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		c.tlsConfig.RootCAs = pool
+		return nil
+	}
+}
+
+// WithBearerTokenFile sends "Authorization: Bearer <token>" with every
+// request, the token read from path (surrounding white space dropped) and
+// read again when the file changes (checked at most once a second), so that
+// a rotated secret is used without a restart. An unreadable or empty file
+// is an error here; later, a file that cannot be read keeps the last token.
+func WithBearerTokenFile(path string) Option {
+	return func(c *config) error {
+		f, err := newTokenFile(path)
+		if err != nil {
+			return err
+		}
+		c.tokenFile = f
 		return nil
 	}
 }

@@ -108,7 +108,9 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.cfg.token != "" {
+	if c.cfg.tokenFile != nil {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.tokenFile.get())
+	} else if c.cfg.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.token)
 	}
 	return req, nil
