@@ -55,7 +55,7 @@ const (
 // Options configure one run of the loop.
 type Options struct {
 	Method        string // lapo | grpo | attnsr | ppo
-	World         string // searchqa | widesearch | household | household-long ("" : household for attnsr and ppo, searchqa otherwise)
+	World         string // searchqa | widesearch | rumour | household | household-long ("" : household for attnsr and ppo, searchqa otherwise)
 	Seed          int
 	Workers       int
 	Steps         int // trainer steps (policy versions after the start)
@@ -202,9 +202,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	o = o.resolved()
 	switch o.World {
-	case "searchqa", "widesearch", "household", "household-long":
+	case "searchqa", "widesearch", "rumour", "household", "household-long":
 	default:
-		return Summary{}, fmt.Errorf("learn: --world %q: use searchqa, widesearch, household or household-long (docs/learn.md)", o.World)
+		return Summary{}, fmt.Errorf("learn: --world %q: use searchqa, widesearch, rumour, household or household-long (docs/learn.md)", o.World)
 	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
 		return Summary{}, fmt.Errorf("learn: --workers, --steps and --groups-per-step must be positive and the group size at least 2")
