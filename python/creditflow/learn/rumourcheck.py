@@ -11,7 +11,9 @@ policy writes only the answer. Per episode and arm it reports, exactly (no sampl
 - ``p_gold``: the probability that the policy, sampling at temperature 1, answers the gold
   name (the product of its token probabilities for ``<answer>GOLD</answer>``);
 - ``p_wrong``: the same for the rumour's name;
-- ``greedy``: whether its greedy answer is the gold name.
+- ``greedy``: whether its greedy answer is the gold name;
+- ``lapo_delta``: LAPO's backward Δ of the slot's turn (docs/method.md): log π of the gold
+  target with the turn minus the same without it (the five other searches only).
 
 Each seed is its own set of episodes; the differences are paired by episode. ``--free N`` also
 plays N episodes per seed with the policy choosing its own searches (temperature 1, a
@@ -30,6 +32,7 @@ import torch
 
 from .. import envs as E
 from .. import policy as P
+from ..trajectory import DEFAULT_TEMPLATE
 from . import rollout
 
 
@@ -44,9 +47,12 @@ def plan(env, seed):
 
 
 def forced(env, seed, arm):
-    """The episode of `seed` in `arm` ('rumour' or 'prose') after its six searches, and its context ids."""
+    """The episode of `seed` in `arm` ('rumour' or 'prose') after its six searches, and its
+    context ids; arm 'removed': the five other searches only (LAPO's c_−t for the slot)."""
     qs, slot, rumour, prose = plan(env, seed)
     qs[slot] = rumour if arm == "rumour" else prose
+    if arm == "removed":
+        del qs[slot]
     ep = env.reset(seed)
     ids = P.encode(ep.prompt)
     for q in qs:
@@ -71,21 +77,26 @@ def answer_logprob(model, contexts, answers):
 
 
 def paired(model, env, seeds, batch=50):
-    """Per episode: {seed, slot_after_atlas, rumour: {...}, prose: {...}}."""
+    """Per episode: {seed, slot_after_atlas, rumour: {...}, prose: {...}}. Each arm also
+    carries ``lapo_delta``: LAPO's backward Δ of the slot's turn (docs/method.md), log π of the
+    gold target (creditflow.trajectory.DEFAULT_TEMPLATE) with the turn minus without it."""
     rows = []
     for b in range(0, len(seeds), batch):
         chunk = seeds[b:b + batch]
         res = {s: {"seed": s} for s in chunk}
+        eps, ctx = zip(*[forced(env, s, "removed") for s in chunk])
+        without = answer_logprob(model, ctx, [DEFAULT_TEMPLATE.format(gold=e.gold) for e in eps])
         for arm in ("rumour", "prose"):
             eps, ctx = zip(*[forced(env, s, arm) for s in chunk])
+            full = answer_logprob(model, ctx, [DEFAULT_TEMPLATE.format(gold=e.gold) for e in eps])
             pg = answer_logprob(model, ctx, [env.format_answer(e, e.gold) for e in eps])
             pw = answer_logprob(model, ctx, [env.format_answer(e, e.wrong) for e in eps])
             acts = P.sample_actions(model, list(ctx), ["</answer>"] * len(ctx), max_tokens=env.max_action_bytes,
                                     temperature=0)
-            for s, e, g, w, (a, _) in zip(chunk, eps, pg, pw, acts):
+            for s, e, g, w, (a, _), f, o in zip(chunk, eps, pg, pw, acts, full, without):
                 ans = env.parse_answer(P.decode(a))
                 res[s][arm] = {"p_gold": math.exp(g), "p_wrong": math.exp(w), "greedy": ans == e.gold,
-                               "greedy_wrong": ans == e.wrong}
+                               "greedy_wrong": ans == e.wrong, "lapo_delta": f - o, "delta_negative": f - o < 0}
                 if arm == "rumour":
                     res[s]["slot_after_atlas"] = e.harmful_turns[0] > e.key_turns[0]
         rows += [res[s] for s in chunk]
@@ -126,7 +137,7 @@ def summarize(rows):
         rs = rows if sub is None else [r for r in rows if r["slot_after_atlas"] == sub]
         return sum(float(r[arm][key]) for r in rs) / len(rs) if rs else None
     out = {"episodes": len(rows)}
-    for key in ("p_gold", "p_wrong", "greedy", "greedy_wrong"):
+    for key in ("p_gold", "p_wrong", "greedy", "greedy_wrong", "lapo_delta", "delta_negative"):
         out[key] = {"prose": mean(key, "prose"), "rumour": mean(key, "rumour")}
     out["p_gold_by_order"] = {name: {"episodes": sum(r["slot_after_atlas"] == sub for r in rows),
                                      "prose": mean("p_gold", "prose", sub), "rumour": mean("p_gold", "rumour", sub)}
@@ -135,6 +146,22 @@ def summarize(rows):
     out["greedy_only_prose"] = sum(r["prose"]["greedy"] and not r["rumour"]["greedy"] for r in rows)
     out["greedy_only_rumour"] = sum(r["rumour"]["greedy"] and not r["prose"]["greedy"] for r in rows)
     return out
+
+
+def by_episode(rows):
+    """All episodes pooled, paired by episode: the mean difference of p_gold (prose − rumour)
+    with its standard error, and the exact two-sided sign test of the greedy answers that are
+    right in one arm only."""
+    d = [r["prose"]["p_gold"] - r["rumour"]["p_gold"] for r in rows]
+    only_p = sum(r["prose"]["greedy"] and not r["rumour"]["greedy"] for r in rows)
+    only_r = sum(r["rumour"]["greedy"] and not r["prose"]["greedy"] for r in rows)
+    n, k = only_p + only_r, min(only_p, only_r)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"episodes": len(rows), "p_gold_diff_mean": statistics.mean(d), "p_gold_diff_se": sd(d) / math.sqrt(len(d)),
+            "p_gold_lower_with_rumour": sum(x > 0 for x in d) / len(d),
+            "greedy_right_prose_only": only_p, "greedy_right_rumour_only": only_r, "sign_test_p": p,
+            "rumour_delta_negative": sum(r["rumour"]["lapo_delta"] < 0 for r in rows) / len(rows),
+            "prose_delta_negative": sum(r["prose"]["lapo_delta"] < 0 for r in rows) / len(rows)}
 
 
 def main(argv=None):
@@ -148,17 +175,21 @@ def main(argv=None):
     rollout.setup_torch()
     env, model = E.make_env("rumour"), P.load(a.init)
     seeds = [int(s) for s in a.seeds.split(",")]
-    per = []
+    per, rows = [], []
     for k in seeds:
         eps = [k * 1_000_000 + i for i in range(a.episodes)]
-        s = {"seed": k, "paired": summarize(paired(model, env, eps))}
+        rs = paired(model, env, eps)
+        rows += rs
+        s = {"seed": k, "paired": summarize(rs)}
         if a.free:
             s["free"] = free_play(model, env, [k * 1_000_000 + 500_000 + i for i in range(a.free)], k)
         per.append(s)
         print(json.dumps(s), file=sys.stderr)
-    diff = {key: [s["paired"][key]["prose"] - s["paired"][key]["rumour"] for s in per] for key in ("p_gold", "greedy")}
+    diff = {key: [s["paired"][key]["prose"] - s["paired"][key]["rumour"] for s in per]
+            for key in ("p_gold", "greedy", "lapo_delta")}
     result = {"init": a.init, "world": "rumour", "episodes_per_seed": a.episodes, "seeds": per,
-              "prose_minus_rumour": {key: {"mean": statistics.mean(v), "sd": sd(v), "per_seed": v} for key, v in diff.items()}}
+              "prose_minus_rumour": {key: {"mean": statistics.mean(v), "sd": sd(v), "per_seed": v} for key, v in diff.items()},
+              "by_episode": by_episode(rows)}
     text = json.dumps(result, indent=1)
     if a.out:
         with open(a.out, "w") as f:
