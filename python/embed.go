@@ -7,10 +7,10 @@ package python
 import "embed"
 
 // Package is the creditflow Python package: creditflow/*.py, its schemas, the
-// training loop (creditflow/learn) and the loop's starting checkpoint
-// (creditflow/learn/start).
+// training loop (creditflow/learn) and the loop's starting checkpoints
+// (creditflow/learn/start, and start-<world> for the worlds that have their own).
 //
-//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch creditflow/learn/start-household-long
+//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch creditflow/learn/start-household-long creditflow/learn/start-rumour
 var Package embed.FS
 
 // Lock is the pinned list of the project's Python environment (requirements.lock):

@@ -44,7 +44,7 @@ given. The summary reports held-out success by version and what the loop proved 
 	var asJSON *bool
 	fs.inGroup(groupGeneral, func() {
 		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo, grpo (outcome advantages only: LAPO with λ = 0), attnsr, or ppo (the terminal reward only, with the critic of --attnsr-output ppo)")
-		fs.StringVar(&o.World, "world", "", "searchqa, widesearch, household or household-long (default: household for attnsr and ppo, searchqa otherwise; docs/learn.md)")
+		fs.StringVar(&o.World, "world", "", "searchqa, widesearch, rumour, household or household-long (default: household for attnsr and ppo, searchqa otherwise; docs/learn.md)")
 		fs.IntVar(&o.Seed, "seed", o.Seed, "seed of the workers' episodes and the trainer")
 		fs.IntVar(&o.Steps, "steps", o.Steps, "trainer steps (each announces a new policy version)")
 		fs.IntVar(&o.Workers, "workers", o.Workers, "Python rollout workers")

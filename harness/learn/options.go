@@ -26,7 +26,7 @@ const (
 // Options configure one run of the loop.
 type Options struct {
 	Method        string // lapo | grpo | attnsr | ppo
-	World         string // searchqa | widesearch | household | household-long ("" : household for attnsr and ppo, searchqa otherwise)
+	World         string // searchqa | widesearch | rumour | household | household-long ("" : household for attnsr and ppo, searchqa otherwise)
 	Seed          int
 	Workers       int
 	Steps         int // trainer steps (policy versions after the start)
@@ -121,9 +121,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--epochs must be at least 1, --clip positive and --is-cap at least 1")
 	}
 	switch o.resolved().World {
-	case "searchqa", "widesearch", "household", "household-long":
+	case "searchqa", "widesearch", "rumour", "household", "household-long":
 	default:
-		return fmt.Errorf("--world %q: use searchqa, widesearch, household or household-long (docs/learn.md)", o.World)
+		return fmt.Errorf("--world %q: use searchqa, widesearch, rumour, household or household-long (docs/learn.md)", o.World)
 	}
 	if o.Workers < 1 || o.Steps < 1 || o.GroupsPerStep < 1 || o.GroupSize < 2 {
 		return fmt.Errorf("--workers, --steps and --groups-per-step must be positive and the group size at least 2")

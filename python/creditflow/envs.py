@@ -10,6 +10,9 @@ episode knows which turn mattered:
   when the name is the gold answer.
 - ``WideSearch`` (LAPO, GRPO): the same question with eight sources and three searches, so that
   an episode that succeeds carries two searches that did not help.
+- ``Rumour`` (``rumour``, LAPO's harmful turns): six searches among twelve sources; the atlas
+  holds the name, three rumour sources name another (wrong) one in the atlas's own words, the
+  rest give prose. Each episode records its rumour turns (``harmful_turns``).
 - ``Household`` (ALFWorld-shaped, AttnSR): the task is to unlock a box whose code is written on
   a note kept in one place of the house (the desk). The policy opens three places
   (``open PLACE``); the place that holds the note shows the code; then it writes
@@ -39,7 +42,7 @@ Only the standard library is used here.
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["SearchQA", "WideSearch", "Household", "LongHousehold", "Episode", "NAMES", "make_env", "judge", "ENVS"]
+__all__ = ["SearchQA", "WideSearch", "Rumour", "Household", "LongHousehold", "Episode", "NAMES", "make_env", "judge", "ENVS"]
 
 #: Gold answers and codes: the 26 made-up names of creditflow's synthetic worlds (one per
 #: initial, in capital letters; every other word the worlds write is lowercase), which the
@@ -197,6 +200,46 @@ class WideSearch(SearchQA):
         return ep
 
 
+class Rumour(SearchQA):
+    """Search-QA with harmful turns (``rumour``, docs/learn.md "The rumour world"): six searches
+    among twelve sources. The atlas holds the name; three rumour sources (blog, chat, forum)
+    say, in the atlas's own words (the same sentences), that the subject is also called another
+    name (one wrong name per episode, the same in all three), so that only the search that
+    produced it tells a rumour from the evidence, and a policy that copies a name from its
+    context may copy the wrong one; the other eight sources return prose. The demonstrations
+    (``expert_action``) are the other search worlds': the answer copies the gold name when the
+    atlas was searched. Each episode records the turns that showed
+    the name (``key_turns``) and those that showed the rumour (``harmful_turns``): the ground
+    truth an oracle-credit arm needs. The episode is replayable from its seed and its actions."""
+    name = "rumour"
+    info_turns = 6
+    options = ["atlas", "blog", "chat", "diary", "forum", "gazette", "hearsay", "journal", "memo", "news",
+               "tabloid", "wiki"]
+    rumours = ["blog", "chat", "forum"]
+
+    def reset(self, seed):
+        ep = super().reset(seed)
+        r = random.Random("rumour/%d" % seed)
+        ep.wrong = r.choice([n for n in NAMES if n != ep.gold])
+        ep.harmful_turns = []
+        ep.prompt = ep.prompt.replace("to search atlas, forum, news or wiki.",
+                                      "to search %s or %s." % (", ".join(self.options[:-1]), self.options[-1]))
+        return ep
+
+    def step(self, ep, action):
+        if self.phase(ep) == "info":
+            t = len(ep.turns)
+            if self.parse_query(action) in self.rumours:
+                ep.harmful_turns.append(t)
+        return super().step(ep, action)
+
+    def observe(self, ep, query, hit):
+        if query in self.rumours:
+            r = random.Random("searchqa/%d/%d" % (ep.seed, len(ep.turns)))
+            return "<information>%s, %s is also called %s.</information>" % (r.choice(self.fillers), ep.subject, ep.wrong)
+        return super().observe(ep, query, hit)
+
+
 class Household(_World):
     """ALFWorld-shaped, interactive: three places opened, one unlock (docs/learn.md)."""
     name = "household"
@@ -349,11 +392,11 @@ def judge(ep: Episode, noise: float, key: str) -> float:
     return 1.0 if ep.correct != wrong else 0.0
 
 
-ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "household": Household, "household-long": LongHousehold}
+ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "rumour": Rumour, "household": Household, "household-long": LongHousehold}
 
 
 def make_env(name: str):
-    """The world named `name` (searchqa, widesearch, household or household-long)."""
+    """The world named `name` (searchqa, widesearch, rumour, household or household-long)."""
     try:
         return ENVS[name]()
     except KeyError:
