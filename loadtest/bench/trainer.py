@@ -174,12 +174,12 @@ def trainer(brokers, topic, n, group, batch, decode=None):
     run ends, uncounted, with the full batch before it. With decode, the stream decodes each
     sample with it instead of creditflow.decode_sample."""
     if decode is not None:
-        import creditflow.kafka as kafka
-        own, kafka.decode_sample = kafka.decode_sample, decode
+        import creditflow.stream as stream  # where SampleStream looks decode_sample up
+        own, stream.decode_sample = stream.decode_sample, decode
         try:
             return trainer(brokers, topic, n, group, batch)
         finally:
-            kafka.decode_sample = own
+            stream.decode_sample = own
     s = creditflow.SampleStream(brokers, group, topic=topic, idle_timeout=10.0)
     s._consumer = _Clock(s._consumer)
     convert = to_torch or to_numpy
