@@ -102,6 +102,15 @@ func startPod(t *testing.T, py, modelDir, dtype string) string {
 // podLoad hot-loads a folder into the pod (POST /v1/admin/load).
 func podLoad(t *testing.T, url, dir string) {
 	t.Helper()
+	if status, eb := postLoad(t, url, dir); status != 200 {
+		t.Fatalf("loading %s into the pod: status %d: %+v", dir, status, eb)
+	}
+}
+
+// postLoad asks the pod to hot-load dir and returns the answer's status and,
+// for an error, its body.
+func postLoad(t *testing.T, url, dir string) (int, protocol.ErrorBody) {
+	t.Helper()
 	b, _ := json.Marshal(map[string]any{"model": dir})
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/admin/load", bytes.NewReader(b))
 	req.Header.Set(protocol.Header, protocol.Version)
@@ -111,11 +120,11 @@ func podLoad(t *testing.T, url, dir string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	var eb protocol.ErrorBody
 	if resp.StatusCode != 200 {
-		var eb protocol.ErrorBody
 		json.NewDecoder(resp.Body).Decode(&eb)
-		t.Fatalf("loading %s into the pod: status %d: %+v", dir, resp.StatusCode, eb)
 	}
+	return resp.StatusCode, eb
 }
 
 func podClient(t *testing.T, url string) *client.Client {

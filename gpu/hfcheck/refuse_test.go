@@ -1,16 +1,13 @@
 package hfcheck_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
 // refusal is a config neither scorer implements, made by changing the
@@ -96,19 +93,9 @@ func TestGoScorerRefuses(t *testing.T) {
 func podRefuses(t *testing.T, f *fixture, url string) {
 	for _, r := range refusals {
 		t.Run(r.name, func(t *testing.T) {
-			b, _ := json.Marshal(map[string]any{"model": refusedFolder(t, f, r)})
-			req, _ := http.NewRequest(http.MethodPost, url+"/v1/admin/load", bytes.NewReader(b))
-			req.Header.Set(protocol.Header, protocol.Version)
-			req.Header.Set("Authorization", "Bearer "+podAdminToken)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var eb protocol.ErrorBody
-			json.NewDecoder(resp.Body).Decode(&eb)
-			if resp.StatusCode != 400 || !strings.Contains(eb.Error, r.field) {
-				t.Fatalf("pod load: status %d %+v, want 400 naming %s", resp.StatusCode, eb, r.field)
+			status, eb := postLoad(t, url, refusedFolder(t, f, r))
+			if status != 400 || !strings.Contains(eb.Error, r.field) {
+				t.Fatalf("pod load: status %d %+v, want 400 naming %s", status, eb, r.field)
 			}
 			t.Logf("%s", eb.Error)
 		})
