@@ -48,6 +48,9 @@ func TestMonitorPageInBrowser(t *testing.T) {
 	}
 	exe := chromium()
 	if exe == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no chromium binary (.ci/run installs it: apt-get install chromium)")
+		}
 		t.Skip("no chromium binary (apt-get install chromium, or set CREDITFLOW_CHROMIUM)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
