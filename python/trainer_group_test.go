@@ -80,7 +80,7 @@ func TestTrainersInOneGroupGetWholeGroups(t *testing.T) {
 			const partitions, groups, size = 6, 12, 4
 			brokers := startBroker(t)
 			run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", fmt.Sprint(partitions),
-				"--log-level", "warn", "--commit-interval", "200ms", "--metrics-addr=")
+				"--log-level", "warn", "--commit-interval", "200ms", "--metrics-addr=", "--scorers", "local")
 			readers := make([]*proc, n)
 			for i := range readers {
 				readers[i] = startProc(t, pyEnv(t), py, "-c", groupReader, brokers, fmt.Sprint(i))

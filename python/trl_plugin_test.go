@@ -52,7 +52,7 @@ func TestTRLAsyncGRPOPlugin(t *testing.T) {
 	py := trlPython(t)
 	brokers := startBroker(t)
 	run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4",
-		"--log-level", "warn", "--commit-interval", "200ms", "--metrics-addr=")
+		"--log-level", "warn", "--commit-interval", "200ms", "--metrics-addr=", "--scorers", "local")
 	const groups = 3
 	out := filepath.Join(t.TempDir(), "trl.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
