@@ -101,7 +101,7 @@ func readable(mode os.FileMode, fileGID, uid int64, gids []int64) bool {
 }
 
 // TestSecretsReadableByPodUser: every Secret file a container mounts can be
-// read by the user the container runs as (the finding of issue 40: mode 0400
+// read by the user the container runs as (the chart once mounted them with mode 0400,
 // files owned by root, read by uid 65532).
 func TestSecretsReadableByPodUser(t *testing.T) {
 	for name, args := range valueSets(t) {
