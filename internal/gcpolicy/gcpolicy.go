@@ -6,9 +6,8 @@
 //
 //   - the GC percentage is DefaultPercent (200) instead of Go's 100: the
 //     stages allocate fresh memory for every record they read and every
-//     request they send; at 200 the search-QA score stage's CPU per record
-//     was a median 17% lower than at 100, for a resident set about 1.4×
-//     larger (docs/performance-passes.md, fourteenth pass);
+//     request they send, and fewer collections cost less CPU for a larger
+//     resident set (measured in docs/performance-passes.md);
 //   - inside a container with a memory limit (cgroup v2 memory.max or v1
 //     memory.limit_in_bytes of the cgroup mounted at /sys/fs/cgroup) the soft
 //     memory limit is LimitFraction (90%) of it, so that a heap that grows

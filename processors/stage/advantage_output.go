@@ -42,9 +42,8 @@ func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, 
 // Sends are coalesced: the partition loop hands the queued ones to the
 // producer in one call when it has no record waiting (flushIdle), and send
 // does at once when they reach coalesceBytes or coalesceSends, or when one
-// send is a large sample's (emitEachBytes). A producer
-// call costs about as much as a group's samples take to build at search-QA
-// (docs/performance-passes.md, sixteenth pass).
+// send is a large sample's (emitEachBytes): a producer call costs about as
+// much as building a small group's samples (docs/performance-passes.md).
 func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 	size := 0
 	for _, msg := range msgs {

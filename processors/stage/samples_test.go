@@ -62,8 +62,8 @@ func TestSampleScratchMatchesFresh(t *testing.T) {
 }
 
 // BenchmarkSamples builds and encodes the five samples of a search-QA group
-// as the advantage stage did before the fifth pass (fresh arrays and buffers
-// per sample) and as it does now (one scratch per partition, encode buffers
+// with fresh arrays and buffers per sample (the naive way) and as the
+// advantage stage does (one scratch per partition, encode buffers
 // recycled after the broker's acknowledgement). B/op is the memory written
 // afresh per group.
 //

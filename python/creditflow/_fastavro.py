@@ -9,7 +9,7 @@ returns, with the packed arrays as read-only numpy views of the bytes fastavro r
 (a copy of each array; wire.decode_sample's are views of the input). Bodies fastavro refuses
 raise WireError("undecodable"), whatever fastavro raised.
 
-Why the package keeps its own decoder: docs/performance-passes.md, nineteenth pass.
+The package decodes with its own decoder, which is faster (docs/performance.md, "The trainer's end").
 """
 
 import io

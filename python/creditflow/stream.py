@@ -30,12 +30,10 @@ log = logging.getLogger("creditflow")
 __all__ = ["SampleStream", "GROUP_CONFIG"]
 
 _BULK = 256  # messages SampleStream takes from librdkafka per call
-# Per partition and per fetch request: librdkafka's defaults, said here because larger ones
-# were tried and measured slower. A fetch's answer is handed to the trainer only once all of
-# it has arrived, and one is in flight per broker at a time: with 16 MiB per partition the
-# trainer waited for each answer, up to 40% of its time at 32k tokens, and read 0.46-0.48 of
-# a bare consumer's rate at 32k and 0.44-0.51 at search-QA size against 0.59-0.73 and
-# 0.56-0.61 with 1 MiB (docs/performance-passes.md, eighteenth pass).
+# Per partition and per fetch request: librdkafka's defaults, said here so that nobody raises
+# them: a fetch's answer is handed to the trainer only once all of it has arrived, and one is
+# in flight per broker at a time, so larger fetches make the trainer wait for each answer
+# (docs/performance-passes.md).
 _FETCH_PARTITION_BYTES = 1 << 20
 _FETCH_BYTES = 50 << 20
 
@@ -51,9 +49,8 @@ GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
 def _prefetch_config():
     """How librdkafka refills the prefetch queue once it was over its bound
     (queued.max.messages.kbytes, 64 MiB by default). Until v2.2.0 it waits a fixed second
-    before fetching again; a trainer that drains 64 MiB of samples in less (≈ 4,000 search-QA
-    samples, a quarter of a second) then waits for data most of that second, which measured
-    up to 0.8 s of a 1.3 s run (docs/performance-passes.md, "The trainer's end stalls"). From
+    before fetching again, and a trainer that drains 64 MiB of samples in less then waits for
+    data most of that second (docs/performance-passes.md, "The trainer's end stalls"). From
     v2.2.0 the wait is fetch.queue.backoff.ms, set short here; before, the bound is raised
     to 512 MiB so that a trainer needs more than a second to drain it."""
     if libversion()[1] >= 0x020200FF:
