@@ -28,14 +28,13 @@ itself; numpy) and, for the script mode and `produce`, confluent-kafka.
 import argparse
 import hashlib
 import json
-import os
 import sys
 
 try:
     from creditflow.chunks import CHUNK, CHUNK_BYTES, CHUNK_OF, DEFAULT_CHUNK_BYTES, Reassembler, split
-except ImportError:  # running from a repository checkout
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    from creditflow.chunks import CHUNK, CHUNK_BYTES, CHUNK_OF, DEFAULT_CHUNK_BYTES, Reassembler, split
+except ImportError:
+    raise SystemExit("the creditflow package is not installed: pip install ./python (from the repository root), "
+                     "or run with PYTHONPATH=python")
 
 __all__ = ["CHUNK", "CHUNK_OF", "CHUNK_BYTES", "DEFAULT_CHUNK_BYTES", "Reassembler", "split", "produce"]
 

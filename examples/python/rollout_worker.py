@@ -18,15 +18,14 @@ Debian's python3-confluent-kafka and python3-numpy.
 
 import argparse
 import json
-import os
 import random
 import sys
 
 try:
     import creditflow
-except ImportError:  # running from a repository checkout
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    import creditflow
+except ImportError:
+    raise SystemExit("the creditflow package is not installed: pip install ./python (from the repository root), "
+                     "or run with PYTHONPATH=python")
 
 WORDS = ["oslo", "kyoto", "lisbon", "hypatia", "grace hopper", "the gobi", "patagonia"]
 

@@ -16,7 +16,6 @@ Needs the creditflow package and Debian's python3-confluent-kafka and python3-nu
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -24,9 +23,9 @@ import numpy as np
 
 try:
     import creditflow
-except ImportError:  # running from a repository checkout
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    import creditflow
+except ImportError:
+    raise SystemExit("the creditflow package is not installed: pip install ./python (from the repository root), "
+                     "or run with PYTHONPATH=python")
 
 
 def check(s):

@@ -121,6 +121,7 @@ func TestOutsideReadersAndChunks(t *testing.T) {
 		dir, _ := filepath.Abs("../../examples/python")
 		cmd := exec.CommandContext(ctx, py, "creditflow_chunks.py", "--brokers", addr, "--topic", topic)
 		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(dir, "..", "..", "python")) // the package from the checkout
 		var stderr bytes.Buffer // librdkafka's own log lines (a newer one logs more) go there
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -167,6 +168,7 @@ func TestOutsideReadersAndChunks(t *testing.T) {
 		}
 		pcmd := exec.CommandContext(ctx, py, "creditflow_chunks.py", "--brokers", addr, "--topic", "py-chunks", "--produce", file, "--key", "big")
 		pcmd.Dir = dir
+		pcmd.Env = cmd.Env
 		if out, err := pcmd.CombinedOutput(); err != nil {
 			t.Fatalf("python producer: %v\n%s", err, out)
 		}

@@ -2,6 +2,7 @@ package stage_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ func TestPythonClientsEndToEnd(t *testing.T) {
 	addr := strings.Join(b.Addrs(), ",")
 	worker := exec.Command(py, "rollout_worker.py", "--brokers", addr, "--groups", "3", "--group-size", "4")
 	worker.Dir = dir
+	worker.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(dir, "..", "..", "python")) // the package from the checkout
 	if out, err := worker.CombinedOutput(); err != nil {
 		t.Fatalf("rollout worker: %v\n%s", err, out)
 	}
@@ -33,6 +35,7 @@ func TestPythonClientsEndToEnd(t *testing.T) {
 	defer tcancel()
 	trainer := exec.CommandContext(tctx, py, "trainer.py", "--brokers", addr, "--expect", "12", "--timeout", "120")
 	trainer.Dir = dir
+	trainer.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(dir, "..", "..", "python")) // the package from the checkout
 	out, err := trainer.CombinedOutput()
 	if err != nil {
 		t.Fatalf("trainer: %v\n%s", err, out)

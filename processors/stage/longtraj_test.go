@@ -221,6 +221,7 @@ func TestLongTrajectoryEndToEnd(t *testing.T) {
 		tr := exec.CommandContext(ctx, py, "trainer.py", "--brokers", strings.Join(cfg.Brokers, ","),
 			"--topic", cfg.Topics.Samples, "--expect", "2", "--batch", "2", "--timeout", "60")
 		tr.Dir = dir
+		tr.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(dir, "..", "..", "python")) // the package from the checkout
 		out, err := tr.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), `"samples": 2`) || !strings.Contains(string(out), `"invalid": 0`) {
 			t.Fatalf("python trainer: %v\n%s", err, out)

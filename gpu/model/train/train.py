@@ -32,10 +32,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "pod"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
-from cfpod import safetensors  # noqa: E402
-from creditflow.policy import Llama  # noqa: E402  (the same network the training loop's policy is)
+try:
+    from cfpod import safetensors
+    from creditflow.policy import Llama  # the same network the training loop's policy is
+except ImportError:
+    raise SystemExit("needs the creditflow and cfpod packages: pip install ./python ./gpu/pod "
+                     "(from the repository root)")
 
 VOCAB, PAD = 260, 258
 CONFIG = {
