@@ -116,20 +116,7 @@ func TestClientFollowsHeadlessService(t *testing.T) {
 	sets := scorertest.MakeSets(8, 20, 3)
 	want := scorertest.ExpectedScores(t, sets)
 	run := func() {
-		var wg sync.WaitGroup
-		for i := range sets {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got, err := c.ScoreRows(context.Background(), sets[i:i+1])
-				if err != nil {
-					t.Errorf("caller %d: %v", i, err)
-					return
-				}
-				scorertest.EqualScores(t, "discovered scorer", got, want[i:i+1])
-			}()
-		}
-		wg.Wait()
+		scoreEachAtOnce(t, c, sets, want, "discovered scorer")
 		if t.Failed() {
 			t.FailNow()
 		}

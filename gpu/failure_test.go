@@ -204,20 +204,7 @@ func TestClientSplitsOnTooLarge(t *testing.T) {
 	c := newClient(t, []string{url}, client.WithMaxWait(20*time.Millisecond))
 	sets := scorertest.MakeSets(13, 16, 4)
 	want := scorertest.ExpectedScores(t, sets)
-	var wg sync.WaitGroup
-	for i := range sets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, err := c.ScoreRows(context.Background(), sets[i:i+1])
-			if err != nil {
-				t.Errorf("caller %d: %v", i, err)
-				return
-			}
-			scorertest.EqualScores(t, "after split", got, want[i:i+1])
-		}()
-	}
-	wg.Wait()
+	scoreEachAtOnce(t, c, sets, want, "after split")
 	// One caller with all 16 sets in one call: split until each part fits.
 	got, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {

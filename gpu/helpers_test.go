@@ -1,12 +1,16 @@
 package gpu_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/gpu/client"
+	"github.com/creditflow/creditflow/gpu/internal/scorertest"
 	"github.com/creditflow/creditflow/gpu/protocol"
 )
 
@@ -43,4 +47,24 @@ func writeError(w http.ResponseWriter, status int, body protocol.ErrorBody) {
 	w.Header().Set(protocol.Header, protocol.Version)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// scoreEachAtOnce scores every set in a caller of its own, all at once, and
+// checks each answer against want.
+func scoreEachAtOnce(t *testing.T, c *client.Client, sets []gpu.RowSet, want []gpu.RowScores, what string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range sets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := c.ScoreRows(context.Background(), sets[i:i+1])
+			if err != nil {
+				t.Errorf("caller %d: %v", i, err)
+				return
+			}
+			scorertest.EqualScores(t, what, got, want[i:i+1])
+		}()
+	}
+	wg.Wait()
 }
