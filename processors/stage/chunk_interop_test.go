@@ -122,7 +122,7 @@ func TestOutsideReadersAndChunks(t *testing.T) {
 		cmd := exec.CommandContext(ctx, py, "creditflow_chunks.py", "--brokers", addr, "--topic", topic)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(dir, "..", "..", "python")) // the package from the checkout
-		var stderr bytes.Buffer // librdkafka's own log lines (a newer one logs more) go there
+		var stderr bytes.Buffer                                                                // librdkafka's own log lines (a newer one logs more) go there
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {

@@ -322,28 +322,45 @@ func TestAttnSRScorerVersionFromAnswers(t *testing.T) {
 	}
 	gen := synth.Default()
 	gen.Shape, gen.GroupSize = synth.ALFWorld, 2
-	var msgs []producers.Message
-	for _, tr := range gen.Group(0) {
+	trs := gen.Group(0)
+	for i := range trs {
 		src := "alfworld"
-		tr.Source = &src
-		b, err := schemas.Trajectories().Encode(&tr)
+		trs[i].Source = &src
+	}
+	for _, s := range publishAndRead(t, e, trs) {
+		if s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 6 || s.Source == nil || *s.Source != "alfworld" {
+			t.Fatalf("sample %s: scorer_policy_version %v source %v, want 6 and alfworld", s.TrajectoryID, s.ScorerPolicyVersion, s.Source)
+		}
+	}
+}
+
+// publishAndRead publishes trs on the trajectories topic and returns the
+// samples once one per trajectory is on the samples topic.
+func publishAndRead(t *testing.T, e *env, trs []schemas.Trajectory) []*schemas.Sample {
+	t.Helper()
+	var msgs []producers.Message
+	for i := range trs {
+		b, err := schemas.Trajectories().Encode(&trs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs = append(msgs, producers.Message{Topic: e.cfg.Topics.Trajectories, Key: []byte(tr.PromptID), Value: b})
+		msgs = append(msgs, producers.Message{Topic: e.cfg.Topics.Trajectories, Key: []byte(trs[i].PromptID), Value: b})
 	}
 	if err := e.prod.Produce(context.Background(), msgs...); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the samples", func() bool { return len(keysOn(t, e.cfg.Brokers, e.cfg.Topics.Samples)) == len(msgs) })
+	var out []*schemas.Sample
 	for _, recs := range readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples) {
 		for _, r := range recs {
-			s, _ := schemas.Samples().Decode(r.Value)
-			if s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 6 || s.Source == nil || *s.Source != "alfworld" {
-				t.Fatalf("sample %s: scorer_policy_version %v source %v, want 6 and alfworld", s.TrajectoryID, s.ScorerPolicyVersion, s.Source)
+			s, err := schemas.Samples().Decode(r.Value)
+			if err != nil {
+				t.Fatal(err)
 			}
+			out = append(out, s)
 		}
 	}
+	return out
 }
 
 // TestScorerVersionWithoutScorerCall: a LAPO trajectory without a gold
@@ -358,25 +375,13 @@ func TestScorerVersionWithoutScorerCall(t *testing.T) {
 	}
 	gen := synth.Default()
 	gen.GroupSize = 2
-	var msgs []producers.Message
-	for _, tr := range gen.Group(0) {
-		tr.GoldTarget, tr.GoldSpan = nil, [2]int32{} // no gold target: LAPO has no rows to score
-		b, err := schemas.Trajectories().Encode(&tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, producers.Message{Topic: e.cfg.Topics.Trajectories, Key: []byte(tr.PromptID), Value: b})
+	trs := gen.Group(0)
+	for i := range trs {
+		trs[i].GoldTarget, trs[i].GoldSpan = nil, [2]int32{} // no gold target: LAPO has no rows to score
 	}
-	if err := e.prod.Produce(context.Background(), msgs...); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the samples", func() bool { return len(keysOn(t, e.cfg.Brokers, e.cfg.Topics.Samples)) == len(msgs) })
-	for _, recs := range readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples) {
-		for _, r := range recs {
-			s, _ := schemas.Samples().Decode(r.Value)
-			if s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 3 {
-				t.Fatalf("sample %s: scorer_policy_version %v, want 3", s.TrajectoryID, s.ScorerPolicyVersion)
-			}
+	for _, s := range publishAndRead(t, e, trs) {
+		if s.ScorerPolicyVersion == nil || *s.ScorerPolicyVersion != 3 {
+			t.Fatalf("sample %s: scorer_policy_version %v, want 3", s.TrajectoryID, s.ScorerPolicyVersion)
 		}
 	}
 }
