@@ -159,25 +159,7 @@ func TestScorerCommandMatchesTransformers(t *testing.T) {
 	l.Close()
 	cmd := exec.Command(creditflowBinary(t), "scorer", "--model", m.Dir, "--max-context", strconv.Itoa(maxContext),
 		"--listen", addr, "--log-level", "warn")
-	var logs lockedBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("scorer log:\n%s", logs.String())
-		}
-	})
+	exited, logs := startProcess(t, cmd, "scorer")
 	url := "http://" + addr
 	for deadline := time.Now().Add(time.Minute); ; {
 		if resp, err := http.Get(url + "/healthz"); err == nil {
@@ -201,4 +183,32 @@ func TestScorerCommandMatchesTransformers(t *testing.T) {
 	}
 	defer c.Close()
 	compareHTTP(t, c, m, m.cases, m.ref["float32"], "float32 (creditflow scorer)", tolScore, tolGraph)
+}
+
+// startProcess starts cmd with its output kept, and at the end of the test
+// stops it (SIGTERM, then SIGKILL after 20 s) and logs its output when the
+// test failed. It returns a channel closed when the process has exited, and
+// the output.
+func startProcess(t *testing.T, cmd *exec.Cmd, what string) (exited chan struct{}, logs *lockedBuffer) {
+	t.Helper()
+	logs = &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", what, logs.String())
+		}
+	})
+	return exited, logs
 }

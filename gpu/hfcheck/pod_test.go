@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,25 +62,7 @@ func startPod(t *testing.T, py, modelDir, dtype string) string {
 		"--token-file", tokFile, "--admin-token-file", adminFile, "--device", "cpu", "--dtype", dtype, "--threads", "2",
 		"--max-context", strconv.Itoa(maxContext), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+podDir)
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("pod log:\n%s", logs.String())
-		}
-	})
+	exited, logs := startProcess(t, cmd, "pod")
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		b, err := os.ReadFile(portFile)
