@@ -17,6 +17,7 @@ import (
 	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/gpu/server"
+	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
@@ -30,17 +31,9 @@ import (
 // version; an announcement whose checkpoint does not load keeps the
 // current weights and version.
 func TestScorerFollowsAnnouncements(t *testing.T) {
-	b := brokertest.Start(t)
+	b, prod := policyBroker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, policy.TopicSpec("")); err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 
 	sc := local.New(model.Tiny(), local.WithPolicyVersion(1))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -177,17 +170,9 @@ func (s *syncBuffer) String() string {
 // logged once per announced version, whether it was announced before the
 // scorer started (read at catch-up, then woken again) or while it runs.
 func TestScorerLogsAFailedCheckpointOnce(t *testing.T) {
-	b := brokertest.Start(t)
+	b, prod := policyBroker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, policy.TopicSpec("")); err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	missing := t.TempDir() + "/missing"
 	if err := policy.Announce(ctx, prod, "", schemas.PolicyAnnouncement{Version: 3, Checkpoint: missing}); err != nil {
 		t.Fatal(err)
@@ -218,4 +203,20 @@ func TestScorerLogsAFailedCheckpointOnce(t *testing.T) {
 	if got, _ := sc.Info(ctx); got.PolicyVersion != 0 {
 		t.Fatalf("scorer reports version %d after failed loads, want 0", got.PolicyVersion)
 	}
+}
+
+// policyBroker starts an embedded broker with the policy topic and a
+// producer on it.
+func policyBroker(t *testing.T) (*broker.Broker, *producers.Producer) {
+	t.Helper()
+	b := brokertest.Start(t)
+	if err := producers.EnsureTopics(context.Background(), b.Addrs(), kafkasec.Config{}, policy.TopicSpec("")); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := producers.New(producers.Config{Brokers: b.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prod.Close() })
+	return b, prod
 }
