@@ -6,10 +6,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/server"
 )
 
 // scorerServeCmd is the harness's own scorer process: the CPU reference
@@ -26,7 +26,7 @@ func scorerServe(args []string) (int, error) {
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
 	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-	srv := server.New(local.New(model.Tiny()), server.WithLogger(log))
+	srv := server.New(local.New(cpumodel.Tiny()), server.WithLogger(log))
 	if err := srv.ListenAndServe(ctx, *addr); err != nil {
 		return 1, err
 	}

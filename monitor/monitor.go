@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 // Monitor reads samples topics and the dead-letter topic into an

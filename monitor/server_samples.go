@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 // WithTokenizer sets the vocabulary the sample view decodes token ids with

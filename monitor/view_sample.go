@@ -1,8 +1,8 @@
 package monitor
 
 import (
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 // SampleView is one sample laid out for reading: GET

@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 // TestGoldTargetsFromHFTokenizers: a byte-level BPE and a Unigram tokenizer
-// trained with the tokenizers library (gpu/model/tokenizer/testdata), wrapped
+// trained with the tokenizers library (tokenizer/testdata), wrapped
 // in transformers' PreTrainedTokenizerFast as docs/python.md shows, fill the
 // gold target of build_trajectory (python/testdata/hf_gold.py) for ASCII,
 // accented, CJK, emoji and space-padded gold answers. On the Go side the
@@ -37,7 +37,7 @@ func TestGoldTargetsFromHFTokenizers(t *testing.T) {
 	py := pyenvtest.Python(t)
 	dir := t.TempDir()
 	root := repoRoot(t)
-	runPy(t, py, 2*time.Minute, filepath.Join(root, "gpu", "model", "tokenizer", "testdata", "hf_decode.py"), dir)
+	runPy(t, py, 2*time.Minute, filepath.Join(root, "tokenizer", "testdata", "hf_decode.py"), dir)
 	names := []string{"bpe-byte-level", "unigram-metaspace-first", "unigram-llama2"}
 	args := []string{filepath.Join(root, "python", "testdata", "hf_gold.py"), filepath.Join(dir, "gold.json")}
 	for _, n := range names {
@@ -97,7 +97,7 @@ func TestGoldTargetsFromHFTokenizers(t *testing.T) {
 			if !reflect.DeepEqual(c.Target, c.LibraryIDs) {
 				t.Errorf("%s: target %v, tokenizers encodes the template as %v", where, c.Target, c.LibraryIDs)
 			}
-			set, err := gpu.ExpandSet(plan.RowSet("x"))
+			set, err := scorer.ExpandSet(plan.RowSet("x"))
 			if err != nil || plan.NoGoldTarget() || len(set.Rows) != 3 {
 				t.Fatalf("%s: the stage's plan: %d rows, %v (want c_full and one per search turn)", where, len(set.Rows), err)
 			}

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
 func b64ids(ids []int32) string {
@@ -43,7 +43,7 @@ func TestPodFollowsPolicyAnnouncements(t *testing.T) {
 	py := projectPython(t) // the pod needs uvicorn: the project environment has it
 	root := repoRoot(t)
 	dir := t.TempDir()
-	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "scorer", "gpupod")+string(os.PathListSeparator)+
 		filepath.Join(root, "python"), "PYTHONDONTWRITEBYTECODE=1")
 	runToEnd(t, env, py, "-c", `import sys
 from tests.util import small_config, write_checkpoint
@@ -204,13 +204,13 @@ func TestPodVersionReachesSamples(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 	for _, m := range []string{"m1", "m2"} {
-		if err := model.WriteTiny(filepath.Join(dir, m)); err != nil {
+		if err := cpumodel.WriteTiny(filepath.Join(dir, m)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The follower imports the creditflow package: both folders, as `pip install ./python
-	// "./gpu/pod[kafka]"` would give.
-	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "gpu", "pod")+string(os.PathListSeparator)+
+	// "./scorer/gpupod[kafka]"` would give.
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "scorer", "gpupod")+string(os.PathListSeparator)+
 		filepath.Join(root, "python"), "PYTHONDONTWRITEBYTECODE=1")
 	brokers := startBroker(t)
 	portFile := filepath.Join(dir, "port")

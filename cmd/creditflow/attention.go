@@ -3,7 +3,7 @@ package main
 import (
 	"os"
 
-	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
 func init() {
@@ -34,5 +34,5 @@ lines before it have been answered. The format is in docs/offline.md.`)
 	if err != nil {
 		return err
 	}
-	return model.RunAttentionJSONL(m, os.Stdin, os.Stdout)
+	return cpumodel.RunAttentionJSONL(m, os.Stdin, os.Stdout)
 }

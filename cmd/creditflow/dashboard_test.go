@@ -239,7 +239,7 @@ func keys(m map[string]bool) []string {
 func podSeries(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "gpu/pod/cfpod/*.py"))
+	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "scorer/gpupod/cfpod/*.py"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

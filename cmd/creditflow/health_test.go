@@ -13,9 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
@@ -23,6 +20,9 @@ import (
 	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/server"
 )
 
 // get returns the status and body of GET url (0 when it did not answer).
@@ -83,7 +83,7 @@ func TestRunWaitsForItsScorerNotReady(t *testing.T) {
 	// The scorer comes up (the server `creditflow scorer` runs).
 	sctx, stopScorer := context.WithCancel(context.Background())
 	defer stopScorer()
-	go func() { _ = server.New(local.New(model.Tiny())).ListenAndServe(sctx, scorerAddr) }()
+	go func() { _ = server.New(local.New(cpumodel.Tiny())).ListenAndServe(sctx, scorerAddr) }()
 	up := time.Now()
 	for {
 		code, body := get(base + "/readyz")

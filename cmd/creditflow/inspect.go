@@ -10,10 +10,10 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/monitor/inspect"
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 func init() {

@@ -17,12 +17,12 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 func init() {

@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
 // topicRecords reads every record of topic (chunked ones assembled).
@@ -62,7 +62,7 @@ func TestReplayRescoresWithAnotherStatistic(t *testing.T) {
 	if after := topicEnds(t, brokers, live.Trajectories, live.Scored, live.Samples); !equalEnds(before, after) {
 		t.Fatalf("the replay changed the live topics: before %v after %v", before, after)
 	}
-	m := model.Tiny()
+	m := cpumodel.Tiny()
 	cc := credit.DefaultConfig()
 	deltas := map[string][]*float64{}
 	checked := 0
@@ -80,7 +80,7 @@ func TestReplayRescoresWithAnotherStatistic(t *testing.T) {
 		}
 		var h []float64
 		if len(rows) > 0 {
-			if h, _, err = m.ScoreRowsStatistic(rows, model.StatEntropy); err != nil {
+			if h, _, err = m.ScoreRowsStatistic(rows, cpumodel.StatEntropy); err != nil {
 				t.Fatal(err)
 			}
 		}

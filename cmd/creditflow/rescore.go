@@ -13,12 +13,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/client"
-	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/client"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // lapoStatisticHelp is the help of --lapo-statistic where it chooses what
@@ -53,7 +53,7 @@ func addScorerFlags(fs *flagSet, required bool) scorerFlags {
 
 // newScorer builds the scorer of f: a client of the endpoints, or the
 // in-process scorer on the model (local.New with opts); close releases it.
-func (f scorerFlags) newScorer(log zerolog.Logger, reg prometheus.Registerer, opts ...local.Option) (scorer gpu.Scorer, sc *local.Scorer, close func(), err error) {
+func (f scorerFlags) newScorer(log zerolog.Logger, reg prometheus.Registerer, opts ...local.Option) (s scorer.Scorer, sc *local.Scorer, close func(), err error) {
 	if *f.endpoints == "" || strings.TrimSpace(*f.endpoints) == "local" {
 		m, err := loadModelFlag(*f.model, 0)
 		if err != nil {
@@ -92,8 +92,8 @@ func recordStatistic(s *schemas.Scored) string {
 // with it (its trajectory is in the record), every other record is copied
 // as it is. A record the scorer rejects is reported on stderr and left out.
 // It returns the records written and re-scored.
-func rescoreTopic(ctx context.Context, cfg stage.Config, scorer gpu.Scorer, prod *producers.Producer, ends map[int]int64, out string) (written, rescored int, err error) {
-	sc, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
+func rescoreTopic(ctx context.Context, cfg stage.Config, src scorer.Scorer, prod *producers.Producer, ends map[int]int64, out string) (written, rescored int, err error) {
+	sc, err := stage.NewScoreStage(ctx, cfg, src, prod)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -16,13 +16,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/local"
 	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 func init() {
@@ -314,11 +314,11 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 // (scorer pods may need minutes to load a model; the process is not ready
 // meanwhile and says on /readyz and in its log what it waits for), then
 // runs the score stage until ctx ends.
-func runScoreStage(ctx context.Context, cfg stage.Config, scorer gpu.Scorer, prod *producers.Producer, check *stageCheck, log zerolog.Logger) error {
+func runScoreStage(ctx context.Context, cfg stage.Config, src scorer.Scorer, prod *producers.Producer, check *stageCheck, log zerolog.Logger) error {
 	var lastLog time.Time
 	check.wait("waiting for a scorer to answer")
 	for {
-		s, err := stage.NewScoreStage(ctx, cfg, scorer, prod)
+		s, err := stage.NewScoreStage(ctx, cfg, src, prod)
 		if err == nil {
 			check.start(s)
 			log.Info().Msg("a scorer answered: the score stage starts")

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/creditflow/creditflow/gpu/model"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
 func init() {
@@ -20,14 +20,14 @@ const maxContextFlagHelp = "cap the model's context at this many tokens: longer 
 // loadModelFlag opens the model named by --model: "tiny" (or empty) is the
 // built-in trained model, "tiny-random" the random-weight one, anything else
 // a Hugging Face folder; maxContext > 0 caps its context (--max-context).
-func loadModelFlag(dir string, maxContext int) (*model.Model, error) {
+func loadModelFlag(dir string, maxContext int) (*cpumodel.Model, error) {
 	if maxContext < 0 {
 		return nil, usageError{fmt.Errorf("--max-context %d: want 0 (the model's own) or a positive number of tokens", maxContext)}
 	}
-	if m, ok := model.Builtin(dir); ok {
+	if m, ok := cpumodel.Builtin(dir); ok {
 		return m.CapContext(maxContext), nil
 	}
-	return model.LoadWith(dir, model.WithMaxContext(maxContext))
+	return cpumodel.LoadWith(dir, cpumodel.WithMaxContext(maxContext))
 }
 
 func runScore(args []string) error {
@@ -52,17 +52,17 @@ all lines before it have been answered. The format is in docs/offline.md.`)
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "tiny", modelFlagHelp)
 		maxCtx = fs.Int("max-context", 0, maxContextFlagHelp)
-		stat = fs.String("statistic", model.StatLogProb, "what each row is answered with: logprob (S), entropy or kl (docs/offline.md)")
+		stat = fs.String("statistic", cpumodel.StatLogProb, "what each row is answered with: logprob (S), entropy or kl (docs/offline.md)")
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err
 	}
-	if err := model.CheckStatistic(*stat); err != nil {
+	if err := cpumodel.CheckStatistic(*stat); err != nil {
 		return usageError{err}
 	}
 	m, err := loadModelFlag(*dir, *maxCtx)
 	if err != nil {
 		return err
 	}
-	return model.RunScoreJSONLStatistic(m, os.Stdin, os.Stdout, *stat)
+	return cpumodel.RunScoreJSONLStatistic(m, os.Stdin, os.Stdout, *stat)
 }

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/policy"
+	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )

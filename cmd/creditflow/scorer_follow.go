@@ -6,11 +6,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // followCatchUp is how long followPolicy waits for the policy topic to be
@@ -60,7 +60,7 @@ func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec k
 		if info, err := sc.Info(ctx); err == nil {
 			cap = info.MaxContext
 		}
-		m, err := model.LoadWith(a.Checkpoint, model.WithMaxContext(cap))
+		m, err := cpumodel.LoadWith(a.Checkpoint, cpumodel.WithMaxContext(cap))
 		if err == nil {
 			err = sc.Swap(m, a.Version)
 		}

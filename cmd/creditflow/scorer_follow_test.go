@@ -12,17 +12,17 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/client"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/client"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/server"
 )
 
 // TestScorerFollowsAnnouncements serves the CPU scorer with --follow-policy
@@ -35,7 +35,7 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	sc := local.New(model.Tiny(), local.WithPolicyVersion(1))
+	sc := local.New(cpumodel.Tiny(), local.WithPolicyVersion(1))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +48,12 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 	defer c.Close()
 	follower := followPolicy(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.Nop(), policy.WithPollInterval(20*time.Millisecond))
 	dir := t.TempDir()
-	if err := model.WriteTiny(dir); err != nil {
+	if err := cpumodel.WriteTiny(dir); err != nil {
 		t.Fatal(err)
 	}
 
-	set := gpu.RowSet{ID: "t", Rows: []gpu.Row{{Context: model.TinyTokens("who wrote hamlet?"),
-		Target: model.TinyTokens("<answer>shakespeare</answer>"), Span: [2]int{8, 19}}}}
+	set := scorer.RowSet{ID: "t", Rows: []scorer.Row{{Context: cpumodel.TinyTokens("who wrote hamlet?"),
+		Target: cpumodel.TinyTokens("<answer>shakespeare</answer>"), Span: [2]int{8, 19}}}}
 	var (
 		mu       sync.Mutex
 		versions [4][]int64
@@ -67,7 +67,7 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				res, err := c.ScoreRows(ctx, []gpu.RowSet{set})
+				res, err := c.ScoreRows(ctx, []scorer.RowSet{set})
 				mu.Lock()
 				if err != nil {
 					failures = append(failures, err)
@@ -135,9 +135,9 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 	if got, _ := sc.Info(ctx); got.PolicyVersion != 2 {
 		t.Fatalf("scorer reports version %d after a failed load of 3, want 2", got.PolicyVersion)
 	}
-	job := gpu.AttentionJob{ID: "a", Tokens: model.TinyTokens("look; you see a mug. take mug. done"),
-		Steps: []gpu.Step{{Action: [2]int{0, 5}, Observation: [2]int{5, 20}}, {Action: [2]int{20, 29}}, {Action: [2]int{29, 35}}}, Layers: []int{0, 1}}
-	if _, v, err := c.AttentionVersion(ctx, []gpu.AttentionJob{job}); err != nil || v != 2 {
+	job := scorer.AttentionJob{ID: "a", Tokens: cpumodel.TinyTokens("look; you see a mug. take mug. done"),
+		Steps: []scorer.Step{{Action: [2]int{0, 5}, Observation: [2]int{5, 20}}, {Action: [2]int{20, 29}}, {Action: [2]int{29, 35}}}, Layers: []int{0, 1}}
+	if _, v, err := c.AttentionVersion(ctx, []scorer.AttentionJob{job}); err != nil || v != 2 {
 		t.Fatalf("attention answered by version %d (%v), want 2", v, err)
 	}
 }
@@ -178,7 +178,7 @@ func TestScorerLogsAFailedCheckpointOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	sc := local.New(model.Tiny(), local.WithPolicyVersion(0))
+	sc := local.New(cpumodel.Tiny(), local.WithPolicyVersion(0))
 	follower := followPolicy(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.New(&logs), policy.WithPollInterval(20*time.Millisecond))
 	count := func() int { return strings.Count(logs.String(), "announced checkpoint not loaded") }
 	time.Sleep(500 * time.Millisecond) // polls and wake-ups after the catch-up

@@ -20,16 +20,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu/client"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
-	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/client"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/server"
 )
 
 // Options configure a run.
@@ -59,8 +59,8 @@ type Options struct {
 	// the live creditflow.* topics nor joins the live groups (default: the
 	// pipeline's default names, right for the embedded broker).
 	Prefix string
-	// Model is the scorers' model; nil: the built-in trained model (model.Tiny).
-	Model *model.Model
+	// Model is the scorers' model; nil: the built-in trained model (cpumodel.Tiny).
+	Model *cpumodel.Model
 	// StartMs, when set, is the event time (created_at_ms, Unix ms) of the
 	// first trajectory; later ones follow 10 ms apart, so the same StartMs
 	// and Seed give the same output bytes. 0: each trajectory carries the
@@ -217,7 +217,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	// Scorer servers on loopback, speaking the real protocol.
 	m := o.Model
 	if m == nil {
-		m = model.Tiny()
+		m = cpumodel.Tiny()
 	}
 	var endpoints []string
 	var wg sync.WaitGroup

@@ -4,13 +4,13 @@ import (
 	"context"
 	"sync"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // hits measures where credit lands, against the worlds' ground truth
@@ -93,14 +93,14 @@ func (h *hits) observe(s *schemas.Sample) {
 // in direction, and returns the share whose largest Δ is on the informative
 // turn. The demo uses it for the rates of the other direction and of the
 // random-weight model on exactly the trajectories the run measured.
-func offlineLAPO(ctx context.Context, m *model.Model, direction, stat string, cc credit.Config, set []truthOf) (float64, error) {
-	scorer := local.New(m)
+func offlineLAPO(ctx context.Context, m *cpumodel.Model, direction, stat string, cc credit.Config, set []truthOf) (float64, error) {
+	sc := local.New(m)
 	hit, n := 0, 0
 	for _, tr := range set {
 		if err := ctx.Err(); err != nil { // between trajectories: Ctrl-C ends the pass at once
 			return 0, err
 		}
-		ts, err := scoring.GainsStatistic(ctx, scorer, &tr.t, direction, stat, cc, m.Info().PlaceholderIDs)
+		ts, err := scoring.GainsStatistic(ctx, sc, &tr.t, direction, stat, cc, m.Info().PlaceholderIDs)
 		if err != nil {
 			return 0, err
 		}
@@ -123,7 +123,7 @@ func offlineLAPO(ctx context.Context, m *model.Model, direction, stat string, cc
 // finish fills the summary's hit rates; for LAPO it runs the offline passes
 // (forward direction with the run's model unless the run was forward, and
 // the run's direction with the random-weight model) concurrently.
-func (h *hits) finish(ctx context.Context, s *Summary, o Options, m *model.Model) error {
+func (h *hits) finish(ctx context.Context, s *Summary, o Options, m *cpumodel.Model) error {
 	if h.attnN > 0 {
 		s.AttnSRKeyHitRate = ptrRound(share(h.attnHit, h.attnN))
 		s.AttnSRKeyChance = ptrRound(h.attnChance / float64(h.attnN))
@@ -156,7 +156,10 @@ func (h *hits) finish(ctx context.Context, s *Summary, o Options, m *model.Model
 		go func() { defer wg.Done(); fwd, errF = offlineLAPO(ctx, m, stage.Forward, stat, cc, set) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); rnd, errR = offlineLAPO(ctx, model.TinyRandom(), o.Direction, stat, cc, set) }()
+	go func() {
+		defer wg.Done()
+		rnd, errR = offlineLAPO(ctx, cpumodel.TinyRandom(), o.Direction, stat, cc, set)
+	}()
 	wg.Wait()
 	if errF != nil {
 		return errF

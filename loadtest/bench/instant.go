@@ -7,12 +7,12 @@ import (
 	"math/rand/v2"
 	"net"
 
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/client"
-	"github.com/creditflow/creditflow/gpu/protocol"
-	"github.com/creditflow/creditflow/gpu/server"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/client"
+	"github.com/creditflow/creditflow/scorer/protocol"
+	"github.com/creditflow/creditflow/scorer/server"
 	"github.com/rs/zerolog"
 )
 
@@ -22,22 +22,22 @@ import (
 // stage's own cost — planning rows, the protocol client, encoding scored
 // records, Kafka I/O — is what the bench measures. Its numbers mean nothing
 // for training.
-type benchInstantScorer struct{ info gpu.ModelInfo }
+type benchInstantScorer struct{ info scorer.ModelInfo }
 
 func newBenchInstantScorer() benchInstantScorer {
-	return benchInstantScorer{info: gpu.ModelInfo{
+	return benchInstantScorer{info: scorer.ModelInfo{
 		Protocol: protocol.Version, Name: "bench-instant-scorer", Architecture: "none",
 		Layers: 28, VocabSize: benchVocabSize, MaxContext: 1 << 20,
 		PlaceholderIDs: synth.Tokens("[DELETE]"),
 	}}
 }
 
-func (s benchInstantScorer) Info(context.Context) (gpu.ModelInfo, error) { return s.info, nil }
+func (s benchInstantScorer) Info(context.Context) (scorer.ModelInfo, error) { return s.info, nil }
 
 // ScoreRows gives each row a mean log-probability in [-3, -1) that depends
 // only on the row's lengths and span.
-func (s benchInstantScorer) ScoreRows(_ context.Context, sets []gpu.RowSet) ([]gpu.RowScores, error) {
-	out := make([]gpu.RowScores, len(sets))
+func (s benchInstantScorer) ScoreRows(_ context.Context, sets []scorer.RowSet) ([]scorer.RowScores, error) {
+	out := make([]scorer.RowScores, len(sets))
 	for i, set := range sets {
 		out[i].Scores = make([]float64, len(set.Rows))
 		for j, r := range set.Rows {
@@ -59,8 +59,8 @@ func (s benchInstantScorer) ScoreRows(_ context.Context, sets []gpu.RowSet) ([]g
 // computes its graphs on its own machine, and the fixture's share of the two
 // cores the bench runs on is kept small (BenchmarkInstantScorerAttention:
 // 1.3× cheaper than with a Float64, a modulo and two divisions per entry).
-func (s benchInstantScorer) Attention(_ context.Context, jobs []gpu.AttentionJob) ([][]gpu.StepGraph, error) {
-	out := make([][]gpu.StepGraph, len(jobs))
+func (s benchInstantScorer) Attention(_ context.Context, jobs []scorer.AttentionJob) ([][]scorer.StepGraph, error) {
+	out := make([][]scorer.StepGraph, len(jobs))
 	for i, job := range jobs {
 		k := len(job.Steps)
 		h := fnv.New64a()
@@ -68,10 +68,10 @@ func (s benchInstantScorer) Attention(_ context.Context, jobs []gpu.AttentionJob
 		src := rand.NewPCG(h.Sum64(), uint64(len(job.Tokens)))
 		flat := make([]float64, 2*k*k*len(job.Layers))
 		rows := make([][]float64, 2*k*len(job.Layers))
-		out[i] = make([]gpu.StepGraph, len(job.Layers))
+		out[i] = make([]scorer.StepGraph, len(job.Layers))
 		for l, layer := range job.Layers {
 			lf, lr := flat[2*k*k*l:2*k*k*(l+1)], rows[2*k*l:2*k*(l+1)]
-			g := gpu.StepGraph{Layer: layer, AA: lr[:k:k], AO: lr[k:]}
+			g := scorer.StepGraph{Layer: layer, AA: lr[:k:k], AO: lr[k:]}
 			for j := 0; j < k; j++ {
 				g.AA[j] = lf[2*j*k : (2*j+1)*k : (2*j+1)*k]
 				g.AO[j] = lf[(2*j+1)*k : (2*j+2)*k : (2*j+2)*k]

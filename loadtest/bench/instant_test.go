@@ -8,9 +8,9 @@ import (
 
 	"github.com/pierrec/lz4/v4"
 
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/protocol"
 	"github.com/creditflow/creditflow/internal/stepgraph"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/protocol"
 )
 
 // The instant scorer's graphs are what the bench relies on them to be:
@@ -97,11 +97,11 @@ func BenchmarkInstantScorerAttention(b *testing.B) {
 
 // instantJobs are n attnsr-k30-shaped jobs (30 steps, 1,196 tokens, six
 // layers), five to a prompt.
-func instantJobs(n int) []gpu.AttentionJob {
-	jobs := make([]gpu.AttentionJob, n)
+func instantJobs(n int) []scorer.AttentionJob {
+	jobs := make([]scorer.AttentionJob, n)
 	for i := range jobs {
-		jobs[i] = gpu.AttentionJob{ID: fmt.Sprintf("p%d-%d", i/5, i%5), Tokens: make([]int32, 1196),
-			Steps: make([]gpu.Step, 30), Layers: []int{8, 10, 12, 14, 16, 18}}
+		jobs[i] = scorer.AttentionJob{ID: fmt.Sprintf("p%d-%d", i/5, i%5), Tokens: make([]int32, 1196),
+			Steps: make([]scorer.Step, 30), Layers: []int{8, 10, 12, 14, 16, 18}}
 	}
 	return jobs
 }

@@ -16,12 +16,12 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu/client"
 	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/client"
 )
 
 // benchEnv is what every phase of one bench run shares: the broker, the

@@ -20,9 +20,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu/model/tokenizer"
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/tokenizer"
 )
 
 // Query names the samples to read: one trajectory (and, with Compare, the

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // attnsrGoldenScored is the AttnSR input of the golden files: groups of
@@ -363,10 +363,10 @@ func TestCompactGraphsBitIdentical(t *testing.T) {
 func TestLowerGraphsOfScorerAnswer(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	for _, k := range []int{0, 1, 2, 7, 30} {
-		var ans []gpu.StepGraph
+		var ans []scorer.StepGraph
 		var want []schemas.LowerGraph
 		for l := 0; l < 3; l++ {
-			g := gpu.StepGraph{Layer: 2 * l, AA: make([][]float64, k), AO: make([][]float64, k)}
+			g := scorer.StepGraph{Layer: 2 * l, AA: make([][]float64, k), AO: make([][]float64, k)}
 			sq := schemas.LayerGraph{Layer: int32(2 * l), K: int32(k), AA: make([]float64, k*k), AO: make([]float64, k*k)}
 			for j := 0; j < k; j++ {
 				g.AA[j], g.AO[j] = make([]float64, k), make([]float64, k)

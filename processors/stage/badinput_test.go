@@ -9,12 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // small is a short, valid search-QA trajectory for the tiny model.
@@ -119,7 +119,7 @@ func TestBadInputEndsInDeadLetters(t *testing.T) {
 		want[x.key] = x.reason
 	}
 
-	e.runStages(t, local.New(model.Tiny()))
+	e.runStages(t, local.New(cpumodel.Tiny()))
 
 	got := map[string]string{}
 	deadline := time.Now().Add(90 * time.Second)
@@ -221,7 +221,7 @@ func TestOversizedOutput(t *testing.T) {
 			if err := prod.Produce(ctx, msgs...); err != nil {
 				t.Fatal(err)
 			}
-			sc, err := stage.NewScoreStage(ctx, cfg, local.New(model.Tiny()), prod)
+			sc, err := stage.NewScoreStage(ctx, cfg, local.New(cpumodel.Tiny()), prod)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,7 +48,7 @@ type Config struct {
 	Direction string // LAPO: backward (default) | forward
 	// LAPOStatistic is what LAPO rows are scored with (docs/method.md §2.4):
 	// logprob (the default; "" too), entropy or kl. The last two need a
-	// scorer that advertises gpu.FeatureStatistics.
+	// scorer that advertises scorer.FeatureStatistics.
 	LAPOStatistic string
 	Credit        credit.Config // method and every default of docs/method.md
 	Layers        []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth

@@ -4,11 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // env is an embedded broker with the pipeline's topics and a producer.
@@ -64,10 +64,10 @@ func newEnvState(t *testing.T, partitions, statePartitions int, adjust func(*sta
 
 // runStages runs the score stage (when scorer is not nil) and the advantage
 // stage until the test ends.
-func (e *env) runStages(t *testing.T, scorer gpu.Scorer) {
+func (e *env) runStages(t *testing.T, src scorer.Scorer) {
 	t.Helper()
-	if scorer != nil {
-		sc, err := stage.NewScoreStage(e.ctx, e.cfg, scorer, e.prod)
+	if src != nil {
+		sc, err := stage.NewScoreStage(e.ctx, e.cfg, src, e.prod)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,13 +5,13 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // TestIdleScoreStageCommits: a score stage that has written its last
@@ -47,7 +47,7 @@ func TestIdleScoreStageCommits(t *testing.T) {
 		}
 		return n
 	}
-	sc, err := stage.NewScoreStage(ctx, cfg, local.New(model.Tiny()), e.prod)
+	sc, err := stage.NewScoreStage(ctx, cfg, local.New(cpumodel.Tiny()), e.prod)
 	if err != nil {
 		t.Fatal(err)
 	}

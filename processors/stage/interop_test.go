@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // TestPythonClientsEndToEnd: a rollout worker written with the creditflow
@@ -20,7 +20,7 @@ import (
 func TestPythonClientsEndToEnd(t *testing.T) {
 	py := pyenvtest.Python(t)
 	e := newEnv(t, 2, nil)
-	e.runStages(t, local.New(model.Tiny()))
+	e.runStages(t, local.New(cpumodel.Tiny()))
 	ctx, b := e.ctx, e.b
 
 	dir, _ := filepath.Abs("../../examples/python")

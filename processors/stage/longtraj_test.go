@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
@@ -24,6 +22,8 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // agentTrajectory is a 128k-token agent trajectory for the tiny model's byte
@@ -264,10 +264,10 @@ func assemble(t *testing.T, raw []consumers.Record) []consumers.Record {
 
 // shortContextModel is the tiny model written as a checkpoint folder with
 // max_position_embeddings set to n, and loaded back.
-func shortContextModel(t *testing.T, n int) *model.Model {
+func shortContextModel(t *testing.T, n int) *cpumodel.Model {
 	t.Helper()
 	dir := t.TempDir()
-	if err := model.WriteTiny(dir); err != nil {
+	if err := cpumodel.WriteTiny(dir); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "config.json")
@@ -286,7 +286,7 @@ func shortContextModel(t *testing.T, n int) *model.Model {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir)
+	m, err := cpumodel.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestBrokenChunksEndInDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	sc, err := stage.NewScoreStage(runCtx, cfg, local.New(model.Tiny()), prod)
+	sc, err := stage.NewScoreStage(runCtx, cfg, local.New(cpumodel.Tiny()), prod)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/promreg"
 	"github.com/creditflow/creditflow/policy"
@@ -19,6 +17,8 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // metricValue sums the samples of metric name in reg (counter and gauge
@@ -278,11 +278,11 @@ func TestV1ScoredGoldenThroughAdvantage(t *testing.T) {
 // v1 schema to the score stage (the CPU scorer) and the advantage stage.
 func TestV1TrajectoriesGoldenThroughPipeline(t *testing.T) {
 	e := newEnv(t, 1, nil)
-	local := local.New(model.Tiny(), local.WithPolicyVersion(9))
+	local := local.New(cpumodel.Tiny(), local.WithPolicyVersion(9))
 	e.runStages(t, local)
 	// The scorer moves to new weights after the stage read its info: the
 	// scored records carry the version that answered, not the one at start.
-	if err := local.Swap(model.Tiny(), 11); err != nil {
+	if err := local.Swap(cpumodel.Tiny(), 11); err != nil {
 		t.Fatal(err)
 	}
 	var msgs []producers.Message
@@ -315,9 +315,9 @@ func TestV1TrajectoriesGoldenThroughPipeline(t *testing.T) {
 // graphs, also when the scorer moved on after the stage started.
 func TestAttnSRScorerVersionFromAnswers(t *testing.T) {
 	e := newEnv(t, 1, func(cfg *stage.Config) { cfg.Credit.Method = credit.MethodAttnSR })
-	local := local.New(model.Tiny(), local.WithPolicyVersion(4))
+	local := local.New(cpumodel.Tiny(), local.WithPolicyVersion(4))
 	e.runStages(t, local)
-	if err := local.Swap(model.Tiny(), 6); err != nil {
+	if err := local.Swap(cpumodel.Tiny(), 6); err != nil {
 		t.Fatal(err)
 	}
 	gen := synth.Default()
@@ -368,9 +368,9 @@ func publishAndRead(t *testing.T, e *env, trs []schemas.Trajectory) []*schemas.S
 // serves now (not -1, and not the version it had when the stage started).
 func TestScorerVersionWithoutScorerCall(t *testing.T) {
 	e := newEnv(t, 1, nil)
-	local := local.New(model.Tiny(), local.WithPolicyVersion(0))
+	local := local.New(cpumodel.Tiny(), local.WithPolicyVersion(0))
 	e.runStages(t, local)
-	if err := local.Swap(model.Tiny(), 3); err != nil {
+	if err := local.Swap(cpumodel.Tiny(), 3); err != nil {
 		t.Fatal(err)
 	}
 	gen := synth.Default()

@@ -9,11 +9,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // Directions of LAPO scoring (docs/method.md §2.1); the rows of each are
@@ -33,9 +33,9 @@ const (
 // owned; only a scorer's explicit rejection of a record dead-letters it.
 type ScoreStage struct {
 	cfg    Config
-	scorer gpu.Scorer
+	scorer scorer.Scorer
 	prod   *producers.Producer
-	info   gpu.ModelInfo
+	info   scorer.ModelInfo
 	layers []int
 	limits schemas.Limits
 	log    zerolog.Logger
@@ -50,17 +50,17 @@ type ScoreStage struct {
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
-func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *producers.Producer) (*ScoreStage, error) {
+func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *producers.Producer) (*ScoreStage, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	cfg.Metrics.forMethod(cfg.Credit.Method)
 	cfg.Metrics.unwritable.WithLabelValues("score") // exported at 0 from the start
-	info, err := scorer.Info(ctx)
+	info, err := src.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("score stage: scorer info: %w (is a scorer reachable?)", err)
 	}
-	s := &ScoreStage{cfg: cfg, scorer: scorer, prod: prod, info: info, limits: cfg.Limits, groupRef: newGroupRef(), scorerState: &scorerState{},
+	s := &ScoreStage{cfg: cfg, scorer: src, prod: prod, info: info, limits: cfg.Limits, groupRef: newGroupRef(), scorerState: &scorerState{},
 		log: cfg.Logger.With().Str("stage", "score").Logger(), buffers: newBufferPool(outputBufferBytes),
 		trajectories: schemas.Trajectories(schemas.WithSharedInput())}
 	s.limits.VocabSize = info.VocabSize
@@ -76,7 +76,7 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == "lapo" && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
-	if stat := cfg.LAPOStatistic; cfg.Credit.Method == "lapo" && !gpu.IsLogProb(stat) && !info.HasFeature(gpu.FeatureStatistics) {
+	if stat := cfg.LAPOStatistic; cfg.Credit.Method == "lapo" && !scorer.IsLogProb(stat) && !info.HasFeature(scorer.FeatureStatistics) {
 		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
 	}
 	return s, nil
@@ -84,11 +84,11 @@ func NewScoreStage(ctx context.Context, cfg Config, scorer gpu.Scorer, prod *pro
 
 // ErrScorerWithoutStatistics is NewScoreStage's error when the LAPO
 // statistic is entropy or kl and the scorer does not advertise
-// gpu.FeatureStatistics (it would answer log-probabilities).
+// scorer.FeatureStatistics (it would answer log-probabilities).
 var ErrScorerWithoutStatistics = errors.New("the scorer does not compute the entropy and kl statistics (no \"statistics\" feature in its info); upgrade the scorer pods or use --lapo-statistic logprob")
 
 // Info is the scorer's model information.
-func (s *ScoreStage) Info() gpu.ModelInfo { return s.info }
+func (s *ScoreStage) Info() scorer.ModelInfo { return s.info }
 
 // Run consumes until ctx ends.
 func (s *ScoreStage) Run(ctx context.Context) error {
@@ -386,7 +386,7 @@ func (s *ScoreStage) process(ctx context.Context, j *scoreJob) {
 	}
 	sc, err := s.score(ctx, t)
 	if err != nil {
-		var rej *gpu.RejectedError
+		var rej *scorer.RejectedError
 		if errors.As(err, &rej) {
 			dead(schemas.ReasonScorerRejected, rej.Error())
 			return
@@ -456,9 +456,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		if plan.Empty() {
 			return sc, nil
 		}
-		var res []gpu.RowScores
+		var res []scorer.RowScores
 		err = retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
-			res, err = s.scorer.ScoreRows(ctx, []gpu.RowSet{plan.RowSet(t.TrajectoryID)})
+			res, err = s.scorer.ScoreRows(ctx, []scorer.RowSet{plan.RowSet(t.TrajectoryID)})
 			s.scorerState.observe(ctx, err)
 			return err
 		})
@@ -494,7 +494,7 @@ func (s *ScoreStage) Rescore(ctx context.Context, sc *schemas.Scored) (*schemas.
 
 // scorerRejection stops retrying a scorer call when the scorer refused the input.
 func scorerRejection(err error) error {
-	var rej *gpu.RejectedError
+	var rej *scorer.RejectedError
 	if errors.As(err, &rej) {
 		return err
 	}

@@ -3,9 +3,9 @@ package stage
 import (
 	"context"
 
-	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // attention asks the scorer for one job's step graphs in the scored
@@ -13,9 +13,9 @@ import (
 // of the weights that computed them (-1 when it does not). A scorer that
 // hands compact graphs (the client) is asked for them; the graphs of any
 // other are cut here, by the same rule.
-func attention(ctx context.Context, scorer gpu.Scorer, job gpu.AttentionJob) ([]schemas.LowerGraph, int64, error) {
-	jobs := []gpu.AttentionJob{job}
-	if la, ok := scorer.(gpu.LowerAttentioner); ok {
+func attention(ctx context.Context, src scorer.Scorer, job scorer.AttentionJob) ([]schemas.LowerGraph, int64, error) {
+	jobs := []scorer.AttentionJob{job}
+	if la, ok := src.(scorer.LowerAttentioner); ok {
 		g, v, err := la.AttentionLower(ctx, jobs)
 		if err != nil {
 			return nil, -1, err
@@ -23,14 +23,14 @@ func attention(ctx context.Context, scorer gpu.Scorer, job gpu.AttentionJob) ([]
 		return g[0], v, nil
 	}
 	var (
-		g   [][]gpu.StepGraph
+		g   [][]scorer.StepGraph
 		v   = int64(-1)
 		err error
 	)
-	if av, ok := scorer.(gpu.AttentionVersioner); ok {
+	if av, ok := src.(scorer.AttentionVersioner); ok {
 		g, v, err = av.AttentionVersion(ctx, jobs)
 	} else {
-		g, err = scorer.Attention(ctx, jobs)
+		g, err = src.Attention(ctx, jobs)
 	}
 	if err != nil {
 		return nil, -1, err

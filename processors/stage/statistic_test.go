@@ -7,22 +7,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // offlineGains is Δ of every eligible turn of t under stat, computed
-// offline on the model itself (model.ScoreRowsStatistic, what `creditflow
+// offline on the model itself (cpumodel.ScoreRowsStatistic, what `creditflow
 // score --statistic` runs) from the logprob plan's rows: entropy
 // H(without) − H(with), kl KL(with ‖ without) (docs/method.md §2.4).
-func offlineGains(t *testing.T, m *model.Model, tr *schemas.Trajectory, stat string, cc credit.Config) map[int]float64 {
+func offlineGains(t *testing.T, m *cpumodel.Model, tr *schemas.Trajectory, stat string, cc credit.Config) map[int]float64 {
 	t.Helper()
 	rows, with, without, err := scoring.LAPORows(tr, stage.Backward, cc, m.Info().PlaceholderIDs)
 	if err != nil {
@@ -34,7 +34,7 @@ func offlineGains(t *testing.T, m *model.Model, tr *schemas.Trajectory, stat str
 	}
 	switch stat {
 	case credit.StatEntropy:
-		h, _, err := m.ScoreRowsStatistic(rows, model.StatEntropy)
+		h, _, err := m.ScoreRowsStatistic(rows, cpumodel.StatEntropy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func offlineGains(t *testing.T, m *model.Model, tr *schemas.Trajectory, stat str
 			}
 			r := rows[with[i]]
 			r.ReferenceContext = rows[without[i]].Context
-			kl, _, err := m.ScoreRowsStatistic([]model.Row{r}, model.StatKL)
+			kl, _, err := m.ScoreRowsStatistic([]cpumodel.Row{r}, cpumodel.StatKL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func offlineGains(t *testing.T, m *model.Model, tr *schemas.Trajectory, stat str
 // the model to 1e-12 (and is not the logprob Δ), and every sample equals
 // `creditflow compute` on the scored records.
 func TestPipelineLAPOStatistics(t *testing.T) {
-	m := model.Tiny()
+	m := cpumodel.Tiny()
 	for _, stat := range []string{credit.StatEntropy, credit.StatKL} {
 		t.Run(stat, func(t *testing.T) {
 			e := newEnv(t, 1, func(c *stage.Config) {
@@ -145,10 +145,10 @@ func TestPipelineLAPOStatistics(t *testing.T) {
 	}
 }
 
-// withoutStatistics hides gpu.FeatureStatistics, as a scorer from before it.
-type withoutStatistics struct{ gpu.Scorer }
+// withoutStatistics hides scorer.FeatureStatistics, as a scorer from before it.
+type withoutStatistics struct{ scorer.Scorer }
 
-func (w withoutStatistics) Info(ctx context.Context) (gpu.ModelInfo, error) {
+func (w withoutStatistics) Info(ctx context.Context) (scorer.ModelInfo, error) {
 	info, err := w.Scorer.Info(ctx)
 	info.Features = nil
 	return info, err
@@ -159,13 +159,13 @@ func (w withoutStatistics) Info(ctx context.Context) (gpu.ModelInfo, error) {
 func TestScoreStageNeedsStatisticsFeature(t *testing.T) {
 	cfg := stage.DefaultConfig()
 	cfg.Brokers = []string{"127.0.0.1:1"}
-	old := withoutStatistics{local.New(model.Tiny())}
+	old := withoutStatistics{local.New(cpumodel.Tiny())}
 	for _, stat := range []string{credit.StatEntropy, credit.StatKL} {
 		cfg.LAPOStatistic = stat
 		if _, err := stage.NewScoreStage(context.Background(), cfg, old, nil); !errors.Is(err, stage.ErrScorerWithoutStatistics) {
 			t.Fatalf("%s on a scorer without statistics: %v, want ErrScorerWithoutStatistics", stat, err)
 		}
-		if _, err := stage.NewScoreStage(context.Background(), cfg, local.New(model.Tiny()), nil); err != nil {
+		if _, err := stage.NewScoreStage(context.Background(), cfg, local.New(cpumodel.Tiny()), nil); err != nil {
 			t.Fatalf("%s on the in-process scorer: %v", stat, err)
 		}
 	}

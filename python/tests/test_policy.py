@@ -12,7 +12,7 @@ except ImportError:  # the package works without torch; these tests need it
     torch = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TINY = os.path.join(HERE, "..", "..", "gpu", "model", "tiny")
+TINY = os.path.join(HERE, "..", "..", "scorer", "cpumodel", "tiny")
 START = os.path.join(HERE, "..", "creditflow", "learn", "start")
 
 

@@ -221,7 +221,7 @@ class Watcher(unittest.TestCase):
         self.assertEqual([a["version"] for a in changes], [5, 7])
 
     def test_refuses_other_records(self):
-        # The scorer pod (gpu/pod/cfpod/follow.py) follows announcements with this watcher.
+        # The scorer pod (scorer/gpupod/cfpod/follow.py) follows announcements with this watcher.
         import creditflow
         errors = []
         with mock.patch.object(kafka, "Consumer", ScriptedConsumer):

@@ -4,21 +4,21 @@ import (
 	"context"
 	"testing"
 
-	"github.com/creditflow/creditflow/gpu"
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // creditHits scores the first n search-QA trajectories (demo seed) that have
 // an informative turn and at least two eligible turns on m, in direction,
 // and returns how many have their largest Δ on the informative turn.
-func creditHits(t *testing.T, m *model.Model, direction string, n int) (hits int, chance float64) {
+func creditHits(t *testing.T, m *cpumodel.Model, direction string, n int) (hits int, chance float64) {
 	t.Helper()
 	gen := synth.Default()
 	cc := credit.DefaultConfig()
-	scorer := local.New(m)
+	sc := local.New(m)
 	seen := 0
 	for g := 0; seen < n; g++ {
 		for i := 0; i < gen.GroupSize && seen < n; i++ {
@@ -26,7 +26,7 @@ func creditHits(t *testing.T, m *model.Model, direction string, n int) (hits int
 			if truth.Informative < 0 {
 				continue
 			}
-			ts, err := Gains(context.Background(), scorer, &tr, direction, cc, m.Info().PlaceholderIDs)
+			ts, err := Gains(context.Background(), sc, &tr, direction, cc, m.Info().PlaceholderIDs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func creditHits(t *testing.T, m *model.Model, direction string, n int) (hits int
 // answer in at least 16 of 20 trajectories (a pipeline that left out the
 // wrong turn, or paired the wrong rows, lands near chance, about 8 of 20).
 func TestCreditLandsOnInformativeTurn(t *testing.T) {
-	hits, chance := creditHits(t, model.Tiny(), Backward, 20)
+	hits, chance := creditHits(t, cpumodel.Tiny(), Backward, 20)
 	t.Logf("trained model, backward: %d of 20 on the informative turn (chance %.1f)", hits, chance)
 	if hits < 16 {
 		t.Fatalf("largest Δ on the informative turn in %d of 20 trajectories, want ≥ 16 (chance %.1f)", hits, chance)
@@ -68,7 +68,7 @@ func TestCreditLandsOnInformativeTurn(t *testing.T) {
 // TestCreditRandomModelNearChance: the random-weight model knows nothing, so
 // its largest Δ lands on the informative turn about as often as chance.
 func TestCreditRandomModelNearChance(t *testing.T) {
-	hits, chance := creditHits(t, model.TinyRandom(), Backward, 20)
+	hits, chance := creditHits(t, cpumodel.TinyRandom(), Backward, 20)
 	t.Logf("random model, backward: %d of 20 on the informative turn (chance %.1f)", hits, chance)
 	if hits >= 16 {
 		t.Fatalf("the random-weight model finds the informative turn in %d of 20 (chance %.1f): the measurement cannot tell models apart", hits, chance)
@@ -79,16 +79,16 @@ func TestCreditRandomModelNearChance(t *testing.T) {
 // trajectories (demo seed) on m, as the pipeline does (the score stage's
 // attention job, the default layers and the credit math), and returns how
 // many have their largest intermediate p_k on the key step.
-func keyStepHits(t *testing.T, m *model.Model, n int) (hits int, chance float64) {
+func keyStepHits(t *testing.T, m *cpumodel.Model, n int) (hits int, chance float64) {
 	t.Helper()
 	gen := synth.Default()
 	gen.Shape = synth.ALFWorld
 	cc := credit.DefaultConfig()
-	scorer := local.New(m)
+	sc := local.New(m)
 	layers := credit.AttnSRLayers(m.Info().Layers)
 	for k := 0; k < n; k++ {
 		tr, truth := gen.Generate(k/gen.GroupSize, k%gen.GroupSize)
-		graphs, err := scorer.Attention(context.Background(), []gpu.AttentionJob{AttentionJob(&tr, layers)})
+		graphs, err := sc.Attention(context.Background(), []scorer.AttentionJob{AttentionJob(&tr, layers)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func keyStepHits(t *testing.T, m *model.Model, n int) (hits int, chance float64)
 // largest step share falls on the step that revealed the code the final
 // action needs far more often than chance (about 2 of 20).
 func TestAttentionFindsKeyStep(t *testing.T) {
-	hits, chance := keyStepHits(t, model.Tiny(), 20)
+	hits, chance := keyStepHits(t, cpumodel.Tiny(), 20)
 	t.Logf("trained model: largest p_k on the key step in %d of 20 (chance %.1f)", hits, chance)
 	if hits < 10 {
 		t.Fatalf("largest p_k on the key step in %d of 20 trajectories, want ≥ 10 (chance %.1f)", hits, chance)

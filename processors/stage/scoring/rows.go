@@ -17,10 +17,10 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/creditflow/creditflow/gpu"
 	"github.com/creditflow/creditflow/internal/stepgraph"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // Directions of LAPO scoring (docs/method.md §2.1).
@@ -34,9 +34,9 @@ type Plan struct {
 	// rows carry no Context: row j's context is pieces[j], spans into
 	// tokens (the trajectory without its answer turn, once) and the
 	// placeholder (the compact rows of docs/scorer-protocol.md).
-	rows   []gpu.Row
+	rows   []scorer.Row
 	tokens []int32
-	pieces [][]gpu.Piece
+	pieces [][]scorer.Piece
 	// noGoldTarget: the trajectory has no usable gold target (no rows)
 	noGoldTarget bool
 	// for each turn: indexes into rows of the "with" and "without" score, or -1
@@ -116,37 +116,37 @@ func PlanLAPOStatistic(t *schemas.Trajectory, direction, stat string, cc credit.
 	}
 	// context is prompt + turns[0:upto) without the answer turn, with turn
 	// `drop` replaced by the placeholder (drop < 0: none), as pieces.
-	context := func(upto, drop int) []gpu.Piece {
+	context := func(upto, drop int) []scorer.Piece {
 		cut := len(t.Prompt)
 		if upto > 0 {
 			cut = end[upto-1]
 		}
-		ps := make([]gpu.Piece, 0, 3)
+		ps := make([]scorer.Piece, 0, 3)
 		if drop < 0 {
 			if cut > 0 {
-				ps = append(ps, gpu.Piece{Start: 0, End: cut})
+				ps = append(ps, scorer.Piece{Start: 0, End: cut})
 			}
 			return ps
 		}
 		if start[drop] > 0 {
-			ps = append(ps, gpu.Piece{Start: 0, End: start[drop]})
+			ps = append(ps, scorer.Piece{Start: 0, End: start[drop]})
 		}
-		ps = append(ps, gpu.Piece{Literal: gpu.Tokens(placeholder)})
+		ps = append(ps, scorer.Piece{Literal: scorer.Tokens(placeholder)})
 		if cut > end[drop] {
-			ps = append(ps, gpu.Piece{Start: end[drop], End: cut})
+			ps = append(ps, scorer.Piece{Start: end[drop], End: cut})
 		}
 		return ps
 	}
 	temp := rolloutTemperature(t)
-	add := func(c []gpu.Piece) int {
-		p.rows = append(p.rows, gpu.Row{Target: t.GoldTarget, Span: span, Temperature: temp})
+	add := func(c []scorer.Piece) int {
+		p.rows = append(p.rows, scorer.Row{Target: t.GoldTarget, Span: span, Temperature: temp})
 		p.pieces = append(p.pieces, c)
 		return len(p.rows) - 1
 	}
 	if stat == credit.StatKL {
 		// One row per turn: KL(p(·|with) ‖ p(·|without)), the without
 		// context in full as the reference.
-		pair := func(i int, with, without []gpu.Piece) {
+		pair := func(i int, with, without []scorer.Piece) {
 			r := add(with)
 			var ref []int32
 			for _, pc := range without {
@@ -199,8 +199,8 @@ func PlanLAPOStatistic(t *schemas.Trajectory, direction, stat string, cc credit.
 
 // RowSet is the plan's rows as one compact set labelled id, asking for the
 // plan's statistic (none named for logprob: the request of every scorer).
-func (p Plan) RowSet(id string) gpu.RowSet {
-	s := gpu.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
+func (p Plan) RowSet(id string) scorer.RowSet {
+	s := scorer.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
 	if p.stat != "" && p.stat != credit.StatLogProb {
 		s.Statistic = p.stat
 	}
@@ -215,8 +215,8 @@ func (p Plan) Empty() bool { return len(p.rows) == 0 }
 func (p Plan) NoGoldTarget() bool { return p.noGoldTarget }
 
 // expandedRows is the plan's rows with their contexts materialized.
-func (p Plan) expandedRows() ([]gpu.Row, error) {
-	s, err := gpu.ExpandSet(p.RowSet(""))
+func (p Plan) expandedRows() ([]scorer.Row, error) {
+	s, err := scorer.ExpandSet(p.RowSet(""))
 	return s.Rows, err
 }
 
@@ -281,22 +281,22 @@ func (p Plan) TurnScores(scores []float64) (out []schemas.TurnScore, nonFinite i
 
 // AttentionJob lays a trajectory out for AttnSR step graphs (docs/method.md §3.1): the
 // whole trajectory, every turn a step.
-func AttentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
+func AttentionJob(t *schemas.Trajectory, layers []int) scorer.AttentionJob {
 	n := len(t.Prompt)
 	for _, tu := range t.Turns {
 		n += len(tu.Action) + len(tu.Observation)
 	}
 	tokens := make([]int32, 0, n)
 	tokens = append(tokens, t.Prompt...)
-	steps := make([]gpu.Step, len(t.Turns))
+	steps := make([]scorer.Step, len(t.Turns))
 	for i, tu := range t.Turns {
 		a := len(tokens)
 		tokens = append(tokens, tu.Action...)
 		o := len(tokens)
 		tokens = append(tokens, tu.Observation...)
-		steps[i] = gpu.Step{Action: [2]int{a, o}, Observation: [2]int{o, len(tokens)}}
+		steps[i] = scorer.Step{Action: [2]int{a, o}, Observation: [2]int{o, len(tokens)}}
 	}
-	return gpu.AttentionJob{ID: t.TrajectoryID, Tokens: tokens, Steps: steps, Layers: layers}
+	return scorer.AttentionJob{ID: t.TrajectoryID, Tokens: tokens, Steps: steps, Layers: layers}
 }
 
 // LowerGraphs are the scorer's K×K step graphs in the scored record's
@@ -305,7 +305,7 @@ func AttentionJob(t *schemas.Trajectory, layers []int) gpu.AttentionJob {
 // rule a scorer answering lower graphs applies itself). The client checked
 // that every graph is K×K; a scorer that answers otherwise gets no panic
 // here, only a record that the advantage stage refuses.
-func LowerGraphs(gs []gpu.StepGraph) []schemas.LowerGraph {
+func LowerGraphs(gs []scorer.StepGraph) []schemas.LowerGraph {
 	if len(gs) == 0 {
 		return nil
 	}

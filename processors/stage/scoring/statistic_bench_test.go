@@ -4,11 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/creditflow/creditflow/gpu/local"
-	"github.com/creditflow/creditflow/gpu/model"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/scorer/local"
 )
 
 // BenchmarkStatistics measures the scorer's cost of one search-QA
@@ -16,7 +16,7 @@ import (
 // (ms/set; docs/method.md §2.4): logprob shares prefixes, entropy and kl
 // forward each row whole (kl two contexts per turn).
 func BenchmarkStatistics(b *testing.B) {
-	m := model.Tiny()
+	m := cpumodel.Tiny()
 	sc := local.New(m)
 	gen := synth.Default()
 	cc := credit.DefaultConfig()

@@ -1,6 +1,6 @@
 """The starting checkpoint of the training loop (docs/learn.md, "The starting policy").
 
-usage: python3 -m creditflow.learn.warmstart --init gpu/model/tiny --out DIR [--worlds W1,W2] [--steps N] [--seed S]
+usage: python3 -m creditflow.learn.warmstart --init scorer/cpumodel/tiny --out DIR [--worlds W1,W2] [--steps N] [--seed S]
 
 Behaviour cloning from a checkpoint (the built-in tiny model for the shared start of searchqa
 and household; that start for widesearch's own) on demonstrations of the worlds named by

@@ -1,0 +1,121 @@
+package scorer
+
+import (
+	"context"
+	"slices"
+
+	"github.com/creditflow/creditflow/internal/stepgraph"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
+)
+
+// Row, Step and StepGraph are the scorer's units of work (see package model).
+type (
+	Row       = cpumodel.Row
+	Step      = cpumodel.Step
+	StepGraph = cpumodel.StepGraph
+)
+
+// ModelInfo is what a scorer reports about the model it serves.
+type ModelInfo struct {
+	Protocol       string  `json:"protocol"` // protocol.Version
+	Name           string  `json:"name"`
+	Architecture   string  `json:"architecture"`
+	Layers         int     `json:"layers"`
+	VocabSize      int     `json:"vocab_size"`
+	MaxContext     int     `json:"max_context"`
+	PolicyVersion  int64   `json:"policy_version"`
+	PlaceholderIDs []int32 `json:"placeholder_ids"`
+	// Features lists the protocol features the server accepts within v1
+	// (protocol.FeatureRowPieces, protocol.FeatureBinary,
+	// FeatureStatistics); absent on servers from before them.
+	Features []string `json:"features,omitempty"`
+}
+
+// SameModel reports whether a and b describe the same model: name,
+// architecture, layers, vocabulary, max context and placeholder ids (the
+// policy version may differ: it names the weights, not the model).
+func (a ModelInfo) SameModel(b ModelInfo) bool {
+	return a.Name == b.Name && a.Architecture == b.Architecture && a.Layers == b.Layers &&
+		a.VocabSize == b.VocabSize && a.MaxContext == b.MaxContext && slices.Equal(a.PlaceholderIDs, b.PlaceholderIDs)
+}
+
+// RowSet is the LAPO rows of one trajectory. Rows of one set usually share a
+// long prefix; a scorer computes shared prefixes once.
+//
+// Compact sets: when Pieces is not nil, row j with Pieces[j] != nil has no
+// Context of its own; its context is its pieces, spans into Tokens or
+// literal ids (the wire's compact rows, protocol.FeatureRowPieces). This keeps one
+// copy of a trajectory instead of one per row; ExpandSet materializes it.
+//
+// Statistic chooses what every row of the set is answered with: "" or
+// StatLogProb S (the default), StatEntropy or StatKL (whose rows carry a
+// ReferenceContext, always as tokens); only scorers that advertise
+// FeatureStatistics answer the last two.
+type RowSet struct {
+	ID        string // caller's label (e.g. trajectory id), echoed in errors
+	Rows      []Row
+	Tokens    []int32   // what span pieces point into
+	Pieces    [][]Piece // nil, or one entry per row (nil: the row's Context)
+	Statistic string    // "", StatLogProb, StatEntropy or StatKL
+}
+
+// RowScores answers one RowSet: Scores[i] is the set's statistic (S by
+// default) for Rows[i].
+type RowScores struct {
+	Scores      []float64
+	Truncations int // rows of the set whose context was cut from the left
+	// PolicyVersion is the policy version of the weights that computed the
+	// scores, when the scorer reports it (nil otherwise; then use
+	// ModelInfo.PolicyVersion).
+	PolicyVersion *int64
+}
+
+// AttentionJob asks for the step graphs of one trajectory on the given layers.
+type AttentionJob struct {
+	ID     string
+	Tokens []int32
+	Steps  []Step
+	Layers []int
+}
+
+// AttentionVersioner is a Scorer that reports the policy version of the
+// weights that computed a call's step graphs, -1 when unknown (the
+// in-process scorer and the client do; the server answers with it, the
+// score stage records it).
+type AttentionVersioner interface {
+	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
+}
+
+// LowerGraph is a step graph below its diagonal, in the scored record's
+// compact form (the entries k < j only, and their sums G_AA + G_AO where
+// that is exact; stepgraph.Cut is the rule).
+type LowerGraph = stepgraph.Lower
+
+// LowerAttentioner is a Scorer that hands step graphs already in their
+// compact form, with the policy version as AttentionVersioner does. The
+// client does, reading the scorer's lower-graphs answer
+// (protocol.MediaTypeLowerGraphs) where the pod gives one and cutting a
+// K×K answer itself where not; the bits are the same either way.
+type LowerAttentioner interface {
+	AttentionLower(ctx context.Context, jobs []AttentionJob) ([][]LowerGraph, int64, error)
+}
+
+// Scorer is implemented by the in-process reference scorer (package local),
+// by the protocol client (package client) that talks to scorer pods, and by
+// nothing else. Results are in the order of the inputs.
+type Scorer interface {
+	Info(ctx context.Context) (ModelInfo, error)
+	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error)
+	Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error)
+}
+
+// Usage is what scoring cost in tokens (see cpumodel.Usage).
+type Usage = cpumodel.Usage
+
+// UsageScorer is a Scorer that also reports what a ScoreRows call cost.
+// The in-process scorer implements it; the server uses it to fill the
+// usage of its answers.
+type UsageScorer interface {
+	Scorer
+	ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
+}
