@@ -15,6 +15,7 @@ import (
 
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // ChaosOptions configure a chaos run.
@@ -41,8 +42,8 @@ func DefaultChaos() ChaosOptions {
 
 // ChaosResult is what a chaos run measured. JSON names are stable.
 type ChaosResult struct {
-	Method string `json:"method"`
-	Kills  int    `json:"kills"`
+	Method vocab.Method `json:"method"`
+	Kills  int          `json:"kills"`
 	// UnsettledKills are stops made while the processor's consumer groups
 	// were not Stable with one member (after waiting a minute for it).
 	UnsettledKills int `json:"unsettled_kills"`

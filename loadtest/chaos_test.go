@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // TestMain lets the test binary act as a scorer process (scorerCommand
@@ -65,7 +66,7 @@ func testDir(t *testing.T) string {
 	return dir
 }
 
-func chaosOpts(t *testing.T, method string, groups int) ChaosOptions {
+func chaosOpts(t *testing.T, method vocab.Method, groups int) ChaosOptions {
 	o := DefaultChaos()
 	o.Method, o.Groups, o.Kills = method, groups, 2
 	o.ProduceEvery = 300 * time.Millisecond

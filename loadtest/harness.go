@@ -28,6 +28,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // groupSize is G of the synthetic workload.
@@ -163,7 +164,7 @@ type workload struct {
 	groups int
 }
 
-func newWorkload(method string, groups int, seed uint64) workload {
+func newWorkload(method vocab.Method, groups int, seed uint64) workload {
 	gen := synth.Default()
 	gen.Seed, gen.GroupSize = seed, groupSize
 	if method == credit.MethodAttnSR {
@@ -254,7 +255,7 @@ func (p faultPlan) segment(g int) int {
 }
 
 // processorArgs are the `creditflow run` arguments of one pipeline instance.
-func processorArgs(brokers []string, group string, t stage.Topics, method string, scorers []string, extra ...string) []string {
+func processorArgs(brokers []string, group string, t stage.Topics, method vocab.Method, scorers []string, extra ...string) []string {
 	args := []string{"run",
 		"--brokers", strings.Join(brokers, ","),
 		"--group", group,
@@ -265,7 +266,7 @@ func processorArgs(brokers []string, group string, t stage.Topics, method string
 		"--topic-state", t.State,
 		"--topic-samples-stale", t.SamplesStale,
 		"--topic-policy", t.Policy,
-		"--method", method,
+		"--method", string(method),
 		"--metrics-addr=",
 		"--log-level", "info",
 		"--shutdown-timeout", "30s",

@@ -31,7 +31,7 @@ func loadCmd(args []string) (int, error) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.IntVar(&o.Groups, "groups", o.Groups, "prompts (groups) to run")
 	fs.IntVar(&o.GroupSize, "group-size", o.GroupSize, "trajectories per prompt (G)")
-	fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
+	fs.StringVar((*string)(&o.Method), "method", string(o.Method), "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions per topic")
 	fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client")
 	fs.IntVar(&o.MaxAhead, "max-ahead", o.MaxAhead, "groups the rollout producer may run ahead of the trainer")

@@ -48,6 +48,7 @@ import (
 	"github.com/creditflow/creditflow/internal/gcpolicy"
 	"github.com/creditflow/creditflow/loadtest/bench"
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 func usage() {
@@ -121,7 +122,7 @@ func nopLog() zerolog.Logger { return zerolog.Nop() }
 type Workload struct {
 	Groups       int           // prompts of G = 5 trajectories
 	Partitions   int           // partitions per topic
-	Method       string        // lapo | attnsr
+	Method       vocab.Method  // lapo | attnsr
 	Seed         uint64        // workload and schedule seed
 	ProduceEvery time.Duration // one group is produced every ProduceEvery
 	Timeout      time.Duration // for each phase (reference, faulted run)
@@ -133,7 +134,7 @@ type Workload struct {
 func (w *Workload) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&w.Groups, "groups", w.Groups, "prompts of 5 trajectories each")
 	fs.IntVar(&w.Partitions, "partitions", w.Partitions, "partitions per topic")
-	fs.StringVar(&w.Method, "method", w.Method, "credit assignment: lapo or attnsr")
+	fs.StringVar((*string)(&w.Method), "method", string(w.Method), "credit assignment: lapo or attnsr")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the workload and of the fault schedule")
 	fs.DurationVar(&w.ProduceEvery, "produce-every", w.ProduceEvery, "produce one group every this long (steady input rate)")
 	fs.DurationVar(&w.Timeout, "timeout", w.Timeout, "give up on each phase (reference, faulted run) after this long")

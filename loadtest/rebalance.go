@@ -12,6 +12,7 @@ import (
 
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // RebalanceOptions configure a rebalance run.
@@ -29,13 +30,13 @@ func DefaultRebalance() RebalanceOptions {
 
 // RebalanceResult is what a rebalance run measured. JSON names are stable.
 type RebalanceResult struct {
-	Method   string   `json:"method"`
-	Replicas int      `json:"replicas"`
-	Groups   int      `json:"groups"`
-	Joins    int      `json:"joins"`
-	Terms    int      `json:"sigterm_leaves"`
-	Kills    int      `json:"sigkill_leaves"`
-	Events   []string `json:"events"`
+	Method   vocab.Method `json:"method"`
+	Replicas int          `json:"replicas"`
+	Groups   int          `json:"groups"`
+	Joins    int          `json:"joins"`
+	Terms    int          `json:"sigterm_leaves"`
+	Kills    int          `json:"sigkill_leaves"`
+	Events   []string     `json:"events"`
 	Comparison
 	DeadLetters      int            `json:"dead_letters"`
 	DeadByReason     map[string]int `json:"dead_letters_by_reason,omitempty"`

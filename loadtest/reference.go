@@ -8,6 +8,7 @@ import (
 
 	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // validateSample decodes a sample and checks it as a trainer needs it.
@@ -30,7 +31,7 @@ type refResult struct {
 // "ref.*", group "ref", the in-process scorer) and returns every sample's
 // bytes by trajectory id. Every copy of a sample in the reference must be
 // byte-identical and every expected sample must appear.
-func runReference(ctx context.Context, e *env, w workload, method string, timeout time.Duration) (refResult, error) {
+func runReference(ctx context.Context, e *env, w workload, method vocab.Method, timeout time.Duration) (refResult, error) {
 	start := time.Now()
 	t := topicsFor("ref")
 	if err := e.createTopics(ctx, t); err != nil {

@@ -127,7 +127,7 @@ func sampleBinaryAgrees(c *compiled) bool {
 	}
 	f, t := 0.25, float32(0.5)
 	s := &Sample{TrajectoryID: "t-1", PromptID: "p", GroupSize: 5, SampleIndex: 1, PolicyVersion: -3, CreatedAtMs: 1 << 40,
-		Method: "lapo", Output: "advantages", Partial: true, Reward: 1, OutcomeAdvantage: -0.5,
+		Method: MethodLAPO, Output: "advantages", Partial: true, Reward: 1, OutcomeAdvantage: -0.5,
 		Tokens: []int32{1, -2, 300}, LossMask: []uint8{0, 1, 1}, Advantages: []float32{0, 1.5, -2},
 		TokenRewards: []float32{}, RolloutLogprobs: []float32{0, -0.1, -0.2}, Temperature: &t,
 		Turns: []TurnDiag{{Kind: KindSearch, Eligible: true, Delta: &f, Z: &f, ZNorm: &f, Gate: 1, ProcessAdvantage: 0.1,

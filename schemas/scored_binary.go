@@ -312,7 +312,7 @@ func binaryProbes() (Trajectory, Scored, bool) {
 		Prompt: []int32{1, 2}, Turns: []Turn{{Kind: KindSearch, Action: []int32{3}, Observation: []int32{4, 5}}, {Kind: KindAnswer, Action: []int32{6}}},
 		Reward: &r, PredAnswer: &ans, GoldAnswers: []string{"a", "b"}, GoldTarget: []int32{7, 8}, GoldSpan: [2]int32{0, 1},
 		RolloutLogprobs: []float32{-0.5, -1}, Temperature: &f, Source: &ans}
-	sc := Scored{Trajectory: t, Method: "lapo", Direction: "backward", Turns: []TurnScore{{Delta: &r, With: &r}},
+	sc := Scored{Trajectory: t, Method: MethodLAPO, Direction: DirectionBackward, Turns: []TurnScore{{Delta: &r, With: &r}},
 		Attention: []LayerGraph{{Layer: 3, K: 1, AA: []float64{0.5}, AO: []float64{0.25}}}, ScorerModel: "m",
 		ScorerPolicyVersion: 4, Truncations: 1, ScoredAtMs: 9,
 		Graphs: []LowerGraph{{Layer: 5, K: 2, AA: []float64{0.125}, AO: []float64{0.375}}, {Layer: 6, K: 2, Sum: []float64{0.5}}}}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Limits bounds what a valid record may contain. Build it with
@@ -245,17 +247,17 @@ func allFinite(v []float32) bool {
 
 // Scoring methods and directions carried by Scored records.
 const (
-	MethodLAPO        = "lapo"
-	MethodAttnSR      = "attnsr"
-	DirectionBackward = "backward"
-	DirectionForward  = "forward"
+	MethodLAPO        = string(vocab.LAPO)
+	MethodAttnSR      = string(vocab.AttnSR)
+	DirectionBackward = string(vocab.Backward)
+	DirectionForward  = string(vocab.Forward)
 )
 
 // DirectionLabel is the direction of a LAPO Scored record scored with
 // statistic (docs/method.md §2.4): the direction itself for logprob (""
 // too), "<direction>:<statistic>" for entropy and kl.
 func DirectionLabel(direction, statistic string) string {
-	if statistic == "" || statistic == "logprob" {
+	if statistic == "" || statistic == string(vocab.LogProb) {
 		return direction
 	}
 	return direction + ":" + statistic
@@ -267,8 +269,8 @@ func DirectionLabel(direction, statistic string) string {
 func SplitDirection(label string) (direction, statistic string, ok bool) {
 	direction, statistic, found := strings.Cut(label, ":")
 	if !found {
-		statistic = "logprob"
-	} else if statistic != "entropy" && statistic != "kl" {
+		statistic = string(vocab.LogProb)
+	} else if st, err := vocab.ParseStatistic(statistic); err != nil || st == vocab.LogProb {
 		return "", "", false
 	}
 	if direction != DirectionBackward && direction != DirectionForward {

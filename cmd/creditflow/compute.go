@@ -6,6 +6,7 @@ import (
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/offline"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 func init() {
@@ -29,20 +30,20 @@ is documented in docs/method.md.`)
 		tokens = fs.Bool("tokens", false, "also write per-token arrays: token_advantages, loss_mask, token_rewards (ppo)")
 	})
 	fs.inGroup(groupCredit, func() {
-		fs.StringVar(&cfg.Method, "method", cfg.Method, "credit method: lapo or attnsr")
+		fs.StringVar((*string)(&cfg.Method), "method", string(cfg.Method), "credit method: lapo or attnsr")
 	})
 	fs.inGroup(groupLAPO, func() {
-		direction = fs.String("direction", "backward", "how the input's delta was scored, backward or forward (a label; the math is the same)")
-		statistic = fs.String("lapo-statistic", "logprob", "the statistic the input's delta was measured with: logprob, entropy or kl (a label, docs/method.md §2.4; a line's \"direction\", e.g. backward:entropy, must agree)")
+		direction = fs.String("direction", string(vocab.Backward), "how the input's delta was scored, backward or forward (a label; the math is the same)")
+		statistic = fs.String("lapo-statistic", string(vocab.LogProb), "the statistic the input's delta was measured with: logprob, entropy or kl (a label, docs/method.md §2.4; a line's \"direction\", e.g. backward:entropy, must agree)")
 	})
 	apply := creditFlags(fs, &cfg)
 	if err := fs.parse(args, true); err != nil {
 		return err
 	}
-	if *direction != "backward" && *direction != "forward" {
+	if _, err := vocab.ParseDirection(*direction); err != nil {
 		return usagef("--direction %q: use backward or forward", *direction)
 	}
-	if err := credit.CheckStatistic(*statistic); err != nil {
+	if err := credit.CheckStatistic(vocab.Statistic(*statistic)); err != nil {
 		return usagef("--lapo-statistic: %w", err)
 	}
 	if err := apply(); err != nil {

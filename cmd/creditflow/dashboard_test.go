@@ -21,6 +21,7 @@ import (
 	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // repoRoot is the repository root (this package is cmd/creditflow).
@@ -144,7 +145,7 @@ func scraped(body string) map[string]bool {
 
 // demoSeries runs the demo of method on its own broker and returns the
 // series its registry exports.
-func demoSeries(t *testing.T, method string, brokers []string) map[string]bool {
+func demoSeries(t *testing.T, method vocab.Method, brokers []string) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	o := demo.Defaults()

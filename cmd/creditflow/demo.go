@@ -15,6 +15,7 @@ import (
 	"github.com/creditflow/creditflow/harness/demo"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 func init() {
@@ -52,11 +53,11 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 		fs.IntVar(&o.Scorers, "scorers", o.Scorers, "scorer servers behind the client (load balancing)")
 	})
 	fs.inGroup(groupCredit, func() {
-		fs.StringVar(&o.Method, "method", o.Method, "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
+		fs.StringVar((*string)(&o.Method), "method", string(o.Method), "credit assignment: lapo (search-QA workload) or attnsr (ALFWorld-shaped workload)")
 	})
 	fs.inGroup(groupLAPO, func() {
-		fs.StringVar(&o.Direction, "direction", o.Direction, "backward or forward (ablation)")
-		fs.StringVar(&o.LAPOStatistic, "lapo-statistic", o.LAPOStatistic, lapoStatisticHelp)
+		fs.StringVar((*string)(&o.Direction), "direction", string(o.Direction), "backward or forward (ablation)")
+		fs.StringVar((*string)(&o.LAPOStatistic), "lapo-statistic", string(o.LAPOStatistic), lapoStatisticHelp)
 	})
 	credit := creditFlags(fs, &o.Credit)
 	mon := &optionalAddr{def: defaultMonitorAddr}
@@ -181,7 +182,7 @@ func printSummary(s demo.Summary) {
 		dead += fmt.Sprintf(": %d injected on purpose, %d others", s.InjectedBad, s.DeadLetters-s.InjectedBad)
 	}
 	fmt.Fprintf(w, "dead letters      %s\n", dead)
-	if s.Method == "attnsr" {
+	if s.Method == vocab.AttnSR {
 		fmt.Fprintf(w, "mean confidence   %.4f\n", s.MeanConfidence)
 		fmt.Fprintf(w, "EMA baseline      %.4f (mean R̄_t over the samples)\n", s.EMABaseline)
 		fmt.Fprintf(w, "step rewards      %.1f%% positive, %.1f%% negative\n", 100*s.PositiveStep, 100*s.NegativeStep)

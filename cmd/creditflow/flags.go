@@ -32,7 +32,7 @@ func creditFlags(fs *flagSet, cfg *credit.Config) func() error {
 			"deprecated alias of --no-answer-empty-segments-eligible")
 	})
 	fs.inGroup(groupAttnSR, func() {
-		fs.StringVar(&cfg.Output, "attnsr-output", cfg.Output, "grpo (reweighted advantages) or ppo (token rewards)")
+		fs.StringVar((*string)(&cfg.Output), "attnsr-output", string(cfg.Output), "grpo (reweighted advantages) or ppo (token rewards)")
 		fs.Float64Var(&cfg.Beta, "beta", cfg.Beta, "β, step reward budget scale")
 		fs.Float64Var(&cfg.Alpha, "alpha", cfg.Alpha, "α, grpo reweighting strength")
 		fs.Float64Var(&cfg.Rho, "rho", cfg.Rho, "ρ, backtracking decay")

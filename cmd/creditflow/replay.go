@@ -16,6 +16,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 func init() {
@@ -59,7 +60,7 @@ func runReplay(args []string) error {
 	policyFlags(fs, &cfg)
 	cfg.Topics.SamplesStale = "" // default: <topic-samples>.stale, never the live run's
 	fs.inGroup(groupCredit, func() {
-		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr (must match how the topic was scored)")
+		fs.StringVar((*string)(&cfg.Credit.Method), "method", string(cfg.Credit.Method), "credit assignment: lapo or attnsr (must match how the topic was scored)")
 	})
 	var statistic *string
 	fs.inGroup(groupLAPO, func() {
@@ -96,7 +97,7 @@ func runReplay(args []string) error {
 		return usagef("--topic-samples is required: a replay writes to a new samples topic")
 	}
 	if *statistic != "" {
-		if err := credit.CheckStatistic(*statistic); err != nil {
+		if err := credit.CheckStatistic(vocab.Statistic(*statistic)); err != nil {
 			return usagef("--lapo-statistic: %w", err)
 		}
 	}
@@ -118,7 +119,7 @@ func runReplay(args []string) error {
 	}
 	rescoreTo := ""
 	if *statistic != "" {
-		cfg.LAPOStatistic = *statistic
+		cfg.LAPOStatistic = vocab.Statistic(*statistic)
 		rescoreTo = cfg.Topics.Samples + ".scored"
 	}
 	if cfg.Topics.State == "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/client"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // lapoStatisticHelp is the help of --lapo-statistic where it chooses what
@@ -102,7 +103,7 @@ func rescoreTopic(ctx context.Context, cfg stage.Config, src scorer.Scorer, prod
 		var msgs []producers.Message
 		err := eachScored(ctx, cfg, p, ends[p], func(rec consumers.Record, s *schemas.Scored) error {
 			value := rec.Value
-			if stat := recordStatistic(s); stat != "" && stat != cfg.LAPOStatistic {
+			if stat := recordStatistic(s); stat != "" && vocab.Statistic(stat) != cfg.LAPOStatistic {
 				n, err := sc.Rescore(ctx, s)
 				if err != nil {
 					if ctx.Err() != nil {

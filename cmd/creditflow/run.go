@@ -132,11 +132,11 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		fs.IntVar(&cfg.MaxUnackedBytes, "max-unacked-bytes", cfg.MaxUnackedBytes, "advantage stage: encoded samples written and not yet acknowledged per partition (at least 4 groups)")
 	})
 	fs.inGroup(groupCredit, func() {
-		fs.StringVar(&cfg.Credit.Method, "method", cfg.Credit.Method, "credit assignment: lapo or attnsr")
+		fs.StringVar((*string)(&cfg.Credit.Method), "method", string(cfg.Credit.Method), "credit assignment: lapo or attnsr")
 	})
 	fs.inGroup(groupLAPO, func() {
-		fs.StringVar(&cfg.Direction, "direction", cfg.Direction, "backward or forward (ablation)")
-		fs.StringVar(&cfg.LAPOStatistic, "lapo-statistic", cfg.LAPOStatistic, lapoStatisticHelp)
+		fs.StringVar((*string)(&cfg.Direction), "direction", string(cfg.Direction), "backward or forward (ablation)")
+		fs.StringVar((*string)(&cfg.LAPOStatistic), "lapo-statistic", string(cfg.LAPOStatistic), lapoStatisticHelp)
 	})
 	fs.inGroup(groupAttnSR, func() {
 		layers = fs.String("layers", "", "comma-separated layer indices (default: the depth mapping of docs/method.md)")
@@ -194,7 +194,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		return asUsage(err)
 	}
 	start := log.Info().Strs("brokers", cfg.Brokers).Str("security", cfg.Security.String()).Str("stage", *which).
-		Str("method", cfg.Credit.Method)
+		Str("method", string(cfg.Credit.Method))
 	if gc, ok := gcpolicy.Applied(); ok { // main applied it; a test calling run directly did not
 		start = start.Stringer("gc", gc)
 	}

@@ -30,18 +30,19 @@ import (
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 	"github.com/creditflow/creditflow/scorer/local"
 	"github.com/creditflow/creditflow/scorer/server"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Options configure a run.
 type Options struct {
 	Groups    int
 	GroupSize int
-	Method    string // lapo | attnsr
+	Method    vocab.Method // a registered credit method: lapo or attnsr
 	Credit    credit.Config
-	Direction string
+	Direction vocab.Direction
 	// LAPOStatistic is what LAPO rows are scored with (docs/method.md
 	// §2.4): logprob (the default), entropy or kl.
-	LAPOStatistic string
+	LAPOStatistic vocab.Statistic
 	Partitions    int
 	Scorers       int // scorer servers behind the client
 	Bad           int // malformed records injected (each must end as a dead letter)
@@ -126,7 +127,7 @@ var ErrInterrupted = errors.New("interrupted")
 
 // Summary is what a run measured. JSON names are stable.
 type Summary struct {
-	Method string `json:"method"`
+	Method vocab.Method `json:"method"`
 	// StartMs is the first trajectory's event time. WallClock: the event
 	// times were the wall clock at publish time (no Options.StartMs); else
 	// they were StartMs + i × 10 ms, and the same StartMs (--start-ms)
@@ -179,12 +180,12 @@ type Summary struct {
 	// consumed; the forward-direction and random-weight-model rates score the
 	// same trajectories in-process after the run. Chance: a uniform pick.
 	// LAPOStatistic is what the run's Δ measured (lapo only).
-	LAPOStatistic   string   `json:"lapo_statistic,omitempty"`
-	LAPOHitRate     *float64 `json:"lapo_hit_rate,omitempty"`
-	LAPOHitForward  *float64 `json:"lapo_hit_rate_forward,omitempty"`
-	LAPOHitRandom   *float64 `json:"lapo_hit_rate_random_model,omitempty"`
-	LAPOHitChance   *float64 `json:"lapo_hit_chance,omitempty"`
-	LAPOHitMeasured int      `json:"lapo_hit_trajectories,omitempty"`
+	LAPOStatistic   vocab.Statistic `json:"lapo_statistic,omitempty"`
+	LAPOHitRate     *float64        `json:"lapo_hit_rate,omitempty"`
+	LAPOHitForward  *float64        `json:"lapo_hit_rate_forward,omitempty"`
+	LAPOHitRandom   *float64        `json:"lapo_hit_rate_random_model,omitempty"`
+	LAPOHitChance   *float64        `json:"lapo_hit_chance,omitempty"`
+	LAPOHitMeasured int             `json:"lapo_hit_trajectories,omitempty"`
 	// AttnSR: the share whose largest intermediate p_k is on the key step.
 	AttnSRKeyHitRate  *float64 `json:"attnsr_key_step_hit_rate,omitempty"`
 	AttnSRKeyChance   *float64 `json:"attnsr_key_step_chance,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // TestDemoCreditHitRate runs the whole pipeline (embedded Kafka, scorer
@@ -59,7 +60,7 @@ func TestDemoLAPOStatistics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
 	}
-	for _, stat := range []string{credit.StatEntropy, credit.StatKL} {
+	for _, stat := range []vocab.Statistic{credit.StatEntropy, credit.StatKL} {
 		o := Defaults()
 		o.Groups, o.Bad, o.Timeout, o.LAPOStatistic = 8, 0, 4*time.Minute, stat
 		s, err := Run(context.Background(), o)

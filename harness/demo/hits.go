@@ -11,6 +11,7 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // hits measures where credit lands, against the worlds' ground truth
@@ -93,7 +94,7 @@ func (h *hits) observe(s *schemas.Sample) {
 // in direction, and returns the share whose largest Δ is on the informative
 // turn. The demo uses it for the rates of the other direction and of the
 // random-weight model on exactly the trajectories the run measured.
-func offlineLAPO(ctx context.Context, m *cpumodel.Model, direction, stat string, cc credit.Config, set []truthOf) (float64, error) {
+func offlineLAPO(ctx context.Context, m *cpumodel.Model, direction vocab.Direction, stat vocab.Statistic, cc credit.Config, set []truthOf) (float64, error) {
 	sc := local.New(m)
 	hit, n := 0, 0
 	for _, tr := range set {

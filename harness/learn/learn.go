@@ -39,6 +39,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // quota is the groups worker k plays under one version: GroupsPerVersion
@@ -62,7 +63,7 @@ func (o Options) processorArgs() []string {
 	case MethodGRPO:
 		return []string{"--method", MethodLAPO, "--lambda", "0"}
 	case MethodPPO:
-		return []string{"--method", MethodAttnSR, "--attnsr-output", "ppo", "--beta", "0"}
+		return []string{"--method", MethodAttnSR, "--attnsr-output", string(vocab.OutputPPO), "--beta", "0"}
 	case MethodAttnSR:
 		return []string{"--method", MethodAttnSR, "--attnsr-output", o.AttnSROutput, "--beta", ftoa(o.Beta)}
 	}

@@ -11,15 +11,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditflow/creditflow/processors/stage"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Methods: GRPO is outcome advantages only (LAPO's advantage with λ = 0);
 // PPO is the terminal reward only with the critic of AttnSR's ppo output
 // (AttnSR's token rewards with β = 0: no step rewards).
 const (
-	MethodLAPO   = "lapo"
+	MethodLAPO   = string(vocab.LAPO)
 	MethodGRPO   = "grpo"
-	MethodAttnSR = "attnsr"
+	MethodAttnSR = string(vocab.AttnSR)
 	MethodPPO    = "ppo"
 )
 
@@ -77,7 +78,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Method: MethodLAPO, Seed: 1, Workers: 2, Steps: 16, GroupsPerStep: 8, GroupSize: 5,
 		MaxPolicyLag: 1, LR: 2e-4, Epochs: 1, Clip: 0.2, ISCap: 2, Gamma: 1, GAELambda: 0.95, CriticLR: 1e-3,
-		Lambda: 0.5, Direction: "backward", AttnSROutput: "grpo", Beta: 0.25, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
+		Lambda: 0.5, Direction: string(vocab.Backward), AttnSROutput: string(vocab.OutputGRPO), Beta: 0.25, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
 		GroupID: "creditflow-learn", Timeout: 20 * time.Minute, Logger: zerolog.Nop()}
 }
 
@@ -97,7 +98,7 @@ func (o Options) resolved() Options {
 // for AttnSR's ppo output and the PPO method, pg (creditflow's advantages)
 // otherwise.
 func (o Options) loss() string {
-	if o.Method == MethodPPO || (o.Method == MethodAttnSR && o.AttnSROutput == "ppo") {
+	if o.Method == MethodPPO || (o.Method == MethodAttnSR && o.AttnSROutput == string(vocab.OutputPPO)) {
 		return "ppo"
 	}
 	return "pg"
@@ -111,10 +112,10 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("--method %q: use lapo, grpo, attnsr or ppo", o.Method)
 	}
-	if o.AttnSROutput != "grpo" && o.AttnSROutput != "ppo" {
+	if _, err := vocab.ParseOutput(o.AttnSROutput); err != nil {
 		return fmt.Errorf("--attnsr-output %q: use grpo or ppo", o.AttnSROutput)
 	}
-	if o.Direction != "backward" && o.Direction != "forward" {
+	if _, err := vocab.ParseDirection(o.Direction); err != nil {
 		return fmt.Errorf("--direction %q: use backward or forward", o.Direction)
 	}
 	if o.Epochs < 1 || !(o.Clip > 0) || !(o.ISCap >= 1) {

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Eval is the held-out evaluation of one policy version.
@@ -122,7 +124,7 @@ func settingsOf(o Options) *Settings {
 	case MethodAttnSR:
 		s.AttnSROutput, s.Beta = o.AttnSROutput, o.Beta
 	case MethodPPO:
-		s.AttnSROutput = "ppo"
+		s.AttnSROutput = string(vocab.OutputPPO)
 	}
 	if s.Loss == "ppo" {
 		s.Gamma, s.GAELambda, s.CriticLR = o.Gamma, o.GAELambda, o.CriticLR

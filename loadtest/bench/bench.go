@@ -20,6 +20,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 	"github.com/rs/zerolog"
 )
 
@@ -31,12 +32,12 @@ var benchSec kafkasec.Config
 // are stable. Rates are records per second over the same records on the same
 // broker; ratios are against the passthrough of those records.
 type SizeResult struct {
-	Size            string `json:"size"`
-	Method          string `json:"method"`
-	Records         int    `json:"records"`
-	Tokens          int    `json:"tokens"`           // mean tokens per trajectory
-	TrajectoryBytes int    `json:"trajectory_bytes"` // mean trajectory record (score stage input)
-	RecordBytes     int    `json:"record_bytes"`     // mean scored record (advantage stage input; what an open member holds)
+	Size            string       `json:"size"`
+	Method          vocab.Method `json:"method"`
+	Records         int          `json:"records"`
+	Tokens          int          `json:"tokens"`           // mean tokens per trajectory
+	TrajectoryBytes int          `json:"trajectory_bytes"` // mean trajectory record (score stage input)
+	RecordBytes     int          `json:"record_bytes"`     // mean scored record (advantage stage input; what an open member holds)
 
 	PassthroughPerS        float64 `json:"passthrough_per_s"`        // trajectories read and written back, no work
 	PassthroughScoredPerS  float64 `json:"passthrough_scored_per_s"` // scored records read and written back, no work
@@ -126,7 +127,7 @@ type BenchResult struct {
 type benchOptions struct {
 	records      int
 	sizes        string
-	method       string
+	method       vocab.Method
 	partitions   int
 	openGroups   int
 	repeat       int
@@ -152,7 +153,7 @@ func Cmd(args []string) (int, error) {
 		names = append(names, s.Name)
 	}
 	fs.StringVar(&o.sizes, "sizes", strings.Join(names, ","), "sizes to run, comma-separated")
-	fs.StringVar(&o.method, "method", "", "run only the sizes of this method (lapo or attnsr); default all")
+	fs.StringVar((*string)(&o.method), "method", "", "run only the sizes of this method (lapo or attnsr); default all")
 	fs.IntVar(&o.partitions, "partitions", o.partitions, "partitions per topic")
 	fs.IntVar(&o.openGroups, "open-groups", o.openGroups, "open groups of the memory measurement (default size; larger sizes hold about the same bytes)")
 	fs.IntVar(&o.repeat, "repeat", o.repeat, "runs of each throughput phase (passthroughs twice as many); rates pool all runs")

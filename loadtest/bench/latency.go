@@ -17,6 +17,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // overhead runs the advantage stage on a fresh topic fed at rate records/s,
@@ -25,7 +26,7 @@ import (
 // the group's last sample being delivered whole (its chunks put back
 // together) to a consumer of `samples` (so it also counts that consumer's
 // fetch: an upper bound of the stage's own overhead).
-func (e *benchEnv) overhead(ctx context.Context, method string, keys, values [][]byte, rate float64, maxTokens int) (p50, p99 float64, err error) {
+func (e *benchEnv) overhead(ctx context.Context, method vocab.Method, keys, values [][]byte, rate float64, maxTokens int) (p50, p99 float64, err error) {
 	if rate <= 0 {
 		return 0, 0, errors.New("overhead: no measured rate to run at")
 	}
@@ -191,7 +192,7 @@ type memResult struct {
 // in the advantage stage and measures the Go heap the stage holds for them:
 // the heap after GC with the groups open minus the heap after GC before the
 // stage started, divided by the open members.
-func (e *benchEnv) memory(ctx context.Context, method string, scored [][]byte, groups, maxTokens int) (memResult, error) {
+func (e *benchEnv) memory(ctx context.Context, method vocab.Method, scored [][]byte, groups, maxTokens int) (memResult, error) {
 	topics, err := e.topics(ctx, e.partitions)
 	if err != nil {
 		return memResult{}, err

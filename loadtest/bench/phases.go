@@ -22,6 +22,7 @@ import (
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer/client"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // benchEnv is what every phase of one bench run shares: the broker, the
@@ -349,7 +350,7 @@ func (s *stageRun) counts(name, outTopic string) counts {
 
 // startStage starts replicas of the score or advantage stage, each with
 // its own producer, as `creditflow run --stage` would.
-func (e *benchEnv) startStage(ctx context.Context, which, method string, topics stage.Topics, maxTokens, replicas int, tune func(*stage.Config)) (*stageRun, error) {
+func (e *benchEnv) startStage(ctx context.Context, which string, method vocab.Method, topics stage.Topics, maxTokens, replicas int, tune func(*stage.Config)) (*stageRun, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &stageRun{reg: newCountingRegistry(prometheus.NewRegistry(),
 		"creditflow_records_in_total", "creditflow_records_out_total", "creditflow_unwritable_records_total"), cancel: cancel}

@@ -6,15 +6,16 @@ import (
 
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // benchSize is one trajectory shape of the bench. Sizes are data: add a row
 // to benchSizes and every phase runs on it.
 type benchSize struct {
-	Name   string // as in --sizes and in the JSON "size" field
-	Method string // lapo | attnsr
-	Tokens int    // tokens per trajectory: observations are padded up to it (0: the synthetic shape as it is)
-	Steps  int    // attnsr: steps (turns) per trajectory
+	Name   string       // as in --sizes and in the JSON "size" field
+	Method vocab.Method // lapo | attnsr
+	Tokens int          // tokens per trajectory: observations are padded up to it (0: the synthetic shape as it is)
+	Steps  int          // attnsr: steps (turns) per trajectory
 	// Trainer: also measure the trainer's end, a Python trainer reading
 	// the samples against a bare consumer (bench_trainer.go).
 	Trainer bool
@@ -27,11 +28,11 @@ type benchSize struct {
 // built-in tiny model (about 450 tokens), which would make the default size
 // a third of what the bench is meant to measure.
 var benchSizes = []benchSize{
-	{Name: "search-qa", Method: "lapo", Tokens: 1300, Trainer: true},
-	{Name: "8k", Method: "lapo", Tokens: 8 << 10},
-	{Name: "32k", Method: "lapo", Tokens: 32 << 10, Trainer: true},
-	{Name: "128k", Method: "lapo", Tokens: 128 << 10},
-	{Name: "attnsr-k30", Method: "attnsr", Steps: 30},
+	{Name: "search-qa", Method: vocab.LAPO, Tokens: 1300, Trainer: true},
+	{Name: "8k", Method: vocab.LAPO, Tokens: 8 << 10},
+	{Name: "32k", Method: vocab.LAPO, Tokens: 32 << 10, Trainer: true},
+	{Name: "128k", Method: vocab.LAPO, Tokens: 128 << 10},
+	{Name: "attnsr-k30", Method: vocab.AttnSR, Steps: 30},
 }
 
 // benchGroupSize is G of every bench workload.
@@ -44,7 +45,7 @@ func (s benchSize) records(n int) int {
 	if s.Tokens > 0 {
 		n = int(int64(n) * 1300 / int64(s.Tokens))
 	}
-	if s.Method == "attnsr" {
+	if s.Method == vocab.AttnSR {
 		n /= 4 // scored records of 30 steps carry six 30x30 graph pairs: ~14x the bytes
 	}
 	n = n / benchGroupSize * benchGroupSize
@@ -55,7 +56,7 @@ func (s benchSize) records(n int) int {
 func (s benchSize) trajectory(seed uint64, g, i int) schemas.Trajectory {
 	gen := synth.Default()
 	gen.Seed, gen.GroupSize = seed, benchGroupSize
-	if s.Method == "attnsr" {
+	if s.Method == vocab.AttnSR {
 		gen.Shape = synth.ALFWorld
 	}
 	t := gen.Trajectory(g, i)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/creditflow/creditflow/monitor"
+	"github.com/creditflow/creditflow/schemas"
 )
 
 // What the policy tokens' backgrounds show (--color-by; the page's "color
@@ -31,21 +32,22 @@ var ColorChoices = []string{ColorAdvantage, ColorProcess, ColorDelta, ColorZNorm
 // whether values are never negative (p_k, w̃: the legend starts at 0 at
 // the lowest).
 type colorMode struct {
-	method, symbol string
-	turn           func(t *monitor.TurnView) *float64
-	center         float64
-	nonNegative    bool
+	method      string // schemas.MethodLAPO or schemas.MethodAttnSR; "" for every method
+	symbol      string
+	turn        func(t *monitor.TurnView) *float64
+	center      float64
+	nonNegative bool
 }
 
 var colorModes = map[string]colorMode{
 	ColorAdvantage:        {},
 	ColorProcess:          {},
-	ColorDelta:            {method: "lapo", symbol: "Δ", turn: func(t *monitor.TurnView) *float64 { return t.Delta }},
-	ColorZNorm:            {method: "lapo", symbol: "z̃", turn: func(t *monitor.TurnView) *float64 { return t.ZNorm }},
-	ColorProcessAdvantage: {method: "lapo", symbol: "A_proc", turn: func(t *monitor.TurnView) *float64 { return &t.ProcessAdvantage }},
-	ColorP:                {method: "attnsr", symbol: "p_k", turn: func(t *monitor.TurnView) *float64 { return t.P }, nonNegative: true},
-	ColorStepReward:       {method: "attnsr", symbol: "s_k", turn: func(t *monitor.TurnView) *float64 { return t.StepReward }},
-	ColorWeight:           {method: "attnsr", symbol: "w̃", turn: func(t *monitor.TurnView) *float64 { return t.Weight }, center: 1, nonNegative: true},
+	ColorDelta:            {method: schemas.MethodLAPO, symbol: "Δ", turn: func(t *monitor.TurnView) *float64 { return t.Delta }},
+	ColorZNorm:            {method: schemas.MethodLAPO, symbol: "z̃", turn: func(t *monitor.TurnView) *float64 { return t.ZNorm }},
+	ColorProcessAdvantage: {method: schemas.MethodLAPO, symbol: "A_proc", turn: func(t *monitor.TurnView) *float64 { return &t.ProcessAdvantage }},
+	ColorP:                {method: schemas.MethodAttnSR, symbol: "p_k", turn: func(t *monitor.TurnView) *float64 { return t.P }, nonNegative: true},
+	ColorStepReward:       {method: schemas.MethodAttnSR, symbol: "s_k", turn: func(t *monitor.TurnView) *float64 { return t.StepReward }},
+	ColorWeight:           {method: schemas.MethodAttnSR, symbol: "w̃", turn: func(t *monitor.TurnView) *float64 { return t.Weight }, center: 1, nonNegative: true},
 }
 
 // ValidColor reports whether by is one of ColorChoices.
@@ -148,7 +150,7 @@ func (c *coloring) legend(v *monitor.SampleView) string {
 	switch {
 	case md.turn != nil:
 		what = md.symbol + " of the turn, on its policy tokens"
-		if md.method == "attnsr" {
+		if md.method == schemas.MethodAttnSR {
 			what = md.symbol + " of the step, on its policy tokens"
 		}
 	case c.by == ColorProcess:

@@ -22,6 +22,7 @@ import (
 
 	"github.com/creditflow/creditflow/monitor"
 	"github.com/creditflow/creditflow/producers"
+	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/tokenizer"
 )
 
@@ -355,7 +356,7 @@ func printSampleView(w io.Writer, v, other *monitor.SampleView, color bool, by s
 	text(0, v.PromptEnd)
 	for _, t := range v.Turns {
 		line := fmt.Sprintf("turn %d · %s", t.Index, t.Kind)
-		if v.Method == "attnsr" {
+		if v.Method == schemas.MethodAttnSR {
 			line += fmt.Sprintf("  p_k %s  s_k %s  w̃ %s", fmtOpt(t.P), fmtOpt(t.StepReward), fmtOpt(t.Weight))
 		} else {
 			el := "not eligible"

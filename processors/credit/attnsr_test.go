@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+
+	"github.com/creditflow/creditflow/vocab"
 )
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
@@ -460,7 +462,7 @@ func TestNegativeGraphEntryRejected(t *testing.T) {
 	}
 }
 
-func benchGroup(method string) ([]Member, Config) {
+func benchGroup(method vocab.Method) ([]Member, Config) {
 	rng := rand.New(rand.NewSource(1))
 	cfg := DefaultConfig()
 	cfg.Method = method
@@ -485,8 +487,8 @@ func benchGroup(method string) ([]Member, Config) {
 // BenchmarkComputeGroup measures one group of G = 5 trajectories with K = 8
 // steps (AttnSR: 6 layers) and reports groups per second.
 func BenchmarkComputeGroup(b *testing.B) {
-	for _, method := range []string{MethodLAPO, MethodAttnSR} {
-		b.Run(method, func(b *testing.B) {
+	for _, method := range []vocab.Method{MethodLAPO, MethodAttnSR} {
+		b.Run(string(method), func(b *testing.B) {
 			ms, cfg := benchGroup(method)
 			var e EMA
 			b.ReportAllocs()

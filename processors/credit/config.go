@@ -3,14 +3,16 @@ package credit
 import (
 	"fmt"
 	"math"
+
+	"github.com/creditflow/creditflow/vocab"
 )
 
-// Methods and AttnSR output forms accepted by Config.
+// Methods and AttnSR output forms accepted by Config (the names are vocab's).
 const (
-	MethodLAPO   = "lapo"
-	MethodAttnSR = "attnsr"
-	OutputGRPO   = "grpo"
-	OutputPPO    = "ppo"
+	MethodLAPO   = vocab.LAPO
+	MethodAttnSR = vocab.AttnSR
+	OutputGRPO   = vocab.OutputGRPO
+	OutputPPO    = vocab.OutputPPO
 )
 
 // Turn kinds (docs/method.md, "Words").
@@ -26,7 +28,7 @@ const (
 // value is not a usable configuration (Validate rejects it).
 type Config struct {
 	// Method is MethodLAPO or MethodAttnSR.
-	Method string
+	Method vocab.Method
 
 	// EpsR is ε_R of the outcome advantage (docs/method.md §1). Default 1e-6.
 	EpsR float64
@@ -71,7 +73,7 @@ type Config struct {
 	// Delta is δ, the EMA baseline decay. Default 0.99.
 	Delta float64
 	// Output is OutputGRPO (reweighted advantages) or OutputPPO (token rewards).
-	Output string
+	Output vocab.Output
 }
 
 // DefaultConfig returns every default of docs/method.md: LAPO with λ = 0.5,

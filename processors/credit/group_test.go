@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // flat lists every number of a result, for bit-exact comparison.
@@ -60,7 +62,7 @@ func orderMembers(rng *rand.Rand, n int) []Member {
 // orders, and float64 sums depend on the order they are formed in.
 func TestComputeGroupOrderIndependent(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
-	for _, method := range []string{MethodLAPO, MethodAttnSR} {
+	for _, method := range []vocab.Method{MethodLAPO, MethodAttnSR} {
 		cfg := DefaultConfig()
 		cfg.Method = method
 		for trial := 0; trial < 20; trial++ {
@@ -103,7 +105,7 @@ func TestComputeGroupOrderIndependent(t *testing.T) {
 // valid members (it only skips their validation), for both methods.
 func TestComputeValidatedGroupMatches(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
-	for _, method := range []string{MethodLAPO, MethodAttnSR} {
+	for _, method := range []vocab.Method{MethodLAPO, MethodAttnSR} {
 		cfg := DefaultConfig()
 		cfg.Method = method
 		for trial := 0; trial < 20; trial++ {

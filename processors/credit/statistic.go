@@ -1,6 +1,10 @@
 package credit
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/creditflow/creditflow/vocab"
+)
 
 // docs/method.md §2.4: the statistic a LAPO gain is measured with. The
 // score stage asks the scorer for one number per row and forms Δ_t from
@@ -8,13 +12,13 @@ import "fmt"
 
 // LAPO statistics (docs/method.md §2.4).
 const (
-	StatLogProb = "logprob" // S, the mean log-probability of the gold span (the default)
-	StatEntropy = "entropy" // H, the mean predictive entropy over the gold span
-	StatKL      = "kl"      // the mean KL(p(·|with) ‖ p(·|without)) over the gold span
+	StatLogProb = vocab.LogProb // S, the mean log-probability of the gold span (the default)
+	StatEntropy = vocab.Entropy // H, the mean predictive entropy over the gold span
+	StatKL      = vocab.KL      // the mean KL(p(·|with) ‖ p(·|without)) over the gold span
 )
 
 // CheckStatistic reports a LAPO statistic that is not one of the three.
-func CheckStatistic(stat string) error {
+func CheckStatistic(stat vocab.Statistic) error {
 	switch stat {
 	case StatLogProb, StatEntropy, StatKL:
 		return nil
@@ -32,7 +36,7 @@ func CheckStatistic(stat string) error {
 // c_<t. For kl, without is not used (the row's value already compares the
 // two contexts). A non-finite result is returned as it is: FiniteGain
 // decides what it becomes.
-func Gain(stat string, with, without float64) float64 {
+func Gain(stat vocab.Statistic, with, without float64) float64 {
 	switch stat {
 	case StatEntropy:
 		return without - with

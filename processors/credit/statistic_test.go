@@ -1,11 +1,15 @@
 package credit
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/creditflow/creditflow/vocab"
+)
 
 // TestGain checks equations (2.4a–c) of docs/method.md §2.4.
 func TestGain(t *testing.T) {
 	for _, c := range []struct {
-		stat          string
+		stat          vocab.Statistic
 		with, without float64
 		want          float64
 	}{
@@ -18,7 +22,7 @@ func TestGain(t *testing.T) {
 			t.Errorf("Gain(%q, %v, %v) = %v, want %v", c.stat, c.with, c.without, got, c.want)
 		}
 	}
-	for _, s := range []string{StatLogProb, StatEntropy, StatKL} {
+	for _, s := range vocab.Statistics {
 		if err := CheckStatistic(s); err != nil {
 			t.Errorf("%s: %v", s, err)
 		}

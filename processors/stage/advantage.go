@@ -464,7 +464,7 @@ func (p *partition) finalize(g *state.Group[entry], partial bool, off int64, pha
 		}
 	}
 	p.a.signals(scs, results, route.announced)
-	if cfg.Credit.Method == "attnsr" && p.ema.Count > 0 {
+	if cfg.Credit.Method == credit.MethodAttnSR && p.ema.Count > 0 {
 		p.baseline.Set(p.ema.Value)
 	}
 	p.send(msgs, e, true)

@@ -14,6 +14,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // attnsrGoldenScored is the AttnSR input of the golden files: groups of
@@ -100,7 +101,7 @@ func attnsrGoldenSamples(t testing.TB, groups [][]schemas.Scored, cfg credit.Con
 	return out
 }
 
-func attnsrGoldenConfig(output string) credit.Config {
+func attnsrGoldenConfig(output vocab.Output) credit.Config {
 	cfg := credit.DefaultConfig()
 	cfg.Method, cfg.Output = credit.MethodAttnSR, output
 	return cfg
@@ -224,8 +225,8 @@ func TestAttnSRGoldenSamples(t *testing.T) {
 		}
 		v3 = append(v3, *s)
 	}
-	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
-		want := goldenV2(t, "samples_attnsr_"+output+".sha256")
+	for _, output := range vocab.Outputs {
+		want := goldenV2(t, "samples_attnsr_"+string(output)+".sha256")
 		for name, recs := range map[string][]schemas.Scored{"old": old, "third generation": v3, "compact": compacted} {
 			got := sha256s(attnsrGoldenSamples(t, groupsOf(recs), attnsrGoldenConfig(output)))
 			if len(got) != len(want) {
@@ -347,7 +348,7 @@ func TestCompactGraphsBitIdentical(t *testing.T) {
 			}
 		}
 	}
-	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
+	for _, output := range vocab.Outputs {
 		cfg := attnsrGoldenConfig(output)
 		a, b := attnsrGoldenSamples(t, groupsOf(old), cfg), attnsrGoldenSamples(t, groupsOf(compacted), cfg)
 		for i := range a {

@@ -9,6 +9,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // TestV2AttnSRGoldenThroughAdvantage replays AttnSR scored records of the
@@ -18,13 +19,13 @@ import (
 // generation computed (their SHA-256 digests are kept), for both outputs.
 func TestV2AttnSRGoldenThroughAdvantage(t *testing.T) {
 	for _, gen := range []string{"v2", "v3"} {
-		for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
-			t.Run(gen+"/"+output, func(t *testing.T) { replayGolden(t, gen, output) })
+		for _, output := range vocab.Outputs {
+			t.Run(gen+"/"+string(output), func(t *testing.T) { replayGolden(t, gen, output) })
 		}
 	}
 }
 
-func replayGolden(t *testing.T, gen, output string) {
+func replayGolden(t *testing.T, gen string, output vocab.Output) {
 	read := func(name string) [][]byte { return goldenHex(t, gen, name) }
 	{
 		{
@@ -46,7 +47,7 @@ func replayGolden(t *testing.T, gen, output string) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the samples of the golden records", func() bool { return len(keysOn(t, e.cfg.Brokers, e.cfg.Topics.Samples)) == len(msgs) })
-			want := goldenHex(t, "v2", "samples_attnsr_"+output+".sha256")
+			want := goldenHex(t, "v2", "samples_attnsr_"+string(output)+".sha256")
 			recs := readTopic(t, e.cfg.Brokers, e.cfg.Topics.Samples)[0]
 			if len(recs) != len(want) {
 				t.Fatalf("%d samples, want %d", len(recs), len(want))

@@ -85,7 +85,7 @@ func longGroup(tb testing.TB, n int) ([]*schemas.Scored, []credit.Member, []cred
 			wrong := "lyon"
 			t.PredAnswer = &wrong
 		}
-		sc := &schemas.Scored{Trajectory: t, Method: credit.MethodLAPO, Direction: Backward, Turns: make([]schemas.TurnScore, len(t.Turns)),
+		sc := &schemas.Scored{Trajectory: t, Method: string(credit.MethodLAPO), Direction: string(Backward), Turns: make([]schemas.TurnScore, len(t.Turns)),
 			ScorerModel: "qwen2.5-7b", ScorerPolicyVersion: 3, ScoredAtMs: 1_767_225_700_000}
 		for k, tu := range t.Turns {
 			if tu.Kind == schemas.KindSearch {

@@ -12,6 +12,7 @@ import (
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/state"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Topics names the topics of the pipeline.
@@ -45,11 +46,11 @@ type Config struct {
 	GroupID  string // consumer group prefix: "<GroupID>.score" and "<GroupID>.advantage"
 	Topics   Topics
 
-	Direction string // LAPO: backward (default) | forward
+	Direction vocab.Direction // LAPO: backward (default) | forward
 	// LAPOStatistic is what LAPO rows are scored with (docs/method.md §2.4):
 	// logprob (the default; "" too), entropy or kl. The last two need a
 	// scorer that advertises scorer.FeatureStatistics.
-	LAPOStatistic string
+	LAPOStatistic vocab.Statistic
 	Credit        credit.Config // method and every default of docs/method.md
 	Layers        []int         // AttnSR layers to capture; empty: docs/method.md §3.1 mapping for the scorer's depth
 	Window        state.WindowConfig

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Metrics are the stages' Prometheus metrics. Create one per process and
@@ -13,7 +14,7 @@ import (
 type Metrics struct {
 	reg            prometheus.Registerer // the stages' consumer groups register their metrics here too
 	once           sync.Mutex
-	registered     map[string]bool // credit methods whose metrics are registered
+	registered     map[vocab.Method]bool // credit methods whose metrics are registered
 	recordsIn      *prometheus.CounterVec
 	recordsOut     *prometheus.CounterVec
 	deadLetters    *prometheus.CounterVec
@@ -105,14 +106,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // the first time a stage of that method is created, so that a process
 // exports only the series of the method it runs (no always-empty
 // histograms of the other one).
-func (m *Metrics) forMethod(method string) {
+func (m *Metrics) forMethod(method vocab.Method) {
 	m.once.Lock()
 	defer m.once.Unlock()
 	if m.registered[method] {
 		return
 	}
 	if m.registered == nil {
-		m.registered = map[string]bool{}
+		m.registered = map[vocab.Method]bool{}
 	}
 	m.registered[method] = true
 	switch method {

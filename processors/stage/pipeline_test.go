@@ -22,6 +22,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // readTopic returns every record of topic, per partition in offset order,
@@ -241,7 +242,7 @@ func randomScored(groups, size int, seed uint64) []schemas.Scored {
 	for g := 0; g < groups; g++ {
 		for _, tr := range gen.Group(g) {
 			k := len(tr.Turns)
-			s := schemas.Scored{Trajectory: tr, Method: credit.MethodAttnSR, Turns: make([]schemas.TurnScore, k)}
+			s := schemas.Scored{Trajectory: tr, Method: string(credit.MethodAttnSR), Turns: make([]schemas.TurnScore, k)}
 			for _, layer := range []int32{0, 1} {
 				lg := schemas.LayerGraph{Layer: layer, K: int32(k), AA: make([]float64, k*k), AO: make([]float64, k*k)}
 				for j := 1; j < k; j++ {
@@ -394,8 +395,8 @@ func sampleID(t *testing.T, r consumers.Record) string {
 // from the scorer servers, for both outputs, and checks every sample against
 // `creditflow compute` on the scored records.
 func TestPipelineAttnSRMatchesCompute(t *testing.T) {
-	for _, output := range []string{credit.OutputGRPO, credit.OutputPPO} {
-		t.Run(output, func(t *testing.T) {
+	for _, output := range vocab.Outputs {
+		t.Run(string(output), func(t *testing.T) {
 			b, err := broker.Start(broker.WithDefaultPartitions(2))
 			if err != nil {
 				t.Fatal(err)

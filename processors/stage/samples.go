@@ -93,7 +93,7 @@ func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Conf
 		SampleIndex:      t.SampleIndex,
 		PolicyVersion:    t.PolicyVersion,
 		CreatedAtMs:      t.CreatedAtMs,
-		Method:           cfg.Method,
+		Method:           string(cfg.Method),
 		Output:           "advantages",
 		Partial:          r.Partial,
 		Reward:           r.Reward,

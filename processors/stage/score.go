@@ -14,6 +14,7 @@ import (
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Directions of LAPO scoring (docs/method.md §2.1); the rows of each are
@@ -73,10 +74,10 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 			return nil, fmt.Errorf("score stage: layer %d outside the scorer model's %d layers", l, info.Layers)
 		}
 	}
-	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == "lapo" && cfg.Direction == Backward {
+	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == credit.MethodLAPO && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
-	if stat := cfg.LAPOStatistic; cfg.Credit.Method == "lapo" && !scorer.IsLogProb(stat) && !info.HasFeature(scorer.FeatureStatistics) {
+	if stat := cfg.LAPOStatistic; cfg.Credit.Method == credit.MethodLAPO && !scorer.IsLogProb(string(stat)) && !info.HasFeature(scorer.FeatureStatistics) {
 		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
 	}
 	return s, nil
@@ -424,11 +425,11 @@ func (s *ScoreStage) currentPolicyVersion() int64 {
 // score runs the method's scorer calls, retrying transient failures while ctx lasts.
 func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas.Scored, error) {
 	sc := &schemas.Scored{
-		Trajectory: *t, Method: s.cfg.Credit.Method, Turns: make([]schemas.TurnScore, len(t.Turns)),
+		Trajectory: *t, Method: string(s.cfg.Credit.Method), Turns: make([]schemas.TurnScore, len(t.Turns)),
 		ScorerModel: s.info.Name, ScorerPolicyVersion: s.currentPolicyVersion(), ScoredAtMs: time.Now().UnixMilli(),
 	}
 	switch s.cfg.Credit.Method {
-	case "attnsr":
+	case credit.MethodAttnSR:
 		job := scoring.AttentionJob(t, s.layers)
 		var graphs []schemas.LowerGraph
 		version := int64(-1)
@@ -445,7 +446,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		sc.Graphs = graphs
 	default:
-		sc.Direction = schemas.DirectionLabel(s.cfg.Direction, s.cfg.LAPOStatistic)
+		sc.Direction = schemas.DirectionLabel(string(s.cfg.Direction), string(s.cfg.LAPOStatistic))
 		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {
 			return nil, err
@@ -484,9 +485,9 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 // record; a scorer's rejection of the input is returned as the error. A
 // replay with another statistic uses it (docs/method.md §2.4).
 func (s *ScoreStage) Rescore(ctx context.Context, sc *schemas.Scored) (*schemas.Scored, error) {
-	if dir, _, ok := schemas.SplitDirection(sc.Direction); ok && dir != s.cfg.Direction {
+	if dir, _, ok := schemas.SplitDirection(sc.Direction); ok && vocab.Direction(dir) != s.cfg.Direction {
 		o := *s // the record's direction, not the stage's
-		o.cfg.Direction = dir
+		o.cfg.Direction = vocab.Direction(dir)
 		return o.score(ctx, &sc.Trajectory)
 	}
 	return s.score(ctx, &sc.Trajectory)

@@ -16,13 +16,14 @@ import (
 	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // offlineGains is Δ of every eligible turn of t under stat, computed
 // offline on the model itself (cpumodel.ScoreRowsStatistic, what `creditflow
 // score --statistic` runs) from the logprob plan's rows: entropy
 // H(without) − H(with), kl KL(with ‖ without) (docs/method.md §2.4).
-func offlineGains(t *testing.T, m *cpumodel.Model, tr *schemas.Trajectory, stat string, cc credit.Config) map[int]float64 {
+func offlineGains(t *testing.T, m *cpumodel.Model, tr *schemas.Trajectory, stat vocab.Statistic, cc credit.Config) map[int]float64 {
 	t.Helper()
 	rows, with, without, err := scoring.LAPORows(tr, stage.Backward, cc, m.Info().PlaceholderIDs)
 	if err != nil {
@@ -67,8 +68,8 @@ func offlineGains(t *testing.T, m *cpumodel.Model, tr *schemas.Trajectory, stat 
 // `creditflow compute` on the scored records.
 func TestPipelineLAPOStatistics(t *testing.T) {
 	m := cpumodel.Tiny()
-	for _, stat := range []string{credit.StatEntropy, credit.StatKL} {
-		t.Run(stat, func(t *testing.T) {
+	for _, stat := range []vocab.Statistic{credit.StatEntropy, credit.StatKL} {
+		t.Run(string(stat), func(t *testing.T) {
 			e := newEnv(t, 1, func(c *stage.Config) {
 				c.LAPOStatistic = stat
 				c.CommitInterval = 100 * time.Millisecond
@@ -98,7 +99,7 @@ func TestPipelineLAPOStatistics(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if s.Direction != "backward:"+stat {
+					if s.Direction != "backward:"+string(stat) {
 						t.Fatalf("scored record labelled %q, want backward:%s", s.Direction, stat)
 					}
 				}
@@ -160,7 +161,7 @@ func TestScoreStageNeedsStatisticsFeature(t *testing.T) {
 	cfg := stage.DefaultConfig()
 	cfg.Brokers = []string{"127.0.0.1:1"}
 	old := withoutStatistics{local.New(cpumodel.Tiny())}
-	for _, stat := range []string{credit.StatEntropy, credit.StatKL} {
+	for _, stat := range []vocab.Statistic{credit.StatEntropy, credit.StatKL} {
 		cfg.LAPOStatistic = stat
 		if _, err := stage.NewScoreStage(context.Background(), cfg, old, nil); !errors.Is(err, stage.ErrScorerWithoutStatistics) {
 			t.Fatalf("%s on a scorer without statistics: %v, want ErrScorerWithoutStatistics", stat, err)

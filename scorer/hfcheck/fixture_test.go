@@ -16,6 +16,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // checkpoints are the published configs the models are built from
@@ -82,7 +83,7 @@ type checkpointFix struct {
 // the logprob sets.
 func (c *checkpointFix) rowsOf(logprobOnly bool) (rows []map[string]any) {
 	for _, rc := range c.cases {
-		if logprobOnly && rc.stat != credit.StatLogProb {
+		if logprobOnly && rc.stat != string(credit.StatLogProb) {
 			continue
 		}
 		for _, r := range rc.rows {
@@ -253,8 +254,8 @@ func (c *checkpointFix) makeWork(seed uint64) error {
 	long := traj("long", 60, 30, 1.3)   // about 200 tokens: cut
 	plans := []struct {
 		t    *schemas.Trajectory
-		dir  string
-		stat string
+		dir  vocab.Direction
+		stat vocab.Statistic
 	}{
 		{short, scoring.Backward, credit.StatLogProb}, {short, scoring.Forward, credit.StatLogProb},
 		{short, scoring.Backward, credit.StatEntropy}, {short, scoring.Backward, credit.StatKL},
@@ -266,13 +267,13 @@ func (c *checkpointFix) makeWork(seed uint64) error {
 		if err != nil {
 			return err
 		}
-		name := p.t.TrajectoryID + "/" + p.dir + "/" + p.stat
+		name := p.t.TrajectoryID + "/" + string(p.dir) + "/" + string(p.stat)
 		set := plan.RowSet(name)
 		full, err := scorer.ExpandSet(set)
 		if err != nil {
 			return err
 		}
-		c.cases = append(c.cases, rowCase{name: name, set: set, rows: full.Rows, stat: p.stat})
+		c.cases = append(c.cases, rowCase{name: name, set: set, rows: full.Rows, stat: string(p.stat)})
 	}
 	layers := make([]int, c.layers)
 	for i := range layers {

@@ -24,9 +24,9 @@ import (
 
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/processors/credit"
-	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 type line struct {
@@ -65,7 +65,7 @@ func run(groups int, seed uint64) error {
 				}
 			}
 			seen := map[string]bool{}
-			for _, dir := range []string{stage.Backward, stage.Forward} {
+			for _, dir := range vocab.Directions {
 				rows, _, _, err := scoring.LAPORows(&t, dir, cc, placeholder)
 				if err != nil {
 					return err

@@ -6,6 +6,7 @@ import (
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // LAPORows returns the scoring rows the score stage sends for t
@@ -13,7 +14,7 @@ import (
 // and "without" score (-1 where the turn is not scored). The training data of
 // the built-in model and the demo's offline measurements use it, so they see
 // exactly the rows the stage scores.
-func LAPORows(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (rows []scorer.Row, with, without []int, err error) {
+func LAPORows(t *schemas.Trajectory, direction vocab.Direction, cc credit.Config, placeholder []int32) (rows []scorer.Row, with, without []int, err error) {
 	p, err := PlanLAPO(t, direction, cc, placeholder)
 	if err != nil {
 		return nil, nil, nil, err
@@ -27,12 +28,12 @@ func LAPORows(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 
 // Gains scores t's LAPO rows on scorer and returns its turn scores as the
 // score stage would publish them (Delta nil where a turn is not scored).
-func Gains(ctx context.Context, src scorer.Scorer, t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
+func Gains(ctx context.Context, src scorer.Scorer, t *schemas.Trajectory, direction vocab.Direction, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
 	return GainsStatistic(ctx, src, t, direction, credit.StatLogProb, cc, placeholder)
 }
 
 // GainsStatistic is Gains with the LAPO statistic stat (docs/method.md §2.4).
-func GainsStatistic(ctx context.Context, src scorer.Scorer, t *schemas.Trajectory, direction, stat string, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
+func GainsStatistic(ctx context.Context, src scorer.Scorer, t *schemas.Trajectory, direction vocab.Direction, stat vocab.Statistic, cc credit.Config, placeholder []int32) ([]schemas.TurnScore, error) {
 	p, err := PlanLAPOStatistic(t, direction, stat, cc, placeholder)
 	if err != nil {
 		return nil, err

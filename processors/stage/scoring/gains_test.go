@@ -9,12 +9,13 @@ import (
 	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // creditHits scores the first n search-QA trajectories (demo seed) that have
 // an informative turn and at least two eligible turns on m, in direction,
 // and returns how many have their largest Δ on the informative turn.
-func creditHits(t *testing.T, m *cpumodel.Model, direction string, n int) (hits int, chance float64) {
+func creditHits(t *testing.T, m *cpumodel.Model, direction vocab.Direction, n int) (hits int, chance float64) {
 	t.Helper()
 	gen := synth.Default()
 	cc := credit.DefaultConfig()

@@ -21,12 +21,13 @@ import (
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // Directions of LAPO scoring (docs/method.md §2.1).
 const (
-	Backward = "backward"
-	Forward  = "forward"
+	Backward = vocab.Backward
+	Forward  = vocab.Forward
 )
 
 // Plan is the rows one trajectory needs and how they combine into Δ_t.
@@ -45,7 +46,7 @@ type Plan struct {
 	// stat is the statistic the rows are scored with (credit.StatLogProb,
 	// StatEntropy or StatKL); kl rows carry the "without" context as their
 	// ReferenceContext.
-	stat string
+	stat vocab.Statistic
 }
 
 // CreditTurns describes a trajectory's turns to the math package.
@@ -62,7 +63,7 @@ func CreditTurns(t *schemas.Trajectory) []credit.Turn {
 // Forward: c_≤t and c_<t for every eligible t (2T rows).
 // A trajectory without a usable gold target gets no rows and hence no process
 // scores (see hasGoldTarget); its plan says so in noGoldTarget.
-func PlanLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeholder []int32) (Plan, error) {
+func PlanLAPO(t *schemas.Trajectory, direction vocab.Direction, cc credit.Config, placeholder []int32) (Plan, error) {
 	return PlanLAPOStatistic(t, direction, credit.StatLogProb, cc, placeholder)
 }
 
@@ -70,7 +71,7 @@ func PlanLAPO(t *schemas.Trajectory, direction string, cc credit.Config, placeho
 // §2.4; "" is logprob). Entropy scores the same rows as logprob. KL has one
 // row per eligible turn: the "with" context (c_full or c_≤t) as its
 // pieces and the "without" context (c_−t or c_<t) as its reference.
-func PlanLAPOStatistic(t *schemas.Trajectory, direction, stat string, cc credit.Config, placeholder []int32) (Plan, error) {
+func PlanLAPOStatistic(t *schemas.Trajectory, direction vocab.Direction, stat vocab.Statistic, cc credit.Config, placeholder []int32) (Plan, error) {
 	if stat == "" {
 		stat = credit.StatLogProb
 	}
@@ -202,7 +203,7 @@ func PlanLAPOStatistic(t *schemas.Trajectory, direction, stat string, cc credit.
 func (p Plan) RowSet(id string) scorer.RowSet {
 	s := scorer.RowSet{ID: id, Rows: p.rows, Tokens: p.tokens, Pieces: p.pieces}
 	if p.stat != "" && p.stat != credit.StatLogProb {
-		s.Statistic = p.stat
+		s.Statistic = string(p.stat)
 	}
 	return s
 }

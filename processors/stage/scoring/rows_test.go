@@ -7,6 +7,7 @@ import (
 
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 func ids(xs ...int32) []int32 { return xs }
@@ -193,7 +194,7 @@ func TestPlanCarriesTemperature(t *testing.T) {
 	tr := sampleTrajectory()
 	temp := float32(0.7)
 	tr.Temperature = &temp
-	for _, dir := range []string{Backward, Forward} {
+	for _, dir := range vocab.Directions {
 		p, err := PlanLAPO(tr, dir, credit.DefaultConfig(), ids(99))
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // BenchmarkStatistics measures the scorer's cost of one search-QA
@@ -24,8 +25,8 @@ func BenchmarkStatistics(b *testing.B) {
 	for g := 0; len(trajs) < 20; g++ {
 		trajs = append(trajs, gen.Group(g)...)
 	}
-	for _, stat := range []string{credit.StatLogProb, credit.StatEntropy, credit.StatKL} {
-		b.Run(stat, func(b *testing.B) {
+	for _, stat := range vocab.Statistics {
+		b.Run(string(stat), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				t := &trajs[i%len(trajs)]
 				if _, err := GainsStatistic(context.Background(), sc, t, Backward, stat, cc, m.Info().PlaceholderIDs); err != nil {
