@@ -16,6 +16,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/gcpolicy"
+	"github.com/creditflow/creditflow/internal/health"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
@@ -40,16 +41,16 @@ func (rc *runConfig) run(ctx context.Context) error {
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	hc := newHealth(cfg.CommitInterval, rc.livenessStall)
-	var scoreCheck, advCheck *stageCheck
+	hc := health.New(cfg.CommitInterval, rc.livenessStall)
+	var scoreCheck, advCheck *health.Stage
 	if rc.score {
-		scoreCheck = hc.stage("score", "waiting for the brokers and topics", true)
+		scoreCheck = hc.Stage("score", "waiting for the brokers and topics", true)
 	}
 	if rc.advantage {
-		advCheck = hc.stage("advantage", "waiting for the brokers and topics", false)
+		advCheck = hc.Stage("advantage", "waiting for the brokers and topics", false)
 	}
 	if rc.metricsAddr != "" {
-		stopMetrics, err := serveMetrics(rc.metricsAddr, reg, log, hc.routes())
+		stopMetrics, err := health.Serve(rc.metricsAddr, reg, log, hc.Routes())
 		if err != nil {
 			return err
 		}
@@ -93,7 +94,7 @@ func (rc *runConfig) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		advCheck.start(a)
+		advCheck.Start(a)
 		n++
 		go func() { errc <- a.Run(ctx) }()
 	}
@@ -112,12 +113,12 @@ func (rc *runConfig) run(ctx context.Context) error {
 // then returns an error: a wrong address or a missing topic is a mistake
 // to see, not a condition that passes (docs/stream.md, "Health"). Once a
 // broker answered, hc checks the brokers until ctx ends.
-func (rc *runConfig) waitForKafka(ctx context.Context, cfg stage.Config, hc *health) error {
+func (rc *runConfig) waitForKafka(ctx context.Context, cfg stage.Config, hc *health.Checks) error {
 	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, rc.startup); err != nil {
 		return err
 	}
-	hc.setBrokers(nil)
-	go hc.watchBrokers(ctx, cfg.Security, cfg.Brokers, 5*time.Second)
+	hc.SetBrokers(nil)
+	go hc.WatchBrokers(ctx, cfg.Security, cfg.Brokers, 5*time.Second)
 	if rc.createTopics > 0 {
 		cctx, cancel := context.WithTimeout(ctx, rc.startup)
 		err := producers.EnsureTopics(cctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(rc.createTopics)...)
@@ -177,13 +178,13 @@ func (rc *runConfig) drain(errc <-chan error, n int, first error, log zerolog.Lo
 // (scorer pods may need minutes to load a model; the process is not ready
 // meanwhile and says on /readyz and in its log what it waits for), then
 // runs the score stage until ctx ends.
-func runScoreStage(ctx context.Context, cfg stage.Config, src scorer.Scorer, prod *producers.Producer, check *stageCheck, log zerolog.Logger) error {
+func runScoreStage(ctx context.Context, cfg stage.Config, src scorer.Scorer, prod *producers.Producer, check *health.Stage, log zerolog.Logger) error {
 	var lastLog time.Time
-	check.wait("waiting for a scorer to answer")
+	check.Wait("waiting for a scorer to answer")
 	for {
 		s, err := stage.NewScoreStage(ctx, cfg, src, prod)
 		if err == nil {
-			check.start(s)
+			check.Start(s)
 			log.Info().Msg("a scorer answered: the score stage starts")
 			return s.Run(ctx)
 		}
@@ -193,7 +194,7 @@ func runScoreStage(ctx context.Context, cfg stage.Config, src scorer.Scorer, pro
 		if ctx.Err() != nil {
 			return nil
 		}
-		check.wait("waiting for a scorer to answer: " + err.Error())
+		check.Wait("waiting for a scorer to answer: " + err.Error())
 		if time.Since(lastLog) >= 30*time.Second {
 			log.Warn().Err(err).Msg("waiting for a scorer to answer (not ready until one does)")
 			lastLog = time.Now()
