@@ -22,6 +22,7 @@ import (
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/policyfollow"
 )
 
 // run runs the stages of rc until ctx ends (SIGTERM) or a stage fails, then
@@ -149,7 +150,7 @@ func (rc *runConfig) newScorer(ctx context.Context, cfg stage.Config, reg *prome
 			closeScorer()
 			return nil, nil, fmt.Errorf("--scorer-follow-policy needs --topic-policy")
 		}
-		followPolicy(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, cfg.Logger, policy.WithRegisterer(reg))
+		policyfollow.Start(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, cfg.Logger, policy.WithRegisterer(reg))
 	}
 	return src, closeScorer, nil
 }
