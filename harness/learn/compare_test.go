@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // TestWriteReportsFromJSON: --report writes the table and the picture of
 // a comparison again from its .json alone, and refuses a file without runs.
 func TestWriteReportsFromJSON(t *testing.T) {
 	dir := t.TempDir()
-	c := Comparison{Runs: []Summary{run3("lapo", 1, 0.4, 0.6, 0.9), run3("grpo", 1, 0.4, 0.5, 0.6)}}
+	c := Comparison{Runs: []Summary{run3(credit.MethodLAPO, 1, 0.4, 0.6, 0.9), run3("grpo", 1, 0.4, 0.5, 0.6)}}
 	b, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +50,7 @@ func TestWriteReportsFromJSON(t *testing.T) {
 // TestSummaryText: the summary prints versions in numeric order and the
 // clip hits summed over the steps.
 func TestSummaryText(t *testing.T) {
-	s := run3("lapo", 2, 0.25, 0.5)
+	s := run3(credit.MethodLAPO, 2, 0.25, 0.5)
 	s.SamplesByPolicyVersion = map[string]int{"10": 3, "2": 5, "0": 1}
 	s.Steps = []TrainerStep{{GradClipHits: 2}, {GradClipHits: 3, Loss: 0.5}}
 	var b bytes.Buffer
