@@ -13,6 +13,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/harness/demo"
+	"github.com/creditflow/creditflow/internal/health"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/vocab"
@@ -102,7 +103,7 @@ trainer-side consumer that validates every sample. It injects --bad malformed re
 	if *metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		o.Registerer = reg
-		stopMetrics, err := serveMetrics(*metricsAddr, reg, o.Logger)
+		stopMetrics, err := health.Serve(*metricsAddr, reg, o.Logger)
 		if err != nil {
 			return err
 		}

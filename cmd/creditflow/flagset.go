@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/creditflow/creditflow/internal/settings"
 )
 
 // Flag groups: the concerns under which `creditflow <command> -h` lists
@@ -133,13 +135,13 @@ func printFlag(w io.Writer, fl *flag.Flag) {
 	fmt.Fprintln(w, line)
 }
 
-// parse parses args (through loadSettings when settings is set: config
+// parse parses args (through settings.Load when withSettings is set: config
 // file and environment too). -h prints the help and returns flag.ErrHelp;
 // any other error, and an argument that is not a flag, is a usageError with
 // one line pointing to -h.
-func (f *flagSet) parse(args []string, settings bool) error {
-	if settings {
-		return f.parseWith(args, func(a []string) error { return loadSettings(f.FlagSet, a) })
+func (f *flagSet) parse(args []string, withSettings bool) error {
+	if withSettings {
+		return f.parseWith(args, func(a []string) error { return settings.Load(f.FlagSet, a) })
 	}
 	return f.parseWith(args, f.FlagSet.Parse)
 }

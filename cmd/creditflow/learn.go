@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -91,7 +87,7 @@ given. The summary reports held-out success by version and what the loop proved 
 		return err
 	}
 	if *report != "" {
-		return writeReports(splitList(*report))
+		return learn.WriteReports(splitList(*report), os.Stderr)
 	}
 	if o.Logger, err = newLogger(*logLevel); err != nil {
 		return err
@@ -142,7 +138,8 @@ given. The summary reports held-out success by version and what the loop proved 
 			}
 			earlier = append(earlier, rs...)
 		}
-		return runCompare(ctx, o, splitList(*compare), *seeds, earlier, *out, *dir, *asJSON)
+		c := learn.CompareRuns{Methods: splitList(*compare), Seeds: *seeds, Earlier: earlier, Out: *out, Dir: *dir, JSON: *asJSON}
+		return c.Run(ctx, o, os.Stdout, os.Stderr)
 	}
 	var monitorURL string
 	if mon.set {
@@ -153,169 +150,7 @@ given. The summary reports held-out success by version and what the loop proved 
 		defer stopMonitor()
 	}
 	o.Dir = *dir
-	sum, runErr := runOne(ctx, o)
-	printLearnSummary(sum)
+	sum, runErr := learn.RunWithProgress(ctx, o, os.Stderr)
+	sum.WriteText(os.Stdout)
 	return endRun(ctx, sum, *asJSON, mon.set, monitorURL, runErr)
-}
-
-// runOne is one run with a progress line per evaluated version on stderr.
-func runOne(ctx context.Context, o learn.Options) (learn.Summary, error) {
-	where := "embedded broker"
-	if len(o.Brokers) > 0 {
-		where = "brokers " + strings.Join(o.Brokers, ",")
-	}
-	fmt.Fprintf(os.Stderr, "creditflow learn: %s, seed %d, %d steps of %d groups of %d, %d workers, %s\n",
-		o.Method, o.Seed, o.Steps, o.GroupsPerStep, o.GroupSize, o.Workers, where)
-	o.OnEval = func(e learn.Eval) {
-		fmt.Fprintf(os.Stderr, "  version %3d  step %3d  trajectories %5d  held-out success %.3f  reward %.3f  (%.0fs)\n",
-			e.PolicyVersion, e.TrainerStep, e.Trajectories, e.SuccessRate, e.RewardMean, e.Seconds)
-	}
-	return learn.Run(ctx, o)
-}
-
-func runCompare(ctx context.Context, o learn.Options, methods []string, seeds int, earlier []learn.Summary, out, dir string, asJSON bool) error {
-	var c learn.Comparison
-	for _, m := range methods {
-	seed:
-		for s := 1; s <= seeds; s++ {
-			oo := o
-			oo.Method, oo.Seed = m, s
-			for _, e := range earlier {
-				ok, why := e.Matches(oo)
-				if !ok && e.Method == m && e.Seed == s {
-					fmt.Fprintf(os.Stderr, "%s seed %d: not taken from --from: %s\n", m, s, why)
-				}
-				if ok {
-					fmt.Fprintf(os.Stderr, "%s seed %d: taken from --from (held-out success %.3f → %.3f)\n", m, s, e.InitialSuccess, e.FinalSuccess)
-					c.Runs = append(c.Runs, e)
-					continue seed
-				}
-			}
-			if dir != "" {
-				oo.Dir = filepath.Join(dir, fmt.Sprintf("%s-seed%d", m, s))
-			}
-			if len(o.Brokers) > 0 { // one run's topics per run on a shared cluster
-				oo.Topics = demo.Topics(fmt.Sprintf("creditflow-learn-%d-%s-%d", time.Now().Unix(), m, s))
-				oo.GroupID = oo.Topics.Trajectories[:strings.LastIndex(oo.Topics.Trajectories, ".")]
-			}
-			sum, err := runOne(ctx, oo)
-			if err != nil {
-				return fmt.Errorf("%s seed %d: %w", m, s, err)
-			}
-			fmt.Fprintf(os.Stderr, "%s seed %d: held-out success %.3f → %.3f in %.0fs\n", m, s, sum.InitialSuccess, sum.FinalSuccess, sum.Seconds)
-			c.Runs = append(c.Runs, sum)
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(c, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	if err := writeFigures(c, out); err != nil {
-		return err
-	}
-	fmt.Print(c.Markdown())
-	fmt.Fprintf(os.Stderr, "wrote %s.svg, %s.md, %s.json\n", out, out, out)
-	if asJSON {
-		fmt.Println(strings.ReplaceAll(string(js), "\n", ""))
-	}
-	return nil
-}
-
-// writeFigures writes <out>.svg and <out>.md of c.
-func writeFigures(c learn.Comparison, out string) error {
-	for ext, body := range map[string]string{".svg": c.SVG(c.Title()), ".md": c.Markdown()} {
-		if err := os.WriteFile(out+ext, []byte(body), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// writeReports writes the figure and table of each comparison .json again
-// from its runs: every published number comes from the JSON by one command.
-func writeReports(files []string) error {
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("--report: %w", err)
-		}
-		var c learn.Comparison
-		if err := json.Unmarshal(b, &c); err != nil || len(c.Runs) == 0 {
-			return fmt.Errorf("--report: %s holds no comparison's runs", f)
-		}
-		out := strings.TrimSuffix(f, ".json")
-		if err := writeFigures(c, out); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "wrote %s.md, %s.svg from %s\n", out, out, f)
-	}
-	return nil
-}
-
-func printLearnSummary(s learn.Summary) {
-	w := os.Stdout
-	fmt.Fprintf(w, "method            %s on %s, seed %d\n", s.Method, s.World, s.Seed)
-	fmt.Fprintf(w, "held-out success  %.3f → %.3f (%d policy versions, %d trainer steps, %.0fs)\n",
-		s.InitialSuccess, s.FinalSuccess, s.PolicyVersions, s.TrainerSteps, s.Seconds)
-	var line []string
-	for _, e := range s.Eval {
-		line = append(line, fmt.Sprintf("v%d %.2f", e.PolicyVersion, e.SuccessRate))
-	}
-	fmt.Fprintf(w, "by version        %s\n", strings.Join(line, "  "))
-	fmt.Fprintf(w, "trajectories      %d published, %d trained on, lost %d, stale %d (+%d skipped by the trainer), duplicates dropped by the trainer %d\n",
-		s.Trajectories, s.TrainerTrajectories, s.Lost, s.StaleSamples, s.StaleSkipped, s.DuplicatesDropped)
-	fmt.Fprintf(w, "unused            %d of %d published trajectories were never trained on (%.1f%%)\n",
-		s.UnusedTrajectories, s.Trajectories, 100*s.UnusedShare)
-	if n := len(s.Steps); n > 0 {
-		l := s.Steps[n-1]
-		fmt.Fprintf(w, "last step         loss %.4f, clip fraction %.3f, grad norm %.3f (%d clip hits in %d steps), KL to μ %.4f, entropy %.3f",
-			l.Loss, l.ClipFraction, l.GradNorm, clipHits(s.Steps), n, l.ApproxKL, l.Entropy)
-		if l.ValueLoss != nil {
-			fmt.Fprintf(w, ", value loss %.4f", *l.ValueLoss)
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "samples by policy_version         %s\n", formatVersionCounts(s.SamplesByPolicyVersion))
-	fmt.Fprintf(w, "samples by scorer_policy_version  %s\n", formatVersionCounts(s.SamplesByScorerPolicyVersion))
-	if s.ReloadSecondsP50 != nil {
-		fmt.Fprintf(w, "reload            p50 %.2fs (announcement → first sample scored with that version at the trainer, %d versions)\n",
-			*s.ReloadSecondsP50, len(s.ReloadSeconds))
-	}
-	fmt.Fprintf(w, "trainer waits     %.0f%% of the time for samples\n", 100*s.TrainerWaitShare)
-	fmt.Fprintf(w, "bound by          %s\n", s.Bound)
-	if s.ProcessorKills+s.WorkerKills > 0 {
-		fmt.Fprintf(w, "chaos             %d SIGKILL of the processor, %d of a worker: lost %d, duplicates dropped %d\n",
-			s.ProcessorKills, s.WorkerKills, s.Lost, s.DuplicatesDropped)
-	}
-}
-
-func clipHits(steps []learn.TrainerStep) int {
-	n := 0
-	for _, s := range steps {
-		n += s.GradClipHits
-	}
-	return n
-}
-
-func formatVersionCounts(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, _ := strconv.Atoi(keys[i])
-		b, _ := strconv.Atoi(keys[j])
-		return a < b
-	})
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("v%s:%d", k, m[k]))
-	}
-	return strings.Join(parts, " ")
 }

@@ -2,6 +2,12 @@
 // (run), the embedded demo (demo), the embedded broker (broker), the CPU
 // reference scorer (scorer), replays (replay), the offline tools (compute,
 // score, attention), the sample printer (inspect) and version.
+//
+// Each command is a file here (run: run.go and runstages.go): it reads its flags into a checked
+// configuration (a command line it refuses is a usage error: one line,
+// exit status 2) and runs it through the packages that do the work —
+// processors/stage, processors/replay, harness/demo, harness/learn,
+// monitor, internal/health, internal/settings, scorer/policyfollow.
 package main
 
 import (

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,9 +11,9 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/replay"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
-	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/vocab"
 )
 
@@ -69,7 +67,7 @@ func runReplay(args []string) error {
 	var sf scorerFlags
 	fs.inGroup(groupScorer, func() { sf = addScorerFlags(fs, false) })
 	applyCredit := creditFlags(fs, &cfg.Credit)
-	window := windowFlags(fs, &cfg.Window)
+	applyWindow := windowFlags(fs, &cfg.Window)
 	kafkaSizeFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
 		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
@@ -85,7 +83,7 @@ func runReplay(args []string) error {
 		return err
 	}
 	cfg.Brokers = splitList(*kf.brokers)
-	window()
+	applyWindow()
 	cfg.IdleAfter = 0 // a replay's event time comes from the records only
 	if cfg.Security, err = kf.security(); err != nil {
 		return err
@@ -115,7 +113,7 @@ func runReplay(args []string) error {
 		return fmt.Errorf("scored topic %s does not exist on %s (check --topic-scored and --brokers)", cfg.Topics.Scored, strings.Join(cfg.Brokers, ","))
 	}
 	if *jsonl {
-		return exportJSONL(ctx, cfg, ends)
+		return replay.ExportJSONL(ctx, cfg, ends, os.Stdout)
 	}
 	rescoreTo := ""
 	if *statistic != "" {
@@ -134,22 +132,10 @@ func runReplay(args []string) error {
 	if err := cfg.Check(); err != nil {
 		return asUsage(err)
 	}
-	if err := checkReplayOutputs(ctx, cfg, rescoreTo, *appendOut); err != nil {
+	if err := replay.CheckOutputs(ctx, cfg, rescoreTo, *appendOut); err != nil {
 		return err
 	}
-	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
-	specs := []producers.TopicSpec{
-		{Name: cfg.Topics.Samples, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg},
-		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg},
-		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: cfg.ReplicationFactor, Compact: true, Configs: topicCfg},
-	}
-	if cfg.MaxPolicyLag >= 0 {
-		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
-	}
-	if rescoreTo != "" {
-		specs = append(specs, producers.TopicSpec{Name: rescoreTo, Partitions: len(ends), ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
-	}
-	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, specs...); err != nil {
+	if err := producers.EnsureTopics(ctx, cfg.Brokers, cfg.Security, replay.OutputTopics(cfg, len(ends), rescoreTo)...); err != nil {
 		return err
 	}
 	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(cfg.Logger))
@@ -158,11 +144,11 @@ func runReplay(args []string) error {
 	}
 	defer prod.Close()
 	if rescoreTo != "" {
-		scorer, _, closeScorer, err := sf.newScorer(cfg.Logger, nil)
+		src, _, closeScorer, err := sf.newScorer(cfg.Logger, nil)
 		if err != nil {
 			return err
 		}
-		written, rescored, err := rescoreTopic(ctx, cfg, scorer, prod, ends, rescoreTo)
+		written, rescored, err := replay.Rescore(ctx, cfg, src, prod, ends, rescoreTo)
 		closeScorer()
 		if err != nil {
 			return fmt.Errorf("re-scoring %s with the %s statistic into %s: %w", cfg.Topics.Scored, cfg.LAPOStatistic, rescoreTo, err)
@@ -173,154 +159,12 @@ func runReplay(args []string) error {
 			return err
 		}
 	}
-	a, err := stage.NewAdvantageStage(cfg, prod)
+	res, err := replay.Run(ctx, cfg, prod, ends)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(rctx) }()
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for caughtUp := false; !caughtUp; {
-		select {
-		case err := <-done:
-			cancel()
-			return err
-		case <-ctx.Done():
-			cancel()
-			<-done
-			return ctx.Err()
-		case <-tick.C:
-			pos := a.Positions()
-			caughtUp = true
-			for p, end := range ends {
-				if pos[p].Next < end || pos[p].InFlight > 0 {
-					caughtUp = false
-				}
-			}
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		return err
-	}
-	open := 0
-	var records int64
-	for p, pos := range a.Positions() {
-		open += pos.OpenGroups
-		records += min(pos.Next, ends[p])
-	}
 	fmt.Printf("replayed %d scored records from %d partitions into %s in %.1fs; %d groups still open at the end of the topic\n"+
 		"(the replay's state is in %s, its dead letters in %s)\n",
-		records, len(ends), cfg.Topics.Samples, time.Since(start).Seconds(), open, cfg.Topics.State, cfg.Topics.DeadLetters)
+		res.Records, len(ends), cfg.Topics.Samples, res.Seconds, res.OpenGroups, cfg.Topics.State, cfg.Topics.DeadLetters)
 	return nil
-}
-
-// checkReplayOutputs refuses outputs that would touch a live pipeline: a
-// replay never writes to the live topics (the default topic names and the
-// scored topic it reads), its outputs (samples, state, dead letters and,
-// with --max-policy-lag, stale samples; with --lapo-statistic, the
-// re-scored records rescoreTo) are distinct, and, unless
-// appendOK, each output topic is new or empty. It runs before anything is
-// written and creates no topic.
-func checkReplayOutputs(ctx context.Context, cfg stage.Config, rescoreTo string, appendOK bool) error {
-	live := stage.DefaultTopics()
-	liveNames := map[string]string{
-		live.Trajectories: "the live trajectories topic", live.Scored: "the live scored topic",
-		live.Samples: "the live samples topic", live.DeadLetters: "the live dead-letter topic", live.State: "the live state topic",
-	}
-	if live.SamplesStale != "" {
-		liveNames[live.SamplesStale] = "the live stale-samples topic"
-	}
-	if live.Policy != "" {
-		liveNames[live.Policy] = "the policy topic"
-	}
-	liveNames[cfg.Topics.Scored] = "the scored topic this replay reads"
-	outs := []struct{ flag, topic string }{
-		{"--topic-samples", cfg.Topics.Samples}, {"--topic-state", cfg.Topics.State}, {"--topic-dead-letters", cfg.Topics.DeadLetters},
-	}
-	if cfg.MaxPolicyLag >= 0 {
-		outs = append(outs, struct{ flag, topic string }{"--topic-samples-stale", cfg.Topics.SamplesStale})
-	}
-	if rescoreTo != "" {
-		outs = append(outs, struct{ flag, topic string }{"--lapo-statistic (<topic-samples>.scored)", rescoreTo})
-	}
-	seen := map[string]string{}
-	for _, o := range outs {
-		if what, ok := liveNames[o.topic]; ok {
-			return fmt.Errorf("%s %s is %s: a replay never writes into a live topic; write to a new topic, e.g. --topic-samples %s.replay-1",
-				o.flag, o.topic, what, live.Samples)
-		}
-		if other, ok := seen[o.topic]; ok {
-			return fmt.Errorf("%s and %s both name %s: give the replay's outputs distinct topics", other, o.flag, o.topic)
-		}
-		seen[o.topic] = o.flag
-	}
-	if appendOK {
-		return nil
-	}
-	for _, o := range outs {
-		ends, err := consumers.TopicEnds(ctx, cfg.Brokers, cfg.Security, o.topic)
-		if err != nil {
-			return err
-		}
-		var n int64
-		for _, e := range ends {
-			n += e
-		}
-		if n > 0 {
-			return fmt.Errorf("%s %s already holds records (end offsets sum to %d): a replay writes to a new topic; pick a new name, or pass --append to add to it",
-				o.flag, o.topic, n)
-		}
-	}
-	return nil
-}
-
-// exportJSONL writes every scored record up to ends as a compute input line.
-func exportJSONL(ctx context.Context, cfg stage.Config, ends map[int]int64) error {
-	w := bufio.NewWriter(os.Stdout)
-	defer w.Flush()
-	for p := 0; p < len(ends); p++ {
-		err := eachScored(ctx, cfg, p, ends[p], func(_ consumers.Record, s *schemas.Scored) error {
-			b, err := json.Marshal(stage.ComputeInput(s))
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(append(b, '\n'))
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// eachScored calls fn with every scored record of partition p of
-// cfg.Topics.Scored below offset end, put back together where it was
-// written as chunks and decoded; broken chunks and undecodable records are
-// reported on stderr and skipped.
-func eachScored(ctx context.Context, cfg stage.Config, p int, end int64, fn func(rec consumers.Record, s *schemas.Scored) error) error {
-	asm := consumers.NewAssembler(consumers.ReassemblyConfig{})
-	_, err := consumers.ReadPartitionRange(ctx, cfg.Brokers, cfg.Security, cfg.Topics.Scored, p, 0, func(raw consumers.Record) error {
-		if raw.Offset >= end {
-			return nil
-		}
-		rec, broken := asm.Add(raw)
-		for _, b := range broken {
-			fmt.Fprintf(os.Stderr, "partition %d offset %d: %s: %s (skipped)\n", p, b.Offset, b.Reason, b.Detail)
-		}
-		if rec == nil {
-			return nil
-		}
-		s, err := schemas.ScoredRecords().Decode(rec.Value)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "partition %d offset %d: %v (skipped)\n", p, rec.Offset, err)
-			return nil
-		}
-		return fn(*rec, s)
-	})
-	return err
 }

@@ -3,82 +3,17 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/rs/zerolog"
-
-	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/internal/gcpolicy"
-	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/stage"
-	"github.com/creditflow/creditflow/producers"
-	"github.com/creditflow/creditflow/scorer"
-	"github.com/creditflow/creditflow/scorer/local"
 )
 
 func init() {
 	register("run", "run the score and/or advantage stage against Kafka brokers", runRun)
-}
-
-// kafkaFlags defines the Kafka connection flags shared by commands.
-type kafkaFlags struct {
-	brokers                     *string
-	tlsCA, tlsCert, tlsKey      *string
-	tlsInsecure                 *bool
-	saslMech, saslUser, saslPwd *string
-	saslPwdFile                 *string
-}
-
-// addKafkaFlags defines --brokers (Kafka group) and the TLS and SASL flags
-// (Security group).
-func addKafkaFlags(fs *flagSet) *kafkaFlags {
-	k := &kafkaFlags{}
-	fs.inGroup(groupKafka, func() {
-		k.brokers = fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port")
-	})
-	fs.inGroup(groupSecurity, func() {
-		k.tlsCA = fs.String("kafka-tls-ca", "", "PEM CA file: enables TLS to the brokers (Strimzi: ca.crt of the cluster CA secret); read again when it changes")
-		k.tlsCert = fs.String("kafka-tls-cert", "", "PEM client certificate, mutual TLS (Strimzi: user.crt of the KafkaUser secret); read again when it changes")
-		k.tlsKey = fs.String("kafka-tls-key", "", "PEM client key, mutual TLS (Strimzi: user.key); read again when it changes")
-		k.tlsInsecure = fs.Bool("kafka-tls-insecure", false, "TLS without verifying the brokers' certificates (testing only)")
-		k.saslMech = fs.String("sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-		k.saslUser = fs.String("sasl-user", "", "SASL user name")
-		k.saslPwd = fs.String("sasl-password", "", "SASL password (prefer --sasl-password-file or CREDITFLOW_SASL_PASSWORD)")
-		k.saslPwdFile = fs.String("sasl-password-file", "", "file holding the SASL password (Strimzi: password of the KafkaUser secret); read again for every new connection")
-	})
-	return k
-}
-
-func (k *kafkaFlags) security() (kafkasec.Config, error) {
-	var sec kafkasec.Config
-	if *k.tlsCA != "" || *k.tlsCert != "" || *k.tlsInsecure {
-		t, err := kafkasec.LoadTLS(*k.tlsCA, *k.tlsCert, *k.tlsKey, *k.tlsInsecure)
-		if err != nil {
-			return sec, err
-		}
-		sec.TLS = t
-	}
-	sec.SASLMechanism, sec.Username, sec.Password = *k.saslMech, *k.saslUser, *k.saslPwd
-	if *k.saslPwdFile != "" {
-		// Read at every new connection: a rotated password needs no restart.
-		if _, err := os.ReadFile(*k.saslPwdFile); err != nil {
-			return sec, fmt.Errorf("--sasl-password-file: %w", err)
-		}
-		sec.PasswordFile = *k.saslPwdFile
-	}
-	if _, err := sec.Mechanism(); err != nil {
-		return sec, err
-	}
-	return sec, nil
 }
 
 func runRun(args []string) error {
@@ -87,8 +22,37 @@ func runRun(args []string) error {
 	return runStages(ctx, args)
 }
 
-// runStages is `creditflow run` until ctx ends (SIGTERM) or a stage fails.
+// runStages is `creditflow run` until ctx ends (SIGTERM) or a stage fails:
+// its command line read into a checked runConfig, then run.
 func runStages(ctx context.Context, args []string) error {
+	rc, err := parseRun(args)
+	if err != nil {
+		return err
+	}
+	return rc.run(ctx)
+}
+
+// runConfig is `creditflow run` as its command line (flags, environment,
+// config file) gives it, checked: which stages run and with which settings.
+// Reading it starts nothing; runstages.go runs it.
+type runConfig struct {
+	stage            stage.Config // checked; Logger and Security set, Metrics set by run
+	score, advantage bool         // the stages to run (--stage)
+	stageName        string       // --stage as given
+	scorers          scorerFlags
+	scorerFollow     bool // --scorer-follow-policy
+	createTopics     int  // partitions of topics to create (0: expect them)
+	metricsAddr      string
+	shutdown         time.Duration
+	startup          time.Duration
+	livenessStall    time.Duration
+	lagInterval      time.Duration
+}
+
+// parseRun reads and checks the command line of `creditflow run`. A
+// command line the command refuses is a usageError (exit status 2); a
+// TLS or password file it cannot read is an error of its own.
+func parseRun(args []string) (*runConfig, error) {
 	cfg := stage.DefaultConfig()
 	fs := newFlagSet("run", `usage: creditflow run [--brokers HOST:PORT,...] [--stage score|advantage|both] [--method lapo|attnsr] [flags]
 
@@ -141,8 +105,8 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	fs.inGroup(groupAttnSR, func() {
 		layers = fs.String("layers", "", "comma-separated layer indices (default: the depth mapping of docs/method.md)")
 	})
-	credit := creditFlags(fs, &cfg.Credit)
-	window := windowFlags(fs, &cfg.Window)
+	applyCredit := creditFlags(fs, &cfg.Credit)
+	applyWindow := windowFlags(fs, &cfg.Window)
 	fs.inGroup(groupWindows, func() {
 		fs.DurationVar(&cfg.IdleAfter, "idle-after", cfg.IdleAfter, "an idle partition advances event time by processing time after this long (0: never)")
 		fs.IntVar(&cfg.Limits.MaxTurns, "max-turns", cfg.Limits.MaxTurns, "dead-letter trajectories with more turns")
@@ -157,188 +121,40 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		logLevel = fs.String("log-level", "info", "log level (JSON logs on stderr)")
 	})
 	if err := fs.parse(args, true); err != nil {
-		return err
+		return nil, err
 	}
-	if err := credit(); err != nil {
-		return err
+	if err := applyCredit(); err != nil {
+		return nil, err
 	}
 	log, err := newLogger(*logLevel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.Logger = log
 	cfg.Brokers = splitList(*kf.brokers)
-	window()
+	applyWindow()
 	if cfg.Security, err = kf.security(); err != nil {
-		return err
+		return nil, err
 	}
 	for _, l := range splitList(*layers) {
 		n, err := strconv.Atoi(l)
 		if err != nil {
-			return usagef("--layers: %q is not a layer index", l)
+			return nil, usagef("--layers: %q is not a layer index", l)
 		}
 		cfg.Layers = append(cfg.Layers, n)
 	}
-	runScore, runAdv := *which == "both" || *which == "score", *which == "both" || *which == "advantage"
-	if !runScore && !runAdv {
-		return usagef("--stage %q: use score, advantage or both", *which)
+	rc := &runConfig{score: *which == "both" || *which == "score", advantage: *which == "both" || *which == "advantage",
+		stageName: *which, scorers: sf, scorerFollow: *scorerFollow, createTopics: *create, metricsAddr: *metricsAddr,
+		shutdown: *shutdown, startup: *startup, livenessStall: *livenessStall, lagInterval: *lagInterval}
+	if !rc.score && !rc.advantage {
+		return nil, usagef("--stage %q: use score, advantage or both", *which)
 	}
-	if runScore && *sf.endpoints == "" {
-		return usageError{errors.New("no scorer chosen: set --scorers to the scorer pods (URLs, or dns+http://SERVICE:PORT to follow a headless service), or --scorers local for the in-process CPU reference model")}
+	if rc.score && *sf.endpoints == "" {
+		return nil, usageError{errors.New("no scorer chosen: set --scorers to the scorer pods (URLs, or dns+http://SERVICE:PORT to follow a headless service), or --scorers local for the in-process CPU reference model")}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerBuildInfo(reg)
-	cfg.Metrics = stage.NewMetrics(reg)
 	if err := cfg.Check(); err != nil {
-		return asUsage(err)
+		return nil, asUsage(err)
 	}
-	start := log.Info().Strs("brokers", cfg.Brokers).Str("security", cfg.Security.String()).Str("stage", *which).
-		Str("method", string(cfg.Credit.Method))
-	if gc, ok := gcpolicy.Applied(); ok { // main applied it; a test calling run directly did not
-		start = start.Stringer("gc", gc)
-	}
-	start.Msg("creditflow run starting")
-
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	hc := newHealth(cfg.CommitInterval, *livenessStall)
-	var scoreCheck, advCheck *stageCheck
-	if runScore {
-		scoreCheck = hc.stage("score", "waiting for the brokers and topics", true)
-	}
-	if runAdv {
-		advCheck = hc.stage("advantage", "waiting for the brokers and topics", false)
-	}
-	if *metricsAddr != "" {
-		stopMetrics, err := serveMetrics(*metricsAddr, reg, log, hc.routes())
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
-	}
-	// Brokers and topics are waited for at most --startup-timeout, then
-	// the process exits: a wrong address or a missing topic is a mistake
-	// to see, not a condition that passes (docs/stream.md, "Health").
-	if err := cfg.Security.WaitReachable(ctx, cfg.Brokers, *startup); err != nil {
-		return err
-	}
-	hc.setBrokers(nil)
-	go hc.watchBrokers(ctx, cfg.Security, cfg.Brokers, 5*time.Second)
-	if *create > 0 {
-		cctx, cancel := context.WithTimeout(ctx, *startup)
-		err := producers.EnsureTopics(cctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(*create)...)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("--create-topics at %s: %w", strings.Join(cfg.Brokers, ","), err)
-		}
-	}
-	// Every topic read or written must exist: found now, not when the first
-	// output is retried for ever.
-	if err := cfg.WaitTopics(ctx, runScore, runAdv, *startup); err != nil {
-		return err
-	}
-	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(reg))
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
-	if *lagInterval > 0 {
-		lag, err := consumers.NewLagExporter(cfg.Brokers, cfg.Security, *lagInterval, reg, log)
-		if err != nil {
-			return err
-		}
-		if runScore {
-			lag.Watch(cfg.ScoreGroup())
-		}
-		if runAdv {
-			lag.Watch(cfg.AdvantageGroup())
-		}
-		go lag.Run(ctx)
-	}
-
-	errc := make(chan error, 2)
-	n := 0
-	if runScore {
-		var scorerOpts []local.Option
-		if *scorerFollow { // the model of --scorer-model is version 0, announced or not yet
-			scorerOpts = append(scorerOpts, local.WithPolicyVersion(0))
-		}
-		scorer, sc, closeScorer, err := sf.newScorer(log, reg, scorerOpts...)
-		if err != nil {
-			return err
-		}
-		defer closeScorer()
-		if sc != nil && *scorerFollow {
-			if cfg.Topics.Policy == "" {
-				return fmt.Errorf("--scorer-follow-policy needs --topic-policy")
-			}
-			followPolicy(ctx, sc, cfg.Brokers, cfg.Security, cfg.Topics.Policy, log, policy.WithRegisterer(reg))
-		}
-		n++
-		go func() { errc <- runScoreStage(ctx, cfg, scorer, prod, scoreCheck, log) }()
-	}
-	if runAdv {
-		a, err := stage.NewAdvantageStage(cfg, prod)
-		if err != nil {
-			return err
-		}
-		advCheck.start(a)
-		n++
-		go func() { errc <- a.Run(ctx) }()
-	}
-	var first error
-	select {
-	case first = <-errc:
-		n--
-		stop()
-	case <-ctx.Done():
-	}
-	log.Info().Dur("deadline_ms", *shutdown).Msg("shutting down: draining in-flight work")
-	deadline := time.After(*shutdown)
-	for ; n > 0; n-- {
-		select {
-		case err := <-errc:
-			if first == nil {
-				first = err
-			}
-		case <-deadline:
-			return fmt.Errorf("shutdown did not finish within %v", *shutdown)
-		}
-	}
-	log.Info().Msg("stopped")
-	return first
-}
-
-// runScoreStage waits for a scorer to answer, for as long as it takes
-// (scorer pods may need minutes to load a model; the process is not ready
-// meanwhile and says on /readyz and in its log what it waits for), then
-// runs the score stage until ctx ends.
-func runScoreStage(ctx context.Context, cfg stage.Config, src scorer.Scorer, prod *producers.Producer, check *stageCheck, log zerolog.Logger) error {
-	var lastLog time.Time
-	check.wait("waiting for a scorer to answer")
-	for {
-		s, err := stage.NewScoreStage(ctx, cfg, src, prod)
-		if err == nil {
-			check.start(s)
-			log.Info().Msg("a scorer answered: the score stage starts")
-			return s.Run(ctx)
-		}
-		if errors.Is(err, stage.ErrScorerWithoutStatistics) {
-			return err // the scorer answered: waiting will not help
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		check.wait("waiting for a scorer to answer: " + err.Error())
-		if time.Since(lastLog) >= 30*time.Second {
-			log.Warn().Err(err).Msg("waiting for a scorer to answer (not ready until one does)")
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
+	rc.stage = cfg
+	return rc, nil
 }

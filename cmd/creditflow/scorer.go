@@ -10,6 +10,7 @@ import (
 
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/scorer/local"
+	"github.com/creditflow/creditflow/scorer/policyfollow"
 	"github.com/creditflow/creditflow/scorer/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -114,7 +115,7 @@ SIGTERM or SIGINT drains in-flight requests and exits.`)
 		if err != nil {
 			return err
 		}
-		followPolicy(ctx, sc, splitList(*kf.brokers), sec, *policyTopic, log, policy.WithRegisterer(reg))
+		policyfollow.Start(ctx, sc, splitList(*kf.brokers), sec, *policyTopic, log, policy.WithRegisterer(reg))
 	}
 	return server.New(sc, opts...).ListenAndServe(ctx, *listen)
 }

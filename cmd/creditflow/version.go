@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func init() {
@@ -73,4 +76,20 @@ embeds (the commit is known for binaries built with go build or go install in a 
 	v, c, g := versionInfo()
 	fmt.Printf("creditflow %s\ncommit     %s\ngo         %s\n", v, c, g)
 	return nil
+}
+
+// registerBuildInfo exports creditflow_build_info{version,commit,go_version}
+// = 1 (the commit is the revision alone, "" when the build did not record it).
+func registerBuildInfo(reg prometheus.Registerer) {
+	version, commit, goVersion := versionInfo()
+	if strings.HasPrefix(commit, "(") {
+		commit = "" // not recorded
+	} else {
+		commit, _, _ = strings.Cut(commit, " ") // the revision, without its time
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "creditflow_build_info",
+		Help:        "1, labelled with the version, commit and Go version of the binary (as `creditflow version` prints them).",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "go_version": goVersion}})
+	g.Set(1)
+	_ = reg.Register(g) // already registered: the same binary, the same labels
 }

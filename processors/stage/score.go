@@ -146,135 +146,126 @@ feed:
 	return err
 }
 
-// emit writes finished jobs in input order, batching those already done,
-// and commits after they are acknowledged.
+// emit writes finished jobs in input order, batching those already done:
+// produce a batch, then tell the commit bookkeeping (commits.go) which
+// offset is acknowledged.
 func (s *ScoreStage) emit(ctx context.Context, jobs <-chan *scoreJob, commit consumers.CommitFunc, win *window) error {
-	m := s.cfg.Metrics
-	inflight := m.inflight.WithLabelValues("score")
+	book := newCommits(commit, s.cfg.CommitInterval)
+	defer book.close()
 	var next *scoreJob
-	var lastCommit time.Time
-	committed, toCommit := int64(-1), int64(-1)
-	defer func() {
-		if toCommit > committed {
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = commit(cctx, toCommit) // rejected when the generation is over: the next owner replays
-			cancel()
-		}
-	}()
-	// idle fires when an acknowledged offset is still uncommitted one commit
-	// interval after the last commit: an idle partition commits what it
-	// finished instead of waiting for its next record (or a restart, which
-	// would score those records again).
-	var idleTimer *time.Timer
-	defer func() {
-		if idleTimer != nil {
-			idleTimer.Stop()
-		}
-	}()
-	idle := func() <-chan time.Time {
-		if toCommit <= committed {
+	for {
+		batch := s.nextBatch(ctx, jobs, &next, book)
+		if batch == nil {
 			return nil
 		}
-		wait := max(0, s.cfg.CommitInterval-time.Since(lastCommit))
-		if idleTimer == nil {
-			idleTimer = time.NewTimer(wait)
-		} else {
-			idleTimer.Reset(wait)
+		wrote, written, ok := s.produceBatch(ctx, batch)
+		if !ok {
+			return nil
 		}
-		return idleTimer.C
+		s.released(batch, wrote, written, win)
+		book.acknowledged(ctx, batch[len(batch)-1].rec.Offset+1)
 	}
-	commitIdle := func() {
-		if err := commit(ctx, toCommit); err == nil {
-			committed, lastCommit = toCommit, time.Now()
+}
+
+// nextBatch waits for the next job in input order to finish, then takes
+// (up to 256) jobs after it that are done already; a job read that is not
+// done yet is left in *next. While it waits, book commits an idle
+// partition's acknowledged offset. nil: the input or ctx ended.
+func (s *ScoreStage) nextBatch(ctx context.Context, jobs <-chan *scoreJob, next **scoreJob, book *commits) []*scoreJob {
+	j := *next
+	*next = nil
+	for j == nil {
+		var ok bool
+		select {
+		case j, ok = <-jobs:
+			if !ok {
+				return nil
+			}
+		case <-book.idle():
+			book.onIdle(ctx)
+		case <-ctx.Done():
+			return nil
 		}
 	}
+wait:
 	for {
-		j := next
-		next = nil
-		for j == nil {
-			var ok bool
-			select {
-			case j, ok = <-jobs:
-				if !ok {
-					return nil
-				}
-			case <-idle():
-				commitIdle()
-			case <-ctx.Done():
-				return nil
-			}
+		select {
+		case <-j.done:
+			break wait
+		case <-book.idle():
+			book.onIdle(ctx)
+		case <-ctx.Done():
+			return nil
 		}
-	wait:
-		for {
-			select {
-			case <-j.done:
-				break wait
-			case <-idle():
-				commitIdle()
-			case <-ctx.Done():
-				return nil
+	}
+	batch := []*scoreJob{j}
+	for len(batch) < 256 {
+		select {
+		case nj, ok := <-jobs:
+			if !ok {
+				return batch
 			}
-		}
-		batch := []*scoreJob{j}
-	gather:
-		for len(batch) < 256 {
 			select {
-			case nj, ok := <-jobs:
-				if !ok {
-					break gather
-				}
-				select {
-				case <-nj.done:
-					batch = append(batch, nj)
-				default:
-					next = nj
-					break gather
-				}
+			case <-nj.done:
+				batch = append(batch, nj)
 			default:
-				break gather
+				*next = nj
+				return batch
 			}
+		default:
+			return batch
 		}
-		var msgs []producers.Message
-		for _, b := range batch {
-			if b.err != nil { // only when ctx ended mid-scoring
-				return nil
-			}
-			msgs = append(msgs, b.msgs...)
+	}
+	return batch
+}
+
+// produceBatch writes the batch's outputs and returns what was written per
+// job; written reports that the whole batch went at once (the producer
+// holds no reference to the outputs any more). When the broker refuses the
+// batch for good, the jobs are written one by one (emitAlone). ok false:
+// ctx ended, nothing of the batch counts as acknowledged.
+func (s *ScoreStage) produceBatch(ctx context.Context, batch []*scoreJob) (wrote [][]producers.Message, written, ok bool) {
+	var msgs []producers.Message
+	for _, b := range batch {
+		if b.err != nil { // only when ctx ended mid-scoring
+			return nil, false, false
 		}
-		err := produceRetry(ctx, s.prod, msgs, s.log)
-		written := err == nil // acknowledged: the producer holds no reference to msgs any more
-		wrote := make([][]producers.Message, len(batch))
-		if written {
-			for i, b := range batch {
-				wrote[i] = b.msgs
-			}
-		} else {
-			if !errors.As(err, new(*unwritableError)) {
-				return nil
-			}
-			for i, b := range batch { // one by one, to find the record the broker will not take
-				if wrote[i], err = s.emitAlone(ctx, b); err != nil {
-					return nil
-				}
-			}
-		}
-		now := time.Now()
+		msgs = append(msgs, b.msgs...)
+	}
+	err := produceRetry(ctx, s.prod, msgs, s.log)
+	wrote = make([][]producers.Message, len(batch))
+	if err == nil {
 		for i, b := range batch {
-			for _, msg := range wrote[i] {
-				m.recordsOut.WithLabelValues("score", msg.Topic).Inc()
-			}
-			m.latency.WithLabelValues("score").Observe(now.Sub(b.read).Seconds())
-			inflight.Dec()
-			win.release(len(b.rec.Value))
-			if written && b.pooled {
-				s.buffers.put(b.msgs[0].Value)
-			}
+			wrote[i] = b.msgs
 		}
-		toCommit = batch[len(batch)-1].rec.Offset + 1
-		if now.Sub(lastCommit) >= s.cfg.CommitInterval {
-			if err := commit(ctx, toCommit); err == nil {
-				committed, lastCommit = toCommit, now
-			}
+		return wrote, true, true
+	}
+	if !errors.As(err, new(*unwritableError)) {
+		return nil, false, false
+	}
+	for i, b := range batch { // one by one, to find the record the broker will not take
+		if wrote[i], err = s.emitAlone(ctx, b); err != nil {
+			return nil, false, false
+		}
+	}
+	return wrote, false, true
+}
+
+// released counts the written batch in the metrics and frees its window
+// bytes and (written at once) its output buffers.
+func (s *ScoreStage) released(batch []*scoreJob, wrote [][]producers.Message, written bool, win *window) {
+	m := s.cfg.Metrics
+	inflight := m.inflight.WithLabelValues("score")
+	now := time.Now()
+	for i, b := range batch {
+		for _, msg := range wrote[i] {
+			m.recordsOut.WithLabelValues("score", msg.Topic).Inc()
+		}
+		m.latency.WithLabelValues("score").Observe(now.Sub(b.read).Seconds())
+		inflight.Dec()
+		win.release(len(b.rec.Value))
+		if written && b.pooled {
+			s.buffers.put(b.msgs[0].Value)
 		}
 	}
 }

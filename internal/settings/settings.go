@@ -1,4 +1,7 @@
-package main
+// Package settings reads a command's settings from, in increasing
+// precedence, a JSON config file, CREDITFLOW_<FLAG> environment variables
+// and the command line, all onto one flag.FlagSet (README, "Running against a real cluster").
+package settings
 
 import (
 	"encoding/json"
@@ -10,15 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
-// loadSettings applies, in increasing precedence, a JSON config file (an
+// Load applies, in increasing precedence, a JSON config file (an
 // object whose keys are flag names), CREDITFLOW_<FLAG> environment variables
 // (dashes as underscores) and the command line. It parses args itself.
 // The config file is named by --config or CREDITFLOW_CONFIG.
-func loadSettings(fs *flag.FlagSet, args []string) error {
+func Load(fs *flag.FlagSet, args []string) error {
 	path := os.Getenv("CREDITFLOW_CONFIG")
 	for i, a := range args {
 		switch {
@@ -108,23 +109,4 @@ func badValue(f *flag.Flag, name, value string, err error) string {
 		cause = "out of range"
 	}
 	return fmt.Sprintf("%s: read %q, want %s (%s); see --%s in -h", name, value, want, cause, f.Name)
-}
-
-// newLogger is the JSON logger on stderr that every command uses.
-func newLogger(level string) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Nop(), usagef("--log-level %q: %w (use debug, info, warn or error)", level, err)
-	}
-	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -1,6 +1,6 @@
-package main
-
-// Readiness and liveness of `creditflow run` (docs/stream.md, "Health"):
+// Package health is the operations endpoints of a creditflow process: the
+// HTTP server of /metrics and /healthz (Serve), and the readiness and
+// liveness checks of `creditflow run` (docs/stream.md, "Health"):
 //   - /readyz answers 200 when a broker answered within the last check,
 //     every stage has started (the score stage once a scorer answered), its
 //     member is in a consumer group generation, and no partition has had
@@ -18,6 +18,7 @@ package main
 //     for brokers or scorers, nor while its scorer calls fail (that is
 //     readiness).
 //   - /healthz stays what it was: 200 while the process serves HTTP.
+package health
 
 import (
 	"context"
@@ -31,9 +32,9 @@ import (
 	"github.com/creditflow/creditflow/internal/kafkasec"
 )
 
-// groupHealth is what a stage reports: its consumer group's health, ok
+// Group is what a stage reports: its consumer group's health, ok
 // false before the group exists.
-type groupHealth interface {
+type Group interface {
 	Health() (consumers.Health, bool)
 }
 
@@ -43,20 +44,20 @@ type scorerHealth interface {
 	ScorerAnswered() time.Time
 }
 
-// stageCheck is one stage of the process as the checks see it.
-type stageCheck struct {
+// Stage is one stage of the process as the checks see it.
+type Stage struct {
 	name string
 	// commitBound: the stage commits what it took within a few commit
 	// intervals (the score stage), so uncommitted records are a stall.
 	commitBound bool
 	mu          sync.Mutex
 	waiting     string // what the stage waits for before it starts ("" once started)
-	group       groupHealth
+	group       Group
 }
 
 // scorerDown is the stage's scorer failure, when it has one that lasted
 // longer than d.
-func (s *stageCheck) scorerDown(d time.Duration) (string, bool) {
+func (s *Stage) scorerDown(d time.Duration) (string, bool) {
 	s.mu.Lock()
 	g := s.group
 	s.mu.Unlock()
@@ -71,53 +72,59 @@ func (s *stageCheck) scorerDown(d time.Duration) (string, bool) {
 	return fmt.Sprintf("%s stage: every scorer call has failed for %v: %s", s.name, since.Round(time.Second), lastErr), true
 }
 
-func (s *stageCheck) wait(what string) {
+// Wait says what the stage waits for before it starts: not ready meanwhile.
+func (s *Stage) Wait(what string) {
 	s.mu.Lock()
 	s.waiting = what
 	s.mu.Unlock()
 }
 
-func (s *stageCheck) start(g groupHealth) {
+// Start marks the stage started; g reports its consumer group from then on.
+func (s *Stage) Start(g Group) {
 	s.mu.Lock()
 	s.waiting, s.group = "", g
 	s.mu.Unlock()
 }
 
-// health holds the state behind /readyz and /livez.
-type health struct {
+// Checks holds the state behind /readyz and /livez.
+type Checks struct {
 	readyWindow time.Duration // uncommitted input older than this: not ready
 	stall       time.Duration // uncommitted input older than this: not live (0: never)
 
 	mu         sync.Mutex
 	brokersErr error // last broker check (errNotChecked before the first)
-	stages     []*stageCheck
+	stages     []*Stage
 }
 
 var errNotChecked = fmt.Errorf("not checked yet")
 
-// newHealth is the checks of a process committing every commitInterval:
+// New is the checks of a process committing every commitInterval:
 // ready while uncommitted input is younger than ten commit intervals (at
 // least 10 s), live while it is younger than stall.
-func newHealth(commitInterval, stall time.Duration) *health {
-	return &health{readyWindow: max(10*commitInterval, 10*time.Second), stall: stall, brokersErr: errNotChecked}
+func New(commitInterval, stall time.Duration) *Checks {
+	return &Checks{readyWindow: max(10*commitInterval, 10*time.Second), stall: stall, brokersErr: errNotChecked}
 }
 
-func (h *health) stage(name, waiting string, commitBound bool) *stageCheck {
-	s := &stageCheck{name: name, waiting: waiting, commitBound: commitBound}
+// Stage adds a stage, waiting (not ready) for what waiting says until it
+// starts. commitBound: the stage commits what it took within a few commit
+// intervals, so its uncommitted records count as a stall.
+func (h *Checks) Stage(name, waiting string, commitBound bool) *Stage {
+	s := &Stage{name: name, waiting: waiting, commitBound: commitBound}
 	h.mu.Lock()
 	h.stages = append(h.stages, s)
 	h.mu.Unlock()
 	return s
 }
 
-func (h *health) setBrokers(err error) {
+// SetBrokers records the result of a broker check (nil: a broker answered).
+func (h *Checks) SetBrokers(err error) {
 	h.mu.Lock()
 	h.brokersErr = err
 	h.mu.Unlock()
 }
 
 // watchBrokers checks the brokers every interval until ctx ends.
-func (h *health) watchBrokers(ctx context.Context, sec kafkasec.Config, brokers []string, interval time.Duration) {
+func (h *Checks) WatchBrokers(ctx context.Context, sec kafkasec.Config, brokers []string, interval time.Duration) {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
 		err := sec.Check(cctx, brokers)
@@ -125,7 +132,7 @@ func (h *health) watchBrokers(ctx context.Context, sec kafkasec.Config, brokers 
 		if ctx.Err() != nil {
 			return
 		}
-		h.setBrokers(err)
+		h.SetBrokers(err)
 		select {
 		case <-ctx.Done():
 			return
@@ -136,9 +143,9 @@ func (h *health) watchBrokers(ctx context.Context, sec kafkasec.Config, brokers 
 
 // ready returns the reasons the process is not ready (none: ready) and,
 // either way, a line per stage on how it stands.
-func (h *health) ready() (reasons, info []string) {
+func (h *Checks) ready() (reasons, info []string) {
 	h.mu.Lock()
-	brokersErr, stages := h.brokersErr, append([]*stageCheck(nil), h.stages...)
+	brokersErr, stages := h.brokersErr, append([]*Stage(nil), h.stages...)
 	h.mu.Unlock()
 	if brokersErr != nil {
 		reasons = append(reasons, "brokers: "+brokersErr.Error())
@@ -176,12 +183,12 @@ func (h *health) ready() (reasons, info []string) {
 }
 
 // live returns the reasons the process is stuck (none: live).
-func (h *health) live() []string {
+func (h *Checks) live() []string {
 	if h.stall <= 0 {
 		return nil
 	}
 	h.mu.Lock()
-	stages := append([]*stageCheck(nil), h.stages...)
+	stages := append([]*Stage(nil), h.stages...)
 	h.mu.Unlock()
 	var reasons []string
 	for _, s := range stages {
@@ -210,7 +217,7 @@ func (h *health) live() []string {
 // take longer than d for one record, which holds back its partition's
 // commit without anything being stuck (liveness, with its longer limit,
 // does not leave them out).
-func (s *stageCheck) stalls(gh consumers.Health, d time.Duration, suffix string, busy bool) []string {
+func (s *Stage) stalls(gh consumers.Health, d time.Duration, suffix string, busy bool) []string {
 	var out []string
 	if busy {
 		s.mu.Lock()
@@ -231,8 +238,8 @@ func (s *stageCheck) stalls(gh consumers.Health, d time.Duration, suffix string,
 	return out
 }
 
-// routes are the handlers of /readyz and /livez.
-func (h *health) routes() map[string]http.HandlerFunc {
+// Routes are the handlers of /readyz and /livez, for Serve.
+func (h *Checks) Routes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
 		"/readyz": func(w http.ResponseWriter, _ *http.Request) {
 			reasons, info := h.ready()

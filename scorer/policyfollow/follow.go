@@ -1,4 +1,8 @@
-package main
+// Package policyfollow makes the in-process CPU scorer (scorer/local) follow the
+// policy topic: each newer announced checkpoint is loaded and swapped in
+// while requests go on (docs/stream.md, "Policy versions"). `creditflow
+// scorer --follow-policy` and `creditflow run --scorer-follow-policy` use it.
+package policyfollow
 
 import (
 	"context"
@@ -13,11 +17,11 @@ import (
 	"github.com/creditflow/creditflow/scorer/local"
 )
 
-// followCatchUp is how long followPolicy waits for the policy topic to be
+// catchUp is how long Start waits for the policy topic to be
 // read to its end before the scorer answers its first request.
-const followCatchUp = 30 * time.Second
+const catchUp = 30 * time.Second
 
-// followPolicy makes sc follow the policy topic: each newer announced
+// Start makes sc follow the policy topic: each newer announced
 // version whose checkpoint is a folder is loaded in the background and
 // swapped in atomically (requests in flight finish on the weights they
 // started with; later ones answer with the new version). Loads run one at
@@ -25,11 +29,11 @@ const followCatchUp = 30 * time.Second
 // newest is loaded next. An announcement without a checkpoint, or whose
 // checkpoint does not load, keeps the current weights and version (logged
 // once; that version is not tried again).
-// Before it returns, it waits (at most followCatchUp) until the topic has
+// Before it returns, it waits (at most catchUp) until the topic has
 // been read to its end and loads the newest version announced by then, so
 // that the first request is answered with the announced weights. It
 // returns the follower, already running until ctx ends.
-func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
+func Start(ctx context.Context, sc *local.Scorer, brokers []string, sec kafkasec.Config, topic string, log zerolog.Logger, opts ...policy.Option) *policy.Follower {
 	wake := make(chan struct{}, 1)
 	opts = append(opts, policy.WithLogger(log), policy.WithOnNewest(func(schemas.PolicyAnnouncement) {
 		select {
@@ -75,10 +79,10 @@ func followPolicy(ctx context.Context, sc *local.Scorer, brokers []string, sec k
 	// Before the first request: the version announced when we start (a
 	// restarted processor must not score with the start weights while the
 	// trainer is versions ahead).
-	if f.WaitReady(ctx, followCatchUp) {
+	if f.WaitReady(ctx, catchUp) {
 		load()
 	} else if ctx.Err() == nil {
-		log.Warn().Str("topic", f.Topic()).Dur("waited", followCatchUp).
+		log.Warn().Str("topic", f.Topic()).Dur("waited", catchUp).
 			Msg("policy topic not read to its end yet; scoring with the current weights until it is")
 	}
 	go func() {

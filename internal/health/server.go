@@ -1,11 +1,10 @@
-package main
+package health
 
 import (
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,11 +12,11 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// serveMetrics serves /metrics (and /healthz, and the extra routes) of reg
+// Serve serves /metrics (and /healthz, and the extra routes) of reg
 // on addr. It listens before it returns, so an address already in use is an
 // error at start-up rather than a process that runs without metrics. The
 // returned function stops the server.
-func serveMetrics(addr string, reg *prometheus.Registry, log zerolog.Logger, extra ...map[string]http.HandlerFunc) (stop func(), err error) {
+func Serve(addr string, reg *prometheus.Registry, log zerolog.Logger, extra ...map[string]http.HandlerFunc) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w (pick a free port, or an empty --metrics-addr to switch metrics off)", addr, err)
@@ -37,20 +36,4 @@ func serveMetrics(addr string, reg *prometheus.Registry, log zerolog.Logger, ext
 		}
 	}()
 	return func() { _ = srv.Close() }, nil
-}
-
-// registerBuildInfo exports creditflow_build_info{version,commit,go_version}
-// = 1 (the commit is the revision alone, "" when the build did not record it).
-func registerBuildInfo(reg prometheus.Registerer) {
-	version, commit, goVersion := versionInfo()
-	if strings.HasPrefix(commit, "(") {
-		commit = "" // not recorded
-	} else {
-		commit, _, _ = strings.Cut(commit, " ") // the revision, without its time
-	}
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "creditflow_build_info",
-		Help:        "1, labelled with the version, commit and Go version of the binary (as `creditflow version` prints them).",
-		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "go_version": goVersion}})
-	g.Set(1)
-	_ = reg.Register(g) // already registered: the same binary, the same labels
 }

@@ -1,4 +1,4 @@
-package main
+package policyfollow
 
 import (
 	"bytes"
@@ -46,7 +46,7 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	follower := followPolicy(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.Nop(), policy.WithPollInterval(20*time.Millisecond))
+	follower := Start(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.Nop(), policy.WithPollInterval(20*time.Millisecond))
 	dir := t.TempDir()
 	if err := cpumodel.WriteTiny(dir); err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestScorerLogsAFailedCheckpointOnce(t *testing.T) {
 	}
 	var logs syncBuffer
 	sc := local.New(cpumodel.Tiny(), local.WithPolicyVersion(0))
-	follower := followPolicy(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.New(&logs), policy.WithPollInterval(20*time.Millisecond))
+	follower := Start(ctx, sc, b.Addrs(), kafkasec.Config{}, "", zerolog.New(&logs), policy.WithPollInterval(20*time.Millisecond))
 	count := func() int { return strings.Count(logs.String(), "announced checkpoint not loaded") }
 	time.Sleep(500 * time.Millisecond) // polls and wake-ups after the catch-up
 	if n := count(); n != 1 {
