@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 func TestWriteTinyLoadsSameNumbers(t *testing.T) {
@@ -84,8 +86,8 @@ func TestHalfPrecisionConversions(t *testing.T) {
 // to the F32 model.
 func TestLoadHalfPrecision(t *testing.T) {
 	cfg, ts, m32 := testModel(t, testArch{arch: "Qwen2ForCausalLM"}, 21)
-	row := Row{Context: []int32{1, 5, 2, 8, 3, 3, 9, 12}, Target: []int32{4, 6, 1, 0, 7}, Span: [2]int{1, 5}}
-	want, _, _ := m32.ScoreRows([]Row{row})
+	row := scorer.Row{Context: []int32{1, 5, 2, 8, 3, 3, 9, 12}, Target: []int32{4, 6, 1, 0, 7}, Span: [2]int{1, 5}}
+	want, _, _ := m32.ScoreRows([]scorer.Row{row})
 	for _, c := range []struct {
 		dtype string
 		round func(float32) float32
@@ -111,8 +113,8 @@ func TestLoadHalfPrecision(t *testing.T) {
 			rounded[i] = stTensor{name: x.name, shape: x.shape, data: d}
 		}
 		mr, _ := fromTensors(cfg, rounded)
-		got, _, _ := m.ScoreRows([]Row{row})
-		exact, _, _ := mr.ScoreRows([]Row{row})
+		got, _, _ := m.ScoreRows([]scorer.Row{row})
+		exact, _, _ := mr.ScoreRows([]scorer.Row{row})
 		if got[0] != exact[0] {
 			t.Errorf("%s: loaded %v, in-memory rounded weights %v", c.dtype, got[0], exact[0])
 		}
@@ -299,18 +301,18 @@ func TestCapContext(t *testing.T) {
 		t.Fatalf("infos %+v %+v", capped.Info(), full.Info())
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	row := Row{Context: randTokens(r, 80, 256), Target: randTokens(r, 10, 256), Span: [2]int{2, 9}, Temperature: 0.7}
+	row := scorer.Row{Context: randTokens(r, 80, 256), Target: randTokens(r, 10, 256), Span: [2]int{2, 9}, Temperature: 0.7}
 	cut := row
 	cut.Context = row.Context[40:]
-	got, u, err := capped.ScoreRows([]Row{row})
+	got, u, err := capped.ScoreRows([]scorer.Row{row})
 	if err != nil || u.Truncations != 1 {
 		t.Fatalf("capped: %v, usage %+v", err, u)
 	}
-	want, _, err := full.ScoreRows([]Row{cut})
+	want, _, err := full.ScoreRows([]scorer.Row{cut})
 	if err != nil || got[0] != want[0] {
 		t.Fatalf("capped %v, uncapped on the cut row %v (%v)", got, want, err)
 	}
-	if _, err := capped.StepGraphs(randTokens(r, 60, 256), []Step{{Action: [2]int{10, 20}}}, []int{0}); err == nil || !strings.Contains(err.Error(), "context of 50") {
+	if _, err := capped.StepGraphs(randTokens(r, 60, 256), []scorer.Step{{Action: [2]int{10, 20}}}, []int{0}); err == nil || !strings.Contains(err.Error(), "context of 50") {
 		t.Fatalf("60-token job on a 50-token cap: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // This file holds an independent, straightforward float64 implementation of
@@ -172,7 +174,7 @@ func refForward(cfg *config, ts []stTensor, seq []int32) refOut {
 }
 
 // refScore is S for one row from the reference forward pass.
-func refScore(cfg *config, ts []stTensor, r Row) float64 {
+func refScore(cfg *config, ts []stTensor, r scorer.Row) float64 {
 	seq := append(append([]int32(nil), r.Context...), r.Target...)
 	o := refForward(cfg, ts, seq)
 	var s float64
@@ -185,7 +187,7 @@ func refScore(cfg *config, ts []stTensor, r Row) float64 {
 
 // refScoreT is S for one row with the logits divided by temp before the
 // softmax, from the reference forward pass.
-func refScoreT(cfg *config, ts []stTensor, r Row, temp float64) float64 {
+func refScoreT(cfg *config, ts []stTensor, r scorer.Row, temp float64) float64 {
 	seq := append(append([]int32(nil), r.Context...), r.Target...)
 	o := refForward(cfg, ts, seq)
 	var s float64
