@@ -3,8 +3,6 @@ package scorer
 import (
 	"context"
 	"slices"
-
-	"github.com/creditflow/creditflow/internal/stepgraph"
 )
 
 // Row is one LAPO scoring row (docs/method.md §2.1): the mean natural-log probability of
@@ -102,49 +100,20 @@ type RowScores struct {
 	PolicyVersion *int64
 }
 
-// AttentionJob asks for the step graphs of one trajectory on the given layers.
-type AttentionJob struct {
-	ID     string
-	Tokens []int32
-	Steps  []Step
-	Layers []int
-}
-
-// AttentionVersioner is a Scorer that reports the policy version of the
-// weights that computed a call's step graphs, -1 when unknown (the
-// in-process scorer and the client do; the server answers with it, the
-// score stage records it).
-type AttentionVersioner interface {
-	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
-}
-
-// LowerGraph is a step graph below its diagonal, in the scored record's
-// compact form (the entries k < j only, and their sums G_AA + G_AO where
-// that is exact; stepgraph.Cut is the rule).
-type LowerGraph = stepgraph.Lower
-
-// LowerAttentioner is a Scorer that hands step graphs already in their
-// compact form, with the policy version as AttentionVersioner does. The
-// client does, reading the scorer's lower-graphs answer
-// (protocol.MediaTypeLowerGraphs) where the pod gives one and cutting a
-// K×K answer itself where not; the bits are the same either way.
-type LowerAttentioner interface {
-	AttentionLower(ctx context.Context, jobs []AttentionJob) ([][]LowerGraph, int64, error)
-}
-
 // Scorer is implemented by the in-process reference scorer (package local),
 // by the protocol client (package client) that talks to scorer pods, and by
-// nothing else. Results are in the order of the inputs.
+// fixtures that stand in for a model in tests and benchmarks. Results are in
+// the order of the inputs. Every Scorer answers every method: a caller never
+// asks which optional methods a scorer has.
 type Scorer interface {
 	Info(ctx context.Context) (ModelInfo, error)
-	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error)
-	Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error)
-}
-
-// UsageScorer is a Scorer that also reports what a ScoreRows call cost.
-// The in-process scorer implements it; the server uses it to fill the
-// usage of its answers.
-type UsageScorer interface {
-	Scorer
-	ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
+	// ScoreRows answers every set, and what the call cost in tokens: zero
+	// where the scorer does not count it (the client coalesces the calls
+	// of many callers into one request, so it counts the pods' usage in
+	// its metrics, not per call).
+	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
+	// Attention computes the step graphs of every job, in the form opts
+	// asks for, and reports the policy version of the weights that
+	// computed them (AttentionResult).
+	Attention(ctx context.Context, jobs []AttentionJob, opts AttentionOptions) (AttentionResult, error)
 }
