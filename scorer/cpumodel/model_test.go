@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 var archs = []testArch{
@@ -64,9 +65,9 @@ func TestMatchesReference(t *testing.T) {
 func TestHandComputedZeroAttention(t *testing.T) {
 	cfg, ts, _ := testModel(t, testArch{arch: "LlamaForCausalLM"}, 5)
 	for i := range ts {
-		if strings.Contains(ts[i].name, "proj") {
-			for j := range ts[i].data {
-				ts[i].data[j] = 0
+		if strings.Contains(ts[i].Name, "proj") {
+			for j := range ts[i].Data {
+				ts[i].Data[j] = 0
 			}
 		}
 	}
@@ -76,7 +77,7 @@ func TestHandComputedZeroAttention(t *testing.T) {
 	}
 	byName := map[string][]float32{}
 	for _, x := range ts {
-		byName[x.name] = x.data
+		byName[x.Name] = x.Data
 	}
 	ctx, tgt := int32(3), int32(7)
 	H := cfg.Hidden
@@ -128,10 +129,10 @@ func TestBiasAndNormWeightsMatter(t *testing.T) {
 		}
 		found := false
 		for i := range ts {
-			if ts[i].name == c.name {
+			if ts[i].Name == c.name {
 				found = true
-				for j := range ts[i].data {
-					ts[i].data[j] = ts[i].data[j]*1.5 + 0.3
+				for j := range ts[i].Data {
+					ts[i].Data[j] = ts[i].Data[j]*1.5 + 0.3
 				}
 			}
 		}
@@ -164,12 +165,12 @@ func TestTiedVersusUntied(t *testing.T) {
 	}
 	cfgU := *cfgT
 	cfgU.TieEmbeddings = false
-	tsU := append([]stTensor(nil), tsT...)
+	tsU := append([]safetensors.Tensor(nil), tsT...)
 	head := make([]float32, cfgT.Vocab*cfgT.Hidden)
 	for i := range head {
 		head[i] = float32(math.Sin(float64(i)))
 	}
-	tsU = append(tsU, stTensor{name: "lm_head.weight", shape: []int{cfgT.Vocab, cfgT.Hidden}, data: head})
+	tsU = append(tsU, safetensors.Tensor{Name: "lm_head.weight", Shape: []int{cfgT.Vocab, cfgT.Hidden}, Data: head})
 	mU, err := fromTensors(&cfgU, tsU)
 	if err != nil {
 		t.Fatal(err)

@@ -10,11 +10,12 @@ import (
 	"testing"
 
 	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 // refStatistic is a row's entropy or KL from the float64 reference forward
 // pass (ref_test.go): its logits divided by temp, log-softmax in float64.
-func refStatistic(cfg *config, ts []stTensor, r scorer.Row, stat string, temp float64) float64 {
+func refStatistic(cfg *config, ts []safetensors.Tensor, r scorer.Row, stat string, temp float64) float64 {
 	logp := func(ctx []int32) [][]float64 {
 		seq := append(append([]int32(nil), ctx...), r.Target...)
 		o := refForward(cfg, ts, seq)
