@@ -34,7 +34,6 @@ func TestHalfPrecisionConversions(t *testing.T) {
 	}
 }
 
-
 // Tensors written in each dtype load back as Round gives them, from a folder,
 // a file and memory alike, and a shape other than the one asked for is
 // refused naming the tensor.
