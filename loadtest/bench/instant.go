@@ -58,13 +58,12 @@ func (s benchInstantScorer) Attention(_ context.Context, jobs []scorer.Attention
 // steps with a fixed, layer-dependent tilt, perturbed per trajectory (seeded
 // by the job's id) in every bit of the mantissa: a real model's attention
 // masses are full float64s that lz4 cannot shorten, and graphs of round
-// values, the same for every trajectory, made the scored records compress
-// 9× in the bench where real ones do not compress at all. A job's graphs
-// share one allocation, and each entry costs one draw of the PCG source
-// itself (not through rand.Rand's Float64) and no division: a GPU pod
-// computes its graphs on its own machine, and the fixture's share of the two
-// cores the bench runs on is kept small (BenchmarkInstantScorerAttention:
-// 1.3× cheaper than with a Float64, a modulo and two divisions per entry).
+// values, the same for every trajectory, would let the scored records
+// compress where real ones do not. A job's graphs share one allocation, and
+// each entry costs one draw of the PCG source itself (not through
+// rand.Rand's Float64) and no division: a GPU pod computes its graphs on its
+// own machine, and the fixture's share of the cores the bench runs on is
+// kept small (docs/performance-passes.md, "a cheaper AttnSR fixture").
 func stepGraphs(jobs []scorer.AttentionJob) [][]scorer.StepGraph {
 	out := make([][]scorer.StepGraph, len(jobs))
 	for i, job := range jobs {
