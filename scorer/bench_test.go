@@ -36,7 +36,7 @@ func BenchmarkConcurrentCallers(b *testing.B) {
 				defer wg.Done()
 				for k := 0; k < perCaller; k++ {
 					i := c*perCaller + k
-					if _, err := s.ScoreRows(context.Background(), sets[i:i+1]); err != nil {
+					if _, _, err := s.ScoreRows(context.Background(), sets[i:i+1]); err != nil {
 						b.Error(err)
 						return
 					}

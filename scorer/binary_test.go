@@ -94,12 +94,12 @@ func TestClientUsesBinaryBodiesPerEndpoint(t *testing.T) {
 		if _, err := c.Info(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		got, err := c.ScoreRows(context.Background(), sets)
+		got, _, err := c.ScoreRows(context.Background(), sets)
 		if err != nil {
 			t.Fatal(err)
 		}
 		scorertest.EqualScores(t, url, got, wantScores)
-		graphs, err := c.Attention(context.Background(), jobs)
+		graphs, err := scorertest.Graphs(c.Attention(context.Background(), jobs, scorer.AttentionOptions{}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestClientUsesBinaryBodiesPerEndpoint(t *testing.T) {
 	}
 }
 
-// AttentionLower gives the scored record's compact graphs bit for bit as
+// Attention with AttentionOptions.Lower gives the scored record's compact graphs bit for bit as
 // stepgraph.Cut makes them of the model's K×K graphs, whether the pod
 // answers in lower graphs (then it does, and only then), in binary K×K
 // graphs or in JSON; binary attention requests go to the servers that
@@ -149,14 +149,18 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 		if _, err := c.Info(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		got, version, err := c.AttentionLower(context.Background(), jobs)
+		got, err := c.Attention(context.Background(), jobs, scorer.AttentionOptions{Lower: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, v, err := c.AttentionVersion(context.Background(), jobs); err != nil || v != version || version != 7 {
-			t.Errorf("%s: policy version %d, AttentionVersion says %d (%v), the server's is 7", url, version, v, err)
+		if got.Graphs != nil {
+			t.Errorf("%s: a lower answer carries K×K graphs too", url)
 		}
-		scorertest.EqualLowerGraphs(t, url, got, want)
+		full, err := c.Attention(context.Background(), jobs, scorer.AttentionOptions{})
+		if err != nil || full.PolicyVersion != got.PolicyVersion || got.PolicyVersion != 7 {
+			t.Errorf("%s: policy version %d, the K×K answer says %d (%v), the server's is 7", url, got.PolicyVersion, full.PolicyVersion, err)
+		}
+		scorertest.EqualLowerGraphs(t, url, got.Lower, want)
 	}
 	if lower.lowerAnswers.Load() < 1 || noLower.lowerAnswers.Load() != 0 || js.lowerAnswers.Load() != 0 {
 		t.Errorf("lower-graphs answers: %d from the server with %q, %d and %d from those without; want some, none and none",
@@ -181,16 +185,16 @@ func TestClientAttentionLowerPerEndpoint(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			got, _, err := c.AttentionLower(context.Background(), jobs)
+			got, err := c.Attention(context.Background(), jobs, scorer.AttentionOptions{Lower: true})
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			scorertest.EqualLowerGraphs(t, "lower caller", got, want)
+			scorertest.EqualLowerGraphs(t, "lower caller", got.Lower, want)
 		}()
 		go func() {
 			defer wg.Done()
-			got, err := c.Attention(context.Background(), jobs)
+			got, err := scorertest.Graphs(c.Attention(context.Background(), jobs, scorer.AttentionOptions{}))
 			if err != nil {
 				t.Error(err)
 				return

@@ -54,7 +54,7 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	want := scorertest.ExpectedScores(t, sets)
-	got, err := c.ScoreRows(ctx, sets)
+	got, _, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestConformance(t *testing.T) {
 		for i, s := range sets {
 			compact[i] = scorertest.CompactOf(s)
 		}
-		gotC, err := c.ScoreRows(ctx, compact)
+		gotC, _, err := c.ScoreRows(ctx, compact)
 		if err != nil {
 			t.Fatalf("compact rows: %v", err)
 		}
@@ -81,7 +81,7 @@ func TestConformance(t *testing.T) {
 	}
 	jobs := scorertest.MakeJobs(32, 10)
 	wantG := scorertest.ExpectedGraphs(t, jobs)
-	gotG, err := c.Attention(ctx, jobs)
+	gotG, err := scorertest.Graphs(c.Attention(ctx, jobs, scorer.AttentionOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestConformance(t *testing.T) {
 	// Error contract.
 	bad := scorertest.MakeSets(33, 3, 3)
 	bad[2].Rows[0].Target[0] = cpumodel.TinyVocab
-	_, err = c.ScoreRows(ctx, bad)
+	_, _, err = c.ScoreRows(ctx, bad)
 	if rej, ok := scorertest.AsRejected(err); !ok || rej.Item != 2 {
 		t.Errorf("out-of-vocabulary token in set 2: %v, want a rejection of item 2", err)
 	}
@@ -122,7 +122,7 @@ func TestConformance(t *testing.T) {
 	if token != "" {
 		wrong := newClient(t, []string{url}, client.WithBearerToken(token+"x"))
 		var se *scorer.StatusError
-		if _, err := wrong.ScoreRows(ctx, sets[:1]); !errors.As(err, &se) || se.Status != 401 {
+		if _, _, err := wrong.ScoreRows(ctx, sets[:1]); !errors.As(err, &se) || se.Status != 401 {
 			t.Errorf("wrong token: %v, want 401", err)
 		}
 	}

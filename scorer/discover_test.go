@@ -188,7 +188,7 @@ func TestClientDropsPodWhoseHealthFails(t *testing.T) {
 	sets := scorertest.MakeSets(8, 20, 3)
 	score := func() {
 		for i := range sets {
-			if _, err := c.ScoreRows(context.Background(), sets[i:i+1]); err != nil {
+			if _, _, err := c.ScoreRows(context.Background(), sets[i:i+1]); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -47,7 +47,7 @@ func TestDiscoveredHTTPSCheckedAgainstTheServiceName(t *testing.T) {
 	want := scorertest.ExpectedScores(t, sets)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got, err := c.ScoreRows(ctx, sets)
+	got, _, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatalf("scoring through dns+https with a certificate for %s only: %v", name, err)
 	}

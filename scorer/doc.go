@@ -17,25 +17,42 @@
 //   - Every call honours its context: when it ends, the call returns ctx.Err().
 //   - Results are in the order of the inputs.
 //
-// The layer, one concern per package; arrows point down, none back up:
+// One interface, no optional ones: every Scorer answers Info, ScoreRows
+// (scores and the call's token usage) and Attention (step graphs K×K or below
+// their diagonals, AttentionOptions, with the policy version of the weights
+// that computed them). Callers never type-switch a scorer; a wrapper that
+// embeds a Scorer keeps all of it.
 //
-//	scorer           Scorer, RowSet, RowScores, AttentionJob, ModelInfo, errors
-//	scorer/protocol  the creditflow.scorer/v1 wire (docs/scorer-protocol.md): JSON
-//	                 and binary bodies, compact rows; imports only scorer
-//	scorer/client    the Scorer that talks to scorer pods: batching, endpoints,
-//	                 retries, model info, metrics; imports scorer and scorer/protocol
-//	scorer/server    serves any Scorer over the protocol; imports scorer and
-//	                 scorer/protocol, never scorer/client
-//	scorer/local     the in-process reference scorer on a scorer/cpumodel.Model
-//	scorer/cpumodel  the CPU reference transformer (Llama/Qwen2/Qwen3 forward)
-//	scorer/gpupod    the Python GPU scorer pod (cfpod) and its tests
+// The layer, one concern per package; arrows point down (implementation →
+// vocabulary), none back up:
 //
-// This package: scorer.go holds the Scorer interface and its types;
-// errors.go the errors and their codes (shared with the protocol's error
-// body); tokens.go token arrays and compact-row pieces, with their JSON
-// form; rowset_pieces.go compact row sets (ExpandSet); statistics.go the
-// statistics a set may ask for (RowSet.Statistic, FeatureStatistics). The tests next to
-// it (package scorer_test) check the guarantees end to end: the client
-// against servers over the in-process scorer, and any running pod against
-// the reference (TestConformance).
+//	scorer                     the vocabulary: Scorer, Row, Step, StepGraph, Usage,
+//	                           RowSet, RowScores, AttentionJob, AttentionResult,
+//	                           ModelInfo, the statistics, errors; imports no
+//	                           package of the layer (only internal/stepgraph,
+//	                           the compact graph form it shares with the records)
+//	scorer/protocol            the creditflow.scorer/v1 wire (docs/scorer-protocol.md): JSON
+//	                           and binary bodies, compact rows; imports only scorer
+//	scorer/client              the Scorer that talks to scorer pods: batching, endpoints,
+//	                           retries, model info, metrics; imports scorer and scorer/protocol
+//	scorer/server              serves any Scorer over the protocol; imports scorer and
+//	                           scorer/protocol, never scorer/client
+//	scorer/local               the in-process reference Scorer on a cpumodel.Model;
+//	                           imports scorer and scorer/cpumodel
+//	scorer/cpumodel            the CPU reference transformer (Llama/Qwen2/Qwen3 forward,
+//	                           docs/model.md); imports scorer for its rows and graphs
+//	scorer/cpumodel/safetensors  the checkpoint file format; imports nothing of the layer
+//	scorer/gpupod              the Python GPU scorer pod (cfpod) and its tests
+//	scorer/hfcheck             both scorers checked against Hugging Face transformers
+//
+// This package: scorer.go holds the Scorer interface and the row types;
+// attention.go the attention job, options and result (NewAttentionResult,
+// CutGraphs: how a scorer that computes K×K graphs answers); errors.go the
+// errors and their codes (shared with the protocol's error body); tokens.go
+// token arrays and compact-row pieces, with their JSON form; rowset_pieces.go
+// compact row sets (ExpandSet); statistics.go the statistics a set may ask
+// for (RowSet.Statistic, FeatureStatistics). The tests next to it (package
+// scorer_test) check the guarantees end to end: the client against servers
+// over the in-process scorer, and any running pod against the reference
+// (TestConformance).
 package scorer

@@ -107,7 +107,7 @@ func TestClientFailover(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got, err := c.ScoreRows(context.Background(), sets[i:i+1])
+				got, _, err := c.ScoreRows(context.Background(), sets[i:i+1])
 				if err != nil {
 					t.Errorf("caller %d: %v", i, err)
 					return
@@ -159,7 +159,7 @@ func TestClientDoesNotRetryRejections(t *testing.T) {
 	c := newClient(t, []string{url, url2}, client.WithMaxWait(20*time.Millisecond))
 	bad := scorertest.MakeSets(11, 1, 1)
 	bad[0].Rows[0].Context[0] = -3
-	_, err := c.ScoreRows(context.Background(), bad)
+	_, _, err := c.ScoreRows(context.Background(), bad)
 	rej, ok := scorertest.AsRejected(err)
 	if !ok {
 		t.Fatalf("invalid token: %v, want *RejectedError", err)
@@ -180,7 +180,7 @@ func TestClientDoesNotRetryRejections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := c.ScoreRows(context.Background(), sets[i:i+1])
+			got, _, err := c.ScoreRows(context.Background(), sets[i:i+1])
 			errs[i] = err
 			if err == nil {
 				scorertest.EqualScores(t, "neighbour of a bad set", got, want[i:i+1])
@@ -206,7 +206,7 @@ func TestClientSplitsOnTooLarge(t *testing.T) {
 	want := scorertest.ExpectedScores(t, sets)
 	scoreEachAtOnce(t, c, sets, want, "after split")
 	// One caller with all 16 sets in one call: split until each part fits.
-	got, err := c.ScoreRows(context.Background(), sets)
+	got, _, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatalf("16 sets in one call over a limit of 8 rows: %v", err)
 	}
@@ -218,7 +218,7 @@ func TestClientSplitsOnTooLarge(t *testing.T) {
 		huge.Rows = append(huge.Rows, sets[0].Rows[0])
 	}
 	withHuge = append(withHuge, huge)
-	_, err = c.ScoreRows(context.Background(), withHuge)
+	_, _, err = c.ScoreRows(context.Background(), withHuge)
 	if rej, ok := scorertest.AsRejected(err); !ok || rej.Code != scorer.CodeTooLarge || rej.Item != 5 || rej.ID != "huge" {
 		t.Fatalf("9 rows over a limit of 8: %v, want too_large rejection of item 5", err)
 	}
@@ -269,7 +269,7 @@ func TestServerGracefulShutdown(t *testing.T) {
 	want := scorertest.ExpectedScores(t, sets)
 	result := make(chan error, 1)
 	go func() {
-		got, err := c.ScoreRows(context.Background(), sets)
+		got, _, err := c.ScoreRows(context.Background(), sets)
 		if err == nil {
 			scorertest.EqualScores(t, "request in flight during shutdown", got, want)
 		}
@@ -308,7 +308,7 @@ func TestClientGivesUpAfterRetryLimit(t *testing.T) {
 	url, _ := scorertest.ServeHandler(t, bad)
 	c := newClient(t, []string{url, closer(t)},
 		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}))
-	_, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 1, 1))
+	_, _, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 1, 1))
 	if !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("all endpoints failing: %v, want ErrUnavailable", err)
 	}

@@ -58,7 +58,7 @@ func scoreEachAtOnce(t *testing.T, c *client.Client, sets []scorer.RowSet, want 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := c.ScoreRows(context.Background(), sets[i:i+1])
+			got, _, err := c.ScoreRows(context.Background(), sets[i:i+1])
 			if err != nil {
 				t.Errorf("caller %d: %v", i, err)
 				return

@@ -55,7 +55,7 @@ func TestClientOutOfMemoryIsAPermanentRejection(t *testing.T) {
 
 	// Sixteen sets in one call: too large together, split until each part fits.
 	sets := scorertest.MakeSets(21, 16, 4)
-	got, err := c.ScoreRows(context.Background(), sets)
+	got, _, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatalf("16 sets over the memory limit together: %v, want them split and scored", err)
 	}
@@ -70,7 +70,7 @@ func TestClientOutOfMemoryIsAPermanentRejection(t *testing.T) {
 		huge.Rows = append(huge.Rows, sets[0].Rows[0])
 	}
 	before := ooms.Load()
-	_, err = c.ScoreRows(context.Background(), append(append([]scorer.RowSet(nil), sets[:2]...), huge))
+	_, _, err = c.ScoreRows(context.Background(), append(append([]scorer.RowSet(nil), sets[:2]...), huge))
 	rej, ok := scorertest.AsRejected(err)
 	if !ok || rej.Code != scorer.CodeOutOfMemory || rej.ID != "huge" || rej.Item != 2 ||
 		!strings.Contains(rej.Message, "up to 3000 tokens have fit") {

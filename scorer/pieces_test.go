@@ -58,12 +58,12 @@ func TestCompactRowsMatchFullRows(t *testing.T) {
 	if !strings.Contains(strings.Join(info.Features, ","), protocol.FeatureRowPieces) {
 		t.Fatalf("server info features %v lack %s", info.Features, protocol.FeatureRowPieces)
 	}
-	got, err := c.ScoreRows(context.Background(), compact)
+	got, _, err := c.ScoreRows(context.Background(), compact)
 	if err != nil {
 		t.Fatal(err)
 	}
 	scorertest.EqualScores(t, "client, compact sets", got, want)
-	local, err := local.New(scorertest.Tiny()).ScoreRows(context.Background(), compact)
+	local, _, err := local.New(scorertest.Tiny()).ScoreRows(context.Background(), compact)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestClientFallsBackToFullRowsPerEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range compact {
-		got, err := c.ScoreRows(context.Background(), compact[i:i+1])
+		got, _, err := c.ScoreRows(context.Background(), compact[i:i+1])
 		if err != nil {
 			t.Fatalf("set %d: %v", i, err)
 		}

@@ -3,17 +3,47 @@ package scorer
 import (
 	"context"
 	"slices"
-
-	"github.com/creditflow/creditflow/internal/stepgraph"
-	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
-// Row, Step and StepGraph are the scorer's units of work (see package model).
-type (
-	Row       = cpumodel.Row
-	Step      = cpumodel.Step
-	StepGraph = cpumodel.StepGraph
-)
+// Row is one LAPO scoring row (docs/method.md §2.1): the mean natural-log probability of
+// Target[Span[0]:Span[1]] given Context followed by Target[:k], with the
+// logits divided by Temperature before the softmax.
+type Row struct {
+	Context []int32
+	Target  []int32
+	Span    [2]int // half-open [a, b) into Target
+	// Temperature is the rollout's sampling temperature, > 0; 0 means 1.
+	// The LAPO reference scores the gold answer under the sampling
+	// distribution, log softmax(logits / Temperature).
+	Temperature float64
+	// ReferenceContext is the second context of the kl statistic
+	// (StatKL); other statistics ignore it.
+	ReferenceContext []int32
+}
+
+// Step is one AttnSR step (docs/method.md §3.1): half-open token ranges into the
+// trajectory's token array. An empty Observation range (start == end) means
+// the step has no environment segment.
+type Step struct {
+	Action      [2]int
+	Observation [2]int
+}
+
+// StepGraph holds G_AA and G_AO of one layer (docs/method.md §3.1), K×K, row j = querying
+// step, column k; entries with k >= j are zero.
+type StepGraph struct {
+	Layer int
+	AA    [][]float64
+	AO    [][]float64
+}
+
+// Usage counts tokens: what was actually forwarded through the network, and
+// what a row-by-row computation (each row alone, no prefix sharing) would forward.
+type Usage struct {
+	TokensForwarded int64
+	TokensRowByRow  int64
+	Truncations     int64 // rows whose context was cut from the left to fit MaxContext
+}
 
 // ModelInfo is what a scorer reports about the model it serves.
 type ModelInfo struct {
@@ -70,52 +100,20 @@ type RowScores struct {
 	PolicyVersion *int64
 }
 
-// AttentionJob asks for the step graphs of one trajectory on the given layers.
-type AttentionJob struct {
-	ID     string
-	Tokens []int32
-	Steps  []Step
-	Layers []int
-}
-
-// AttentionVersioner is a Scorer that reports the policy version of the
-// weights that computed a call's step graphs, -1 when unknown (the
-// in-process scorer and the client do; the server answers with it, the
-// score stage records it).
-type AttentionVersioner interface {
-	AttentionVersion(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, int64, error)
-}
-
-// LowerGraph is a step graph below its diagonal, in the scored record's
-// compact form (the entries k < j only, and their sums G_AA + G_AO where
-// that is exact; stepgraph.Cut is the rule).
-type LowerGraph = stepgraph.Lower
-
-// LowerAttentioner is a Scorer that hands step graphs already in their
-// compact form, with the policy version as AttentionVersioner does. The
-// client does, reading the scorer's lower-graphs answer
-// (protocol.MediaTypeLowerGraphs) where the pod gives one and cutting a
-// K×K answer itself where not; the bits are the same either way.
-type LowerAttentioner interface {
-	AttentionLower(ctx context.Context, jobs []AttentionJob) ([][]LowerGraph, int64, error)
-}
-
 // Scorer is implemented by the in-process reference scorer (package local),
 // by the protocol client (package client) that talks to scorer pods, and by
-// nothing else. Results are in the order of the inputs.
+// fixtures that stand in for a model in tests and benchmarks. Results are in
+// the order of the inputs. Every Scorer answers every method: a caller never
+// asks which optional methods a scorer has.
 type Scorer interface {
 	Info(ctx context.Context) (ModelInfo, error)
-	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, error)
-	Attention(ctx context.Context, jobs []AttentionJob) ([][]StepGraph, error)
-}
-
-// Usage is what scoring cost in tokens (see cpumodel.Usage).
-type Usage = cpumodel.Usage
-
-// UsageScorer is a Scorer that also reports what a ScoreRows call cost.
-// The in-process scorer implements it; the server uses it to fill the
-// usage of its answers.
-type UsageScorer interface {
-	Scorer
-	ScoreRowsUsage(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
+	// ScoreRows answers every set, and what the call cost in tokens: zero
+	// where the scorer does not count it (the client coalesces the calls
+	// of many callers into one request, so it counts the pods' usage in
+	// its metrics, not per call).
+	ScoreRows(ctx context.Context, sets []RowSet) ([]RowScores, Usage, error)
+	// Attention computes the step graphs of every job, in the form opts
+	// asks for, and reports the policy version of the weights that
+	// computed them (AttentionResult).
+	Attention(ctx context.Context, jobs []AttentionJob, opts AttentionOptions) (AttentionResult, error)
 }

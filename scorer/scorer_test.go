@@ -30,18 +30,18 @@ func TestClientMatchesLocalAndModel(t *testing.T) {
 
 	sets := scorertest.MakeSets(5, 20, 5)
 	want := scorertest.ExpectedScores(t, sets)
-	fromLocal, err := local.ScoreRows(ctx, sets)
+	fromLocal, _, err := local.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	scorertest.EqualScores(t, "Local vs model", fromLocal, want)
-	got, err := c.ScoreRows(ctx, sets)
+	got, _, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	scorertest.EqualScores(t, "client batch vs model", got, want)
 	for i, s := range sets {
-		one, err := c.ScoreRows(ctx, []scorer.RowSet{s})
+		one, _, err := c.ScoreRows(ctx, []scorer.RowSet{s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,12 +50,12 @@ func TestClientMatchesLocalAndModel(t *testing.T) {
 
 	jobs := scorertest.MakeJobs(6, 8)
 	wantG := scorertest.ExpectedGraphs(t, jobs)
-	gotG, err := c.Attention(ctx, jobs)
+	gotG, err := scorertest.Graphs(c.Attention(ctx, jobs, scorer.AttentionOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	scorertest.EqualGraphs(t, "client attention vs model", gotG, wantG)
-	localG, _ := local.Attention(ctx, jobs)
+	localG, _ := scorertest.Graphs(local.Attention(ctx, jobs, scorer.AttentionOptions{}))
 	scorertest.EqualGraphs(t, "Local attention vs model", localG, wantG)
 
 	info, err := c.Info(ctx)
@@ -69,7 +69,7 @@ func TestClientMatchesLocalAndModel(t *testing.T) {
 	// A caller larger than the budget is split into several requests and
 	// still gets its results in order.
 	small := newClient(t, []string{url}, client.WithTokenBudget(600))
-	got, err = small.ScoreRows(ctx, sets)
+	got, _, err = small.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestClientCoalescesConcurrentCallers(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			got, err := c.ScoreRows(context.Background(), sets[i:i+1])
+			got, _, err := c.ScoreRows(context.Background(), sets[i:i+1])
 			if err != nil {
 				errs <- err
 				return
@@ -104,7 +104,7 @@ func TestClientCoalescesConcurrentCallers(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			got, err := c.Attention(context.Background(), jobs[i:i+1])
+			got, err := scorertest.Graphs(c.Attention(context.Background(), jobs[i:i+1], scorer.AttentionOptions{}))
 			if err != nil {
 				errs <- err
 				return
@@ -160,7 +160,7 @@ func TestServerMetricsAndHealth(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	url, _ := scorertest.Serve(t, server.New(local.New(scorertest.Tiny(), local.WithRegisterer(reg)), server.WithToken("s3cret"), server.WithRegistry(reg)))
 	c := newClient(t, []string{url}, client.WithBearerToken("s3cret"))
-	if _, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 2, 2)); err != nil {
+	if _, _, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 2, 2)); err != nil {
 		t.Fatal(err)
 	}
 	body := scorertest.Get(t, url+protocol.PathMetrics, 200)
@@ -228,7 +228,7 @@ func TestTruncationsPerSet(t *testing.T) {
 		t.Fatal("no row was long enough to be truncated; the test needs some")
 	}
 	local := local.New(m)
-	got, usage, err := local.ScoreRowsUsage(context.Background(), sets)
+	got, usage, err := local.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestTruncationsPerSet(t *testing.T) {
 		t.Fatalf("usage truncations %d, want %d", usage.Truncations, total)
 	}
 	url, _ := scorertest.Serve(t, server.New(local))
-	got, err = newClient(t, []string{url}).ScoreRows(context.Background(), sets)
+	got, _, err = newClient(t, []string{url}).ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestTemperatureOnTheWire(t *testing.T) {
 		}
 	}
 	want := scorertest.ExpectedScores(t, sets)
-	got, err := c.ScoreRows(ctx, sets)
+	got, _, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestTemperatureOnTheWire(t *testing.T) {
 			t.Errorf("temperature %s: status %d %+v, want 400 bad_request naming the temperature", temp, st, eb)
 		}
 	}
-	if _, err := local.ScoreRows(ctx, []scorer.RowSet{{ID: "neg", Rows: []scorer.Row{{Context: []int32{1}, Target: []int32{2}, Span: [2]int{0, 1}, Temperature: -1}}}}); err == nil {
+	if _, _, err := local.ScoreRows(ctx, []scorer.RowSet{{ID: "neg", Rows: []scorer.Row{{Context: []int32{1}, Target: []int32{2}, Span: [2]int{0, 1}, Temperature: -1}}}}); err == nil {
 		t.Error("Local accepted a negative temperature")
 	}
 }

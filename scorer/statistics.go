@@ -6,21 +6,24 @@ package scorer
 import (
 	"fmt"
 	"slices"
-
-	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
-// The statistics a row set can ask for (RowSet.Statistic).
+// The statistics a row set can ask for (RowSet.Statistic): how a scorer
+// measures the gold span under a context (docs/offline.md). StatLogProb is
+// S of docs/method.md §2.1; the others are the LAPO authors' alternatives.
 const (
-	// StatLogProb is S, the mean log-probability of the gold span (the
-	// default: an empty RowSet.Statistic means it).
-	StatLogProb = cpumodel.StatLogProb
-	// StatEntropy is the mean entropy of the distributions that predict
-	// the gold span.
-	StatEntropy = cpumodel.StatEntropy
-	// StatKL is the mean KL(p(·|Context) ‖ p(·|ReferenceContext)) over
-	// the gold span; every row of such a set carries a ReferenceContext.
-	StatKL = cpumodel.StatKL
+	// StatLogProb is S, the mean log p(target[k] | context, target[:k])
+	// over the gold span [a, b) (the default: an empty RowSet.Statistic
+	// means it).
+	StatLogProb = "logprob"
+	// StatEntropy is the mean entropy (nats) of the distributions that
+	// predict the gold span: −Σ_v p(v) log p(v) with p = p(· | context,
+	// target[:k]).
+	StatEntropy = "entropy"
+	// StatKL is the mean over the same positions of KL(p(·|Context,
+	// target[:k]) ‖ p(·|ReferenceContext, target[:k])); every row of such a
+	// set carries a ReferenceContext.
+	StatKL = "kl"
 )
 
 // FeatureStatistics is the ModelInfo feature of a scorer that answers the
@@ -35,10 +38,11 @@ func IsLogProb(stat string) bool { return stat == "" || stat == StatLogProb }
 // CheckStatistic reports a statistic that is none of "", logprob, entropy
 // and kl, saying what to use.
 func CheckStatistic(stat string) error {
-	if stat == "" {
+	switch stat {
+	case "", StatLogProb, StatEntropy, StatKL:
 		return nil
 	}
-	return cpumodel.CheckStatistic(stat)
+	return fmt.Errorf("statistic %q: use logprob, entropy or kl", stat)
 }
 
 // HasFeature reports whether the scorer advertises feature f.

@@ -119,12 +119,12 @@ func TestStatisticsOverProtocol(t *testing.T) {
 	if !info.HasFeature(protocol.FeatureStatistics) {
 		t.Fatalf("server features %v lack %s", info.Features, protocol.FeatureStatistics)
 	}
-	got, err := c.ScoreRows(context.Background(), sets)
+	got, _, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeScores(t, "client", got, want, 1e-12)
-	inproc, err := local.New(scorertest.Tiny()).ScoreRows(context.Background(), sets)
+	inproc, _, err := local.New(scorertest.Tiny()).ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestStatisticsRejections(t *testing.T) {
 		if status != http.StatusBadRequest || eb.Code != scorer.CodeBadRequest || !strings.Contains(eb.Error, c.want) {
 			t.Errorf("%s: %d %+v, want 400 bad_request naming %q", name, status, eb, c.want)
 		}
-		_, err := local.New(scorertest.Tiny()).ScoreRows(context.Background(), []scorer.RowSet{c.set})
+		_, _, err := local.New(scorertest.Tiny()).ScoreRows(context.Background(), []scorer.RowSet{c.set})
 		if _, ok := scorertest.AsRejected(err); !ok {
 			t.Errorf("%s: in-process scorer answered %v, want a rejection", name, err)
 		}
@@ -275,10 +275,10 @@ func TestStatisticsRejections(t *testing.T) {
 		t.Errorf("kl on a scorer without statistics: %d %+v, want 400", status, eb)
 	}
 	c := newClient(t, []string{oldURL})
-	if _, err := c.ScoreRows(context.Background(), []scorer.RowSet{kl}); !errors.Is(err, client.ErrNoStatistics) {
+	if _, _, err := c.ScoreRows(context.Background(), []scorer.RowSet{kl}); !errors.Is(err, client.ErrNoStatistics) {
 		t.Fatalf("client to a server without statistics: %v, want ErrNoStatistics", err)
 	}
-	if _, err := c.ScoreRows(context.Background(), []scorer.RowSet{set}); err != nil {
+	if _, _, err := c.ScoreRows(context.Background(), []scorer.RowSet{set}); err != nil {
 		t.Fatalf("logprob on a server without statistics: %v", err)
 	}
 }

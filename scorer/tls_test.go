@@ -33,7 +33,7 @@ func TestTLSAndBearerToken(t *testing.T) {
 	want := scorertest.ExpectedScores(t, sets)
 
 	c := newClient(t, []string{url}, client.WithCAFile(caFile), client.WithBearerToken("right-token"))
-	got, err := c.ScoreRows(context.Background(), sets)
+	got, _, err := c.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestTLSAndBearerToken(t *testing.T) {
 	}
 	// A scheme-less endpoint defaults to https once a CA is given.
 	bare := newClient(t, []string{strings.TrimPrefix(url, "https://")}, client.WithCAFile(caFile), client.WithBearerToken("right-token"))
-	if _, err := bare.ScoreRows(context.Background(), sets); err != nil {
+	if _, _, err := bare.ScoreRows(context.Background(), sets); err != nil {
 		t.Fatalf("scheme-less endpoint: %v", err)
 	}
 
@@ -52,7 +52,7 @@ func TestTLSAndBearerToken(t *testing.T) {
 		"no token":    {client.WithCAFile(caFile)},
 	} {
 		c := newClient(t, []string{url}, opts...)
-		_, err := c.ScoreRows(context.Background(), sets)
+		_, _, err := c.ScoreRows(context.Background(), sets)
 		var se *scorer.StatusError
 		if !errors.As(err, &se) || se.Status != 401 || se.Code != scorer.CodeUnauthorized {
 			t.Errorf("%s: %v, want 401 unauthorized", name, err)
@@ -69,7 +69,7 @@ func TestTLSAndBearerToken(t *testing.T) {
 	}
 	// Without the CA the server's certificate is not trusted.
 	untrusted := newClient(t, []string{url}, client.WithBearerToken("right-token"), client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
-	if _, err := untrusted.ScoreRows(context.Background(), sets); err == nil {
+	if _, _, err := untrusted.ScoreRows(context.Background(), sets); err == nil {
 		t.Error("a client without the CA trusted the self-signed server")
 	}
 }

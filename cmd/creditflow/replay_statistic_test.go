@@ -12,6 +12,7 @@ import (
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
@@ -80,7 +81,7 @@ func TestReplayRescoresWithAnotherStatistic(t *testing.T) {
 		}
 		var h []float64
 		if len(rows) > 0 {
-			if h, _, err = m.ScoreRowsStatistic(rows, cpumodel.StatEntropy); err != nil {
+			if h, _, err = m.ScoreRowsStatistic(rows, scorer.StatEntropy); err != nil {
 				t.Fatal(err)
 			}
 		}

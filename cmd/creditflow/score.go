@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
@@ -52,7 +53,7 @@ all lines before it have been answered. The format is in docs/offline.md.`)
 	fs.inGroup(groupScorer, func() {
 		dir = fs.String("model", "tiny", modelFlagHelp)
 		maxCtx = fs.Int("max-context", 0, maxContextFlagHelp)
-		stat = fs.String("statistic", cpumodel.StatLogProb, "what each row is answered with: logprob (S), entropy or kl (docs/offline.md)")
+		stat = fs.String("statistic", scorer.StatLogProb, "what each row is answered with: logprob (S), entropy or kl (docs/offline.md)")
 	})
 	if err := fs.parse(args, false); err != nil {
 		return err

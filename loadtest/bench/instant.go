@@ -35,8 +35,8 @@ func newBenchInstantScorer() benchInstantScorer {
 func (s benchInstantScorer) Info(context.Context) (scorer.ModelInfo, error) { return s.info, nil }
 
 // ScoreRows gives each row a mean log-probability in [-3, -1) that depends
-// only on the row's lengths and span.
-func (s benchInstantScorer) ScoreRows(_ context.Context, sets []scorer.RowSet) ([]scorer.RowScores, error) {
+// only on the row's lengths and span; it counts no usage.
+func (s benchInstantScorer) ScoreRows(_ context.Context, sets []scorer.RowSet) ([]scorer.RowScores, scorer.Usage, error) {
 	out := make([]scorer.RowScores, len(sets))
 	for i, set := range sets {
 		out[i].Scores = make([]float64, len(set.Rows))
@@ -45,21 +45,26 @@ func (s benchInstantScorer) ScoreRows(_ context.Context, sets []scorer.RowSet) (
 			out[i].Scores[j] = -1 - float64(h)/48.5
 		}
 	}
-	return out, nil
+	return out, scorer.Usage{}, nil
 }
 
-// Attention gives step graphs whose row j spreads its mass over the earlier
+// Attention answers the graphs of stepGraphs in the form opts asks for, of
+// an unknown policy version.
+func (s benchInstantScorer) Attention(_ context.Context, jobs []scorer.AttentionJob, opts scorer.AttentionOptions) (scorer.AttentionResult, error) {
+	return scorer.NewAttentionResult(opts, stepGraphs(jobs), -1), nil
+}
+
+// stepGraphs gives step graphs whose row j spreads its mass over the earlier
 // steps with a fixed, layer-dependent tilt, perturbed per trajectory (seeded
 // by the job's id) in every bit of the mantissa: a real model's attention
 // masses are full float64s that lz4 cannot shorten, and graphs of round
-// values, the same for every trajectory, made the scored records compress
-// 9× in the bench where real ones do not compress at all. A job's graphs
-// share one allocation, and each entry costs one draw of the PCG source
-// itself (not through rand.Rand's Float64) and no division: a GPU pod
-// computes its graphs on its own machine, and the fixture's share of the two
-// cores the bench runs on is kept small (BenchmarkInstantScorerAttention:
-// 1.3× cheaper than with a Float64, a modulo and two divisions per entry).
-func (s benchInstantScorer) Attention(_ context.Context, jobs []scorer.AttentionJob) ([][]scorer.StepGraph, error) {
+// values, the same for every trajectory, would let the scored records
+// compress where real ones do not. A job's graphs share one allocation, and
+// each entry costs one draw of the PCG source itself (not through
+// rand.Rand's Float64) and no division: a GPU pod computes its graphs on its
+// own machine, and the fixture's share of the cores the bench runs on is
+// kept small (docs/performance-passes.md, "a cheaper AttnSR fixture").
+func stepGraphs(jobs []scorer.AttentionJob) [][]scorer.StepGraph {
 	out := make([][]scorer.StepGraph, len(jobs))
 	for i, job := range jobs {
 		k := len(job.Steps)
@@ -93,7 +98,7 @@ func (s benchInstantScorer) Attention(_ context.Context, jobs []scorer.Attention
 			out[i][l] = g
 		}
 	}
-	return out, nil
+	return out
 }
 
 // instantTilt is 1 + t/10 for the five tilts t of the fixture's graphs.

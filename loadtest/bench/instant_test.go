@@ -20,11 +20,11 @@ import (
 func TestInstantScorerGraphs(t *testing.T) {
 	s := newBenchInstantScorer()
 	jobs := instantJobs(8)
-	a, err := s.Attention(context.Background(), jobs)
-	if err != nil {
-		t.Fatal(err)
+	res, err := s.Attention(context.Background(), jobs, scorer.AttentionOptions{})
+	if err != nil || res.PolicyVersion != -1 {
+		t.Fatalf("policy version %d (%v), want -1: the fixture has no policy", res.PolicyVersion, err)
 	}
-	b, _ := s.Attention(context.Background(), jobs[:1])
+	a, b := res.Graphs, stepGraphs(jobs[:1])
 	for l := range a[0] {
 		for j := range a[0][l].AA {
 			for c := range a[0][l].AA[j] {
@@ -88,7 +88,7 @@ func BenchmarkInstantScorerAttention(b *testing.B) {
 	jobs := instantJobs(16)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Attention(context.Background(), jobs); err != nil {
+		if _, err := s.Attention(context.Background(), jobs, scorer.AttentionOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

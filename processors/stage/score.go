@@ -450,7 +450,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		var res []scorer.RowScores
 		err = retry(ctx, s.log, "scorer call", scorerRejection, func() (err error) {
-			res, err = s.scorer.ScoreRows(ctx, []scorer.RowSet{plan.RowSet(t.TrajectoryID)})
+			res, _, err = s.scorer.ScoreRows(ctx, []scorer.RowSet{plan.RowSet(t.TrajectoryID)})
 			s.scorerState.observe(ctx, err)
 			return err
 		})

@@ -35,7 +35,7 @@ func offlineGains(t *testing.T, m *cpumodel.Model, tr *schemas.Trajectory, stat 
 	}
 	switch stat {
 	case credit.StatEntropy:
-		h, _, err := m.ScoreRowsStatistic(rows, cpumodel.StatEntropy)
+		h, _, err := m.ScoreRowsStatistic(rows, scorer.StatEntropy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func offlineGains(t *testing.T, m *cpumodel.Model, tr *schemas.Trajectory, stat 
 			}
 			r := rows[with[i]]
 			r.ReferenceContext = rows[without[i]].Context
-			kl, _, err := m.ScoreRowsStatistic([]cpumodel.Row{r}, cpumodel.StatKL)
+			kl, _, err := m.ScoreRowsStatistic([]scorer.Row{r}, scorer.StatKL)
 			if err != nil {
 				t.Fatal(err)
 			}

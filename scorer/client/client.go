@@ -250,15 +250,17 @@ func (c *Client) Stats() Stats {
 
 // ScoreRows scores the sets on the scorer pods. A set of a statistic other
 // than logprob needs pods that advertise protocol.FeatureStatistics (else
-// ErrNoStatistics, before anything is sent).
-func (c *Client) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, error) {
+// ErrNoStatistics, before anything is sent). Its usage is zero: a request
+// carries the sets of many calls, and the pods' usage goes into the
+// client's metrics (creditflow_scorer_tokens_forwarded_total …).
+func (c *Client) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, scorer.Usage, error) {
 	if len(sets) == 0 {
-		return []scorer.RowScores{}, nil
+		return []scorer.RowScores{}, scorer.Usage{}, nil
 	}
 	for _, s := range sets {
 		if !scorer.IsLogProb(s.Statistic) {
 			if err := c.checkStatistics(ctx, s.Statistic); err != nil {
-				return nil, err
+				return nil, scorer.Usage{}, err
 			}
 			break
 		}
@@ -281,50 +283,39 @@ func (c *Client) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.
 	items = append(items, cur)
 	res, err := c.submit(ctx, c.scoreQ, items)
 	if err != nil {
-		return nil, shiftItem(err, items, offsets)
+		return nil, scorer.Usage{}, shiftItem(err, items, offsets)
 	}
 	out := make([]scorer.RowScores, 0, len(sets))
 	for _, r := range res {
 		out = append(out, r.scores...)
 	}
+	return out, scorer.Usage{}, nil
+}
+
+// Attention computes the step graphs of the jobs on the scorer pods, with
+// the policy version the pods said computed them (the oldest, when the jobs
+// went out in several requests; -1 when a pod did not say). With opts.Lower
+// it asks the pods for their lower-graphs answer (a quarter of the bytes of
+// the K×K answer) and cuts a K×K answer itself where a pod gives no other,
+// by the same rule.
+func (c *Client) Attention(ctx context.Context, jobs []scorer.AttentionJob, opts scorer.AttentionOptions) (scorer.AttentionResult, error) {
+	res, version, err := c.attention(ctx, jobs, opts.Lower)
+	if err != nil {
+		return scorer.AttentionResult{PolicyVersion: -1}, err
+	}
+	out := scorer.AttentionResult{PolicyVersion: version}
+	if opts.Lower {
+		out.Lower = make([][]scorer.LowerGraph, 0, len(jobs))
+		for _, r := range res {
+			out.Lower = append(out.Lower, r.lower...)
+		}
+		return out, nil
+	}
+	out.Graphs = make([][]scorer.StepGraph, 0, len(jobs))
+	for _, r := range res {
+		out.Graphs = append(out.Graphs, r.graphs...)
+	}
 	return out, nil
-}
-
-// Attention computes the step graphs of the jobs on the scorer pods.
-func (c *Client) Attention(ctx context.Context, jobs []scorer.AttentionJob) ([][]scorer.StepGraph, error) {
-	out, _, err := c.AttentionVersion(ctx, jobs)
-	return out, err
-}
-
-// AttentionVersion is Attention that also reports the policy version the
-// pods said computed the graphs (the oldest, when the jobs went out in
-// several requests), or -1 when a pod did not say.
-func (c *Client) AttentionVersion(ctx context.Context, jobs []scorer.AttentionJob) ([][]scorer.StepGraph, int64, error) {
-	res, version, err := c.attention(ctx, jobs, false)
-	if err != nil {
-		return nil, -1, err
-	}
-	out := make([][]scorer.StepGraph, 0, len(jobs))
-	for _, r := range res {
-		out = append(out, r.graphs...)
-	}
-	return out, version, nil
-}
-
-// AttentionLower is AttentionVersion with each graph below its diagonal, in
-// the scored record's form (scorer.LowerAttentioner): the pods' lower-graphs
-// answer where they give one (a quarter of the bytes of the K×K answer),
-// else their K×K answer cut here by the same rule.
-func (c *Client) AttentionLower(ctx context.Context, jobs []scorer.AttentionJob) ([][]scorer.LowerGraph, int64, error) {
-	res, version, err := c.attention(ctx, jobs, true)
-	if err != nil {
-		return nil, -1, err
-	}
-	out := make([][]scorer.LowerGraph, 0, len(jobs))
-	for _, r := range res {
-		out = append(out, r.lower...)
-	}
-	return out, version, nil
 }
 
 // attention sends jobs in items of at most the token budget and returns

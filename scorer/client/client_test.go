@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/internal/scorertest"
 )
 
@@ -32,7 +33,7 @@ func TestClientHonoursContext(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = c.ScoreRows(ctx, scorertest.MakeSets(1, 1, 1))
+	_, _, err = c.ScoreRows(ctx, scorertest.MakeSets(1, 1, 1))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 	}
@@ -49,11 +50,11 @@ func TestClientHonoursContext(t *testing.T) {
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	if _, err := c.Attention(ctx2, scorertest.MakeJobs(1, 1)); !errors.Is(err, context.Canceled) {
+	if _, err := c.Attention(ctx2, scorertest.MakeJobs(1, 1), scorer.AttentionOptions{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled ctx: %v", err)
 	}
 	c.Close()
-	if _, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 1, 1)); !errors.Is(err, ErrClosed) {
+	if _, _, err := c.ScoreRows(context.Background(), scorertest.MakeSets(1, 1, 1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }

@@ -7,8 +7,12 @@
 //     (floats travel in their shortest exact JSON form, or bit for bit in
 //     binary bodies). Each body goes in the most compact form the endpoint
 //     advertises in /v1/info (compact rows, binary requests and answers,
-//     lower graphs); AttentionLower gives the same bits whether the pod cut
-//     its graphs below the diagonal or the client did.
+//     lower graphs); Attention with scorer.AttentionOptions.Lower gives the
+//     same bits whether the pod cut its graphs below the diagonal or the
+//     client did.
+//   - ScoreRows reports no usage of its own (scorer.Usage{}): a request
+//     carries the sets of many calls; the pods' usage goes into the
+//     client's metrics.
 //   - Work from concurrent callers (one per trajectory) is coalesced into
 //     requests of at most a token budget, waiting at most a maximum wait for
 //     company; a single set or job larger than the budget goes alone.

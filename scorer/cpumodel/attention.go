@@ -3,6 +3,8 @@ package cpumodel
 import (
 	"fmt"
 	"math"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // QueryBlock is the number of query tokens StepGraphs handles as one unit of
@@ -23,7 +25,7 @@ func DefaultLayers(n int) []int {
 	return out
 }
 
-func (m *Model) validateGraphInput(tokens []int32, steps []Step, layers []int) error {
+func (m *Model) validateGraphInput(tokens []int32, steps []scorer.Step, layers []int) error {
 	N := len(tokens)
 	if N == 0 {
 		return fmt.Errorf("empty token array")
@@ -71,12 +73,12 @@ func (m *Model) validateGraphInput(tokens []int32, steps []Step, layers []int) e
 // tokens, so memory stays O(QueryBlock × N) per worker. Steps must be ordered
 // and non-overlapping; an empty Observation range means none, an empty
 // Action range gives a zero row.
-func (m *Model) StepGraphs(tokens []int32, steps []Step, layers []int) ([]StepGraph, error) {
+func (m *Model) StepGraphs(tokens []int32, steps []scorer.Step, layers []int) ([]scorer.StepGraph, error) {
 	if err := m.validateGraphInput(tokens, steps, layers); err != nil {
 		return nil, err
 	}
 	want, deepest := layerSet(layers)
-	got := map[int]StepGraph{}
+	got := map[int]scorer.StepGraph{}
 	c := m.newCache(len(tokens), deepest+1)
 	m.forward(c, tokens, fwdOpts{layers: deepest + 1, onQ: func(l int, q []float32) {
 		if want[l] {
@@ -96,11 +98,11 @@ func layerSet(layers []int) (map[int]bool, int) {
 	return want, deepest
 }
 
-func orderGraphs(layers []int, got map[int]StepGraph) []StepGraph {
-	out := make([]StepGraph, len(layers))
+func orderGraphs(layers []int, got map[int]scorer.StepGraph) []scorer.StepGraph {
+	out := make([]scorer.StepGraph, len(layers))
 	for i, l := range layers {
 		g := got[l]
-		out[i] = StepGraph{Layer: l, AA: cloneMat(g.AA), AO: cloneMat(g.AO)}
+		out[i] = scorer.StepGraph{Layer: l, AA: cloneMat(g.AA), AO: cloneMat(g.AO)}
 	}
 	return out
 }
@@ -128,7 +130,7 @@ type blockPart struct {
 	aa, ao [][]float64
 }
 
-func (m *Model) blockwiseGraph(c *kvCache, l int, q []float32, steps []Step) StepGraph {
+func (m *Model) blockwiseGraph(c *kvCache, l int, q []float32, steps []scorer.Step) scorer.StepGraph {
 	cfg := m.cfg
 	K := len(steps)
 	D, HD := cfg.HeadDim, cfg.Heads*cfg.HeadDim
@@ -181,7 +183,7 @@ func (m *Model) blockwiseGraph(c *kvCache, l int, q []float32, steps []Step) Ste
 			parts[b] = part
 		}
 	})
-	g := StepGraph{Layer: l, AA: zeroMat(K), AO: zeroMat(K)}
+	g := scorer.StepGraph{Layer: l, AA: zeroMat(K), AO: zeroMat(K)}
 	for _, p := range parts { // block order: deterministic sums
 		for r, j := range p.rows {
 			for k := 0; k < j; k++ {
@@ -215,20 +217,20 @@ func sum64(s []float32) float64 {
 // StepGraphsDense computes the same graphs as StepGraphs from the full N×N
 // attention matrix of every head, with a float64 softmax: a straightforward
 // reference for tests. Its memory is O(N²); do not use it on long inputs.
-func (m *Model) StepGraphsDense(tokens []int32, steps []Step, layers []int) ([]StepGraph, error) {
+func (m *Model) StepGraphsDense(tokens []int32, steps []scorer.Step, layers []int) ([]scorer.StepGraph, error) {
 	if err := m.validateGraphInput(tokens, steps, layers); err != nil {
 		return nil, err
 	}
 	want, deepest := layerSet(layers)
 	cfg := m.cfg
 	N, K, D, HD := len(tokens), len(steps), cfg.HeadDim, cfg.Heads*cfg.HeadDim
-	got := map[int]StepGraph{}
+	got := map[int]scorer.StepGraph{}
 	c := m.newCache(N, deepest+1)
 	m.forward(c, tokens, fwdOpts{layers: deepest + 1, onQ: func(l int, q []float32) {
 		if !want[l] {
 			return
 		}
-		g := StepGraph{Layer: l, AA: zeroMat(K), AO: zeroMat(K)}
+		g := scorer.StepGraph{Layer: l, AA: zeroMat(K), AO: zeroMat(K)}
 		P := make([][]float64, N)
 		for i := range P {
 			P[i] = make([]float64, N)

@@ -7,13 +7,15 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // trajectorySteps lays out a prompt and steps of random sizes; withObs(j)
 // says whether step j has an observation.
-func trajectorySteps(r *rand.Rand, prompt, k, maxAct, maxObs int, withObs func(int) bool) ([]Step, int) {
+func trajectorySteps(r *rand.Rand, prompt, k, maxAct, maxObs int, withObs func(int) bool) ([]scorer.Step, int) {
 	pos := prompt
-	steps := make([]Step, k)
+	steps := make([]scorer.Step, k)
 	for j := range steps {
 		a := 1 + r.IntN(maxAct)
 		steps[j].Action = [2]int{pos, pos + a}
@@ -38,7 +40,7 @@ func maxDiff(a, b [][]float64) float64 {
 	return d
 }
 
-func checkGraphShape(t *testing.T, g StepGraph, k int) {
+func checkGraphShape(t *testing.T, g scorer.StepGraph, k int) {
 	t.Helper()
 	if len(g.AA) != k || len(g.AO) != k {
 		t.Fatalf("layer %d: %d×? graphs, want %d", g.Layer, len(g.AA), k)
@@ -165,10 +167,10 @@ func TestStepGraphsMatchReference(t *testing.T) {
 func TestStepGraphsRejectsBadInput(t *testing.T) {
 	m := TinyRandom()
 	toks := make([]int32, 20)
-	ok := []Step{{Action: [2]int{2, 5}, Observation: [2]int{5, 8}}, {Action: [2]int{8, 12}}}
+	ok := []scorer.Step{{Action: [2]int{2, 5}, Observation: [2]int{5, 8}}, {Action: [2]int{8, 12}}}
 	for name, c := range map[string]struct {
 		toks   []int32
-		steps  []Step
+		steps  []scorer.Step
 		layers []int
 		want   string
 	}{
@@ -177,13 +179,13 @@ func TestStepGraphsRejectsBadInput(t *testing.T) {
 		"no layers":          {toks, ok, nil, "no layers"},
 		"token out of range": {append([]int32{TinyVocab}, toks...), ok, []int{0}, "vocabulary"},
 		"no tokens":          {nil, ok, []int{0}, "empty"},
-		"action past end":    {toks, []Step{{Action: [2]int{15, 21}}}, []int{0}, "step 0"},
-		"reversed action":    {toks, []Step{{Action: [2]int{5, 3}}}, []int{0}, "step 0"},
-		"overlapping steps":  {toks, []Step{ok[0], {Action: [2]int{7, 9}}}, []int{0}, "step 1"},
-		"obs before action":  {toks, []Step{{Action: [2]int{5, 8}, Observation: [2]int{6, 9}}}, []int{0}, "observation"},
-		"obs past end":       {toks, []Step{{Action: [2]int{5, 8}, Observation: [2]int{8, 30}}}, []int{0}, "observation"},
+		"action past end":    {toks, []scorer.Step{{Action: [2]int{15, 21}}}, []int{0}, "step 0"},
+		"reversed action":    {toks, []scorer.Step{{Action: [2]int{5, 3}}}, []int{0}, "step 0"},
+		"overlapping steps":  {toks, []scorer.Step{ok[0], {Action: [2]int{7, 9}}}, []int{0}, "step 1"},
+		"obs before action":  {toks, []scorer.Step{{Action: [2]int{5, 8}, Observation: [2]int{6, 9}}}, []int{0}, "observation"},
+		"obs past end":       {toks, []scorer.Step{{Action: [2]int{5, 8}, Observation: [2]int{8, 30}}}, []int{0}, "observation"},
 	} {
-		for _, f := range []func([]int32, []Step, []int) ([]StepGraph, error){m.StepGraphs, m.StepGraphsDense} {
+		for _, f := range []func([]int32, []scorer.Step, []int) ([]scorer.StepGraph, error){m.StepGraphs, m.StepGraphsDense} {
 			if _, err := f(c.toks, c.steps, c.layers); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s: err = %v, want mention of %q", name, err, c.want)
 			}
@@ -268,7 +270,7 @@ func TestAttentionJSONL(t *testing.T) {
 		}
 	}
 	json.Unmarshal([]byte(lines[0]), &o)
-	steps := []Step{{Action: [2]int{2, 4}, Observation: [2]int{4, 6}}, {Action: [2]int{6, 8}, Observation: [2]int{8, 8}}, {Action: [2]int{8, 12}, Observation: [2]int{12, 12}}}
+	steps := []scorer.Step{{Action: [2]int{2, 4}, Observation: [2]int{4, 6}}, {Action: [2]int{6, 8}, Observation: [2]int{8, 8}}, {Action: [2]int{8, 12}, Observation: [2]int{12, 12}}}
 	want, _ := m.StepGraphs([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, steps, []int{1})
 	if len(o.Layers) != 1 || o.Layers[0].Layer != 1 || maxDiff(o.Layers[0].AA, want[0].AA) != 0 || maxDiff(o.Layers[0].AO, want[0].AO) != 0 {
 		t.Fatalf("output %s, want %+v", lines[0], want[0])

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // cpuSeconds is the process's user+system CPU time: the benchmarks report
@@ -20,7 +22,7 @@ func cpuSeconds() float64 {
 // observation tokens, an answer turn (left out of c_full), a gold template of
 // 25 tokens whose span [14, 22) is the gold answer. Rows: c_full and one c_−t
 // per turn with the turn replaced by the placeholder.
-func searchQATrajectory(r *rand.Rand) []Row {
+func searchQATrajectory(r *rand.Rand) []scorer.Row {
 	jit := func(n int) int { return n - n/10 + r.IntN(n/5+1) }
 	prompt := randTokens(r, jit(250), 256)
 	turns := make([][]int32, 1+r.IntN(3))
@@ -33,7 +35,7 @@ func searchQATrajectory(r *rand.Rand) []Row {
 	for _, t := range turns {
 		full = append(full, t...)
 	}
-	rows := []Row{{Context: full, Target: tgt, Span: span}}
+	rows := []scorer.Row{{Context: full, Target: tgt, Span: span}}
 	for i := range turns {
 		c := append([]int32(nil), prompt...)
 		for j, t := range turns {
@@ -43,7 +45,7 @@ func searchQATrajectory(r *rand.Rand) []Row {
 				c = append(c, t...)
 			}
 		}
-		rows = append(rows, Row{Context: c, Target: tgt, Span: span})
+		rows = append(rows, scorer.Row{Context: c, Target: tgt, Span: span})
 	}
 	return rows
 }
@@ -52,7 +54,7 @@ func benchLAPO(b *testing.B, naive bool) {
 	m := Tiny()
 	r := rand.New(rand.NewPCG(2026, 1))
 	const trajectories = 8
-	sets := make([][]Row, trajectories)
+	sets := make([][]scorer.Row, trajectories)
 	var padded int64
 	for i := range sets {
 		sets[i] = searchQATrajectory(r)
@@ -66,11 +68,11 @@ func benchLAPO(b *testing.B, naive bool) {
 	if naive {
 		score = m.ScoreRowsNaive
 	}
-	var total Usage
+	var total scorer.Usage
 	b.ResetTimer()
 	cpu0 := cpuSeconds()
 	for it := 0; it < b.N; it++ {
-		total = Usage{}
+		total = scorer.Usage{}
 		for _, rows := range sets { // one row set per trajectory, as the scorer receives them
 			_, u, err := score(rows)
 			if err != nil {
@@ -99,10 +101,10 @@ func BenchmarkLAPOSearchQANaive(b *testing.B) { benchLAPO(b, true) }
 func benchGraphs(b *testing.B, prompt, k, act, obs int) {
 	m := Tiny()
 	r := rand.New(rand.NewPCG(7, 7))
-	steps := make([]Step, k)
+	steps := make([]scorer.Step, k)
 	pos := prompt
 	for j := range steps {
-		steps[j] = Step{Action: [2]int{pos, pos + act}, Observation: [2]int{pos + act, pos + act + obs}}
+		steps[j] = scorer.Step{Action: [2]int{pos, pos + act}, Observation: [2]int{pos + act, pos + act + obs}}
 		pos += act + obs
 	}
 	toks := randTokens(r, pos, 256)

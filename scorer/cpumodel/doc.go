@@ -1,4 +1,4 @@
-// Package model is the CPU reference scorer's network: a decoder-only
+// Package cpumodel is the CPU reference scorer's network: a decoder-only
 // Llama-family transformer in pure Go that loads Hugging Face safetensors
 // checkpoints (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) or builds
 // a tiny deterministic model, scores LAPO rows with shared-prefix reuse and
@@ -62,4 +62,16 @@
 // WriteTinyRandom write them as Hugging Face folders that Load reads back to
 // the same numbers, for other implementations (such as the GPU scorer) to
 // test against.
+//
+// # Files
+//
+// config.go reads config.json; model.go loads a checkpoint folder and builds
+// the network (its tensors read by the subpackage safetensors, which owns
+// the file format and its validation); forward.go is the forward pass;
+// score.go the LAPO rows with prefix sharing; statistic.go the entropy and
+// kl statistics; attention.go the step graphs; jsonl.go the JSON-lines
+// commands (creditflow score, creditflow attention); tiny.go and
+// tinyrandom.go the built-in models. Rows, steps, step graphs, usage and the
+// statistics' names are the scorer vocabulary's (package scorer): this
+// package implements it and imports it, never the reverse.
 package cpumodel

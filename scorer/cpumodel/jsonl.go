@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // maxLineBytes bounds one JSON Lines input line (a 32k-token trajectory is
@@ -70,7 +72,7 @@ func (lr *lineReader) next() ([]byte, error) {
 // skipped. The first bad line stops the run with an error naming its line
 // number; every line before it has been answered.
 func RunScoreJSONL(m *Model, r io.Reader, w io.Writer) error {
-	return RunScoreJSONLStatistic(m, r, w, StatLogProb)
+	return RunScoreJSONLStatistic(m, r, w, scorer.StatLogProb)
 }
 
 // RunScoreJSONLStatistic is RunScoreJSONL answering each row with the
@@ -84,7 +86,7 @@ func RunScoreJSONLStatistic(m *Model, r io.Reader, w io.Writer, stat string) err
 	lr := &lineReader{br: bufio.NewReaderSize(r, 1<<20)}
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
-	var rows []Row
+	var rows []scorer.Row
 	flush := func() error {
 		if len(rows) == 0 {
 			return nil
@@ -124,12 +126,12 @@ func RunScoreJSONLStatistic(m *Model, r io.Reader, w io.Writer, stat string) err
 			flush()
 			return fmt.Errorf("line %d: \"span\" must be [a,b], a half-open range into target", lr.line)
 		}
-		row := Row{Context: in.Context, Target: in.Target, Span: [2]int{in.Span[0], in.Span[1]}, ReferenceContext: in.ReferenceContext}
+		row := scorer.Row{Context: in.Context, Target: in.Target, Span: [2]int{in.Span[0], in.Span[1]}, ReferenceContext: in.ReferenceContext}
 		switch {
-		case stat == StatKL && in.ReferenceContext == nil:
+		case stat == scorer.StatKL && in.ReferenceContext == nil:
 			flush()
 			return fmt.Errorf("line %d: the kl statistic needs \"reference_context\":[ids], the context the distributions are compared with", lr.line)
-		case stat != StatKL && in.ReferenceContext != nil:
+		case stat != scorer.StatKL && in.ReferenceContext != nil:
 			flush()
 			return fmt.Errorf("line %d: \"reference_context\" is read only with the kl statistic", lr.line)
 		}
@@ -140,14 +142,14 @@ func RunScoreJSONLStatistic(m *Model, r io.Reader, w io.Writer, stat string) err
 			}
 			row.Temperature = *in.Temperature
 		}
-		if _, _, err := m.prepareRows([]Row{row}); err != nil {
+		if _, _, err := m.prepareRows([]scorer.Row{row}); err != nil {
 			flush()
 			return fmt.Errorf("line %d: %v", lr.line, trimRowPrefix(err))
 		}
 		if row.ReferenceContext != nil {
 			alt := row
 			alt.Context = row.ReferenceContext
-			if _, _, err := m.prepareRows([]Row{alt}); err != nil {
+			if _, _, err := m.prepareRows([]scorer.Row{alt}); err != nil {
 				flush()
 				return fmt.Errorf("line %d: reference_context: %v", lr.line, trimRowPrefix(err))
 			}
@@ -208,7 +210,7 @@ func RunAttentionJSONL(m *Model, r io.Reader, w io.Writer) error {
 		if err := dec.Decode(&in); err != nil {
 			return fmt.Errorf("line %d: %v (want {\"tokens\":[ids],\"steps\":[{\"action\":[s,e],\"observation\":[s,e] or null}],\"layers\":[l...]})", lr.line, err)
 		}
-		steps := make([]Step, len(in.Steps))
+		steps := make([]scorer.Step, len(in.Steps))
 		for i, s := range in.Steps {
 			if len(s.Action) != 2 {
 				return fmt.Errorf("line %d: step %d: \"action\" must be [s,e]", lr.line, i)

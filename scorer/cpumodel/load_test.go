@@ -13,6 +13,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 func TestWriteTinyLoadsSameNumbers(t *testing.T) {
@@ -57,42 +60,19 @@ func testWriteLoads(t *testing.T, write func(string) error, builtin func() *Mode
 	}
 }
 
-func TestHalfPrecisionConversions(t *testing.T) {
-	for _, c := range []struct {
-		f float32
-		h uint16
-	}{{1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {0.5, 0x3800}, {5.9604645e-8, 0x0001}, {6.1035156e-5, 0x0400}, {0, 0}, {float32(math.Inf(1)), 0x7c00}} {
-		if got := f32ToF16(c.f); got != c.h {
-			t.Errorf("f32ToF16(%v) = %#04x, want %#04x", c.f, got, c.h)
-		}
-		if got := f16ToF32(c.h); got != c.f {
-			t.Errorf("f16ToF32(%#04x) = %v, want %v", c.h, got, c.f)
-		}
-	}
-	if got := f32ToF16(1 + 1.0/2048); got != 0x3c00 { // tie rounds to even
-		t.Errorf("f32ToF16 tie: %#04x", got)
-	}
-	if got := f32ToBF16(1); got != 0x3f80 {
-		t.Errorf("f32ToBF16(1) = %#04x", got)
-	}
-	if got := f32ToBF16(-3.140625); got != 0xc049 {
-		t.Errorf("f32ToBF16(-3.140625) = %#04x", got)
-	}
-}
-
 // F16 and BF16 checkpoints load to exactly the rounded weights and stay close
 // to the F32 model.
 func TestLoadHalfPrecision(t *testing.T) {
 	cfg, ts, m32 := testModel(t, testArch{arch: "Qwen2ForCausalLM"}, 21)
-	row := Row{Context: []int32{1, 5, 2, 8, 3, 3, 9, 12}, Target: []int32{4, 6, 1, 0, 7}, Span: [2]int{1, 5}}
-	want, _, _ := m32.ScoreRows([]Row{row})
+	row := scorer.Row{Context: []int32{1, 5, 2, 8, 3, 3, 9, 12}, Target: []int32{4, 6, 1, 0, 7}, Span: [2]int{1, 5}}
+	want, _, _ := m32.ScoreRows([]scorer.Row{row})
 	for _, c := range []struct {
 		dtype string
 		round func(float32) float32
 		tol   float64
 	}{
-		{"F16", func(f float32) float32 { return f16ToF32(f32ToF16(f)) }, 0.02},
-		{"BF16", func(f float32) float32 { return math.Float32frombits(uint32(f32ToBF16(f)) << 16) }, 0.1},
+		{"F16", func(f float32) float32 { return safetensors.Round("F16", f) }, 0.02},
+		{"BF16", func(f float32) float32 { return safetensors.Round("BF16", f) }, 0.1},
 	} {
 		dir := t.TempDir()
 		if err := writeModel(dir, cfg, ts, c.dtype); err != nil {
@@ -102,17 +82,17 @@ func TestLoadHalfPrecision(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.dtype, err)
 		}
-		rounded := make([]stTensor, len(ts))
+		rounded := make([]safetensors.Tensor, len(ts))
 		for i, x := range ts {
-			d := make([]float32, len(x.data))
-			for j, v := range x.data {
+			d := make([]float32, len(x.Data))
+			for j, v := range x.Data {
 				d[j] = c.round(v)
 			}
-			rounded[i] = stTensor{name: x.name, shape: x.shape, data: d}
+			rounded[i] = safetensors.Tensor{Name: x.Name, Shape: x.Shape, Data: d}
 		}
 		mr, _ := fromTensors(cfg, rounded)
-		got, _, _ := m.ScoreRows([]Row{row})
-		exact, _, _ := mr.ScoreRows([]Row{row})
+		got, _, _ := m.ScoreRows([]scorer.Row{row})
+		exact, _, _ := mr.ScoreRows([]scorer.Row{row})
 		if got[0] != exact[0] {
 			t.Errorf("%s: loaded %v, in-memory rounded weights %v", c.dtype, got[0], exact[0])
 		}
@@ -130,7 +110,7 @@ func TestLoadShardedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Rename(filepath.Join(dir, "model.safetensors"), filepath.Join(dir, "model-00001-of-00002.safetensors"))
-	if err := writeSafetensors(filepath.Join(dir, "model-00002-of-00002.safetensors"), "BF16", ts[5:]); err != nil {
+	if err := safetensors.Write(filepath.Join(dir, "model-00002-of-00002.safetensors"), "BF16", ts[5:]); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":{}}`), 0o644)
@@ -142,8 +122,8 @@ func TestLoadShardedFiles(t *testing.T) {
 		t.Fatalf("info %+v", ms.Info())
 	}
 	// The same tensor in two files is an error.
-	writeSafetensors(filepath.Join(dir, "extra.safetensors"), "F32", ts[:1])
-	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), ts[0].name) {
+	safetensors.Write(filepath.Join(dir, "extra.safetensors"), "F32", ts[:1])
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), ts[0].Name) {
 		t.Fatalf("duplicate tensor: %v", err)
 	}
 }
@@ -206,7 +186,7 @@ func TestMalformedSafetensors(t *testing.T) {
 	hb, _ := json.Marshal(hm)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "x.safetensors"), withHeader(string(hb)), 0o644)
-	if _, err := parseSafetensors(filepath.Join(dir, "x.safetensors")); err == nil || !strings.Contains(err.Error(), "overlap") || !strings.Contains(err.Error(), "x.safetensors") {
+	if _, err := safetensors.OpenFile(filepath.Join(dir, "x.safetensors")); err == nil || !strings.Contains(err.Error(), "overlap") || !strings.Contains(err.Error(), "x.safetensors") {
 		t.Fatalf("overlap: %v", err)
 	}
 }
@@ -299,18 +279,18 @@ func TestCapContext(t *testing.T) {
 		t.Fatalf("infos %+v %+v", capped.Info(), full.Info())
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	row := Row{Context: randTokens(r, 80, 256), Target: randTokens(r, 10, 256), Span: [2]int{2, 9}, Temperature: 0.7}
+	row := scorer.Row{Context: randTokens(r, 80, 256), Target: randTokens(r, 10, 256), Span: [2]int{2, 9}, Temperature: 0.7}
 	cut := row
 	cut.Context = row.Context[40:]
-	got, u, err := capped.ScoreRows([]Row{row})
+	got, u, err := capped.ScoreRows([]scorer.Row{row})
 	if err != nil || u.Truncations != 1 {
 		t.Fatalf("capped: %v, usage %+v", err, u)
 	}
-	want, _, err := full.ScoreRows([]Row{cut})
+	want, _, err := full.ScoreRows([]scorer.Row{cut})
 	if err != nil || got[0] != want[0] {
 		t.Fatalf("capped %v, uncapped on the cut row %v (%v)", got, want, err)
 	}
-	if _, err := capped.StepGraphs(randTokens(r, 60, 256), []Step{{Action: [2]int{10, 20}}}, []int{0}); err == nil || !strings.Contains(err.Error(), "context of 50") {
+	if _, err := capped.StepGraphs(randTokens(r, 60, 256), []scorer.Step{{Action: [2]int{10, 20}}}, []int{0}); err == nil || !strings.Contains(err.Error(), "context of 50") {
 		t.Fatalf("60-token job on a 50-token cap: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 // linear is a dense layer y = W x + b with W stored row-major [out][in].
@@ -100,11 +102,11 @@ func LoadWith(dir string, opts ...Option) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := openTensorSet(dir)
+	ts, err := safetensors.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	m, err := build(cfg, ts.load, ts.has)
+	m, err := build(cfg, ts.Load, ts.Has)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", dir, err)
 	}
@@ -220,7 +222,7 @@ func build(cfg *config, get func(name string, shape ...int) ([]float32, error), 
 	return m, nil
 }
 
-func writeModel(dir string, cfg *config, ts []stTensor, dtype string) error {
+func writeModel(dir string, cfg *config, ts []safetensors.Tensor, dtype string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -237,5 +239,5 @@ func writeModel(dir string, cfg *config, ts []stTensor, dtype string) error {
 			return err
 		}
 	}
-	return writeSafetensors(filepath.Join(dir, "model.safetensors"), dtype, ts)
+	return safetensors.Write(filepath.Join(dir, "model.safetensors"), dtype, ts)
 }

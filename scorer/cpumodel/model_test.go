@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 var archs = []testArch{
@@ -36,11 +39,11 @@ func TestMatchesReference(t *testing.T) {
 		t.Run(archName(a), func(t *testing.T) {
 			cfg, ts, m := testModel(t, a, uint64(100+i))
 			r := rand.New(rand.NewPCG(uint64(i), 1))
-			var rows []Row
+			var rows []scorer.Row
 			for j := 0; j < 6; j++ {
 				tgt := randTokens(r, 5+r.IntN(6), cfg.Vocab)
 				a := r.IntN(len(tgt) - 1)
-				rows = append(rows, Row{Context: randTokens(r, 1+r.IntN(30), cfg.Vocab), Target: tgt, Span: [2]int{a, a + 1 + r.IntN(len(tgt)-a)}})
+				rows = append(rows, scorer.Row{Context: randTokens(r, 1+r.IntN(30), cfg.Vocab), Target: tgt, Span: [2]int{a, a + 1 + r.IntN(len(tgt)-a)}})
 			}
 			got, _, err := m.ScoreRows(rows)
 			if err != nil {
@@ -62,9 +65,9 @@ func TestMatchesReference(t *testing.T) {
 func TestHandComputedZeroAttention(t *testing.T) {
 	cfg, ts, _ := testModel(t, testArch{arch: "LlamaForCausalLM"}, 5)
 	for i := range ts {
-		if strings.Contains(ts[i].name, "proj") {
-			for j := range ts[i].data {
-				ts[i].data[j] = 0
+		if strings.Contains(ts[i].Name, "proj") {
+			for j := range ts[i].Data {
+				ts[i].Data[j] = 0
 			}
 		}
 	}
@@ -74,7 +77,7 @@ func TestHandComputedZeroAttention(t *testing.T) {
 	}
 	byName := map[string][]float32{}
 	for _, x := range ts {
-		byName[x.name] = x.data
+		byName[x.Name] = x.Data
 	}
 	ctx, tgt := int32(3), int32(7)
 	H := cfg.Hidden
@@ -95,7 +98,7 @@ func TestHandComputedZeroAttention(t *testing.T) {
 		z += math.Exp(l)
 	}
 	want := logits[tgt] - math.Log(z)
-	got, _, err := m.ScoreRows([]Row{{Context: []int32{ctx}, Target: []int32{tgt}, Span: [2]int{0, 1}}})
+	got, _, err := m.ScoreRows([]scorer.Row{{Context: []int32{ctx}, Target: []int32{tgt}, Span: [2]int{0, 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,17 +122,17 @@ func TestBiasAndNormWeightsMatter(t *testing.T) {
 		{testArch{arch: "Qwen3ForCausalLM", headDim: 6}, "model.layers.1.self_attn.k_norm.weight"},
 	} {
 		cfg, ts, m := testModel(t, c.arch, 9)
-		row := Row{Context: []int32{1, 5, 2, 8, 3, 3, 9}, Target: []int32{4, 6, 1, 0}, Span: [2]int{1, 4}}
-		before, _, err := m.ScoreRows([]Row{row})
+		row := scorer.Row{Context: []int32{1, 5, 2, 8, 3, 3, 9}, Target: []int32{4, 6, 1, 0}, Span: [2]int{1, 4}}
+		before, _, err := m.ScoreRows([]scorer.Row{row})
 		if err != nil {
 			t.Fatal(err)
 		}
 		found := false
 		for i := range ts {
-			if ts[i].name == c.name {
+			if ts[i].Name == c.name {
 				found = true
-				for j := range ts[i].data {
-					ts[i].data[j] = ts[i].data[j]*1.5 + 0.3
+				for j := range ts[i].Data {
+					ts[i].Data[j] = ts[i].Data[j]*1.5 + 0.3
 				}
 			}
 		}
@@ -140,7 +143,7 @@ func TestBiasAndNormWeightsMatter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		after, _, err := m2.ScoreRows([]Row{row})
+		after, _, err := m2.ScoreRows([]scorer.Row{row})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,19 +165,19 @@ func TestTiedVersusUntied(t *testing.T) {
 	}
 	cfgU := *cfgT
 	cfgU.TieEmbeddings = false
-	tsU := append([]stTensor(nil), tsT...)
+	tsU := append([]safetensors.Tensor(nil), tsT...)
 	head := make([]float32, cfgT.Vocab*cfgT.Hidden)
 	for i := range head {
 		head[i] = float32(math.Sin(float64(i)))
 	}
-	tsU = append(tsU, stTensor{name: "lm_head.weight", shape: []int{cfgT.Vocab, cfgT.Hidden}, data: head})
+	tsU = append(tsU, safetensors.Tensor{Name: "lm_head.weight", Shape: []int{cfgT.Vocab, cfgT.Hidden}, Data: head})
 	mU, err := fromTensors(&cfgU, tsU)
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := Row{Context: []int32{1, 2, 3}, Target: []int32{4, 5}, Span: [2]int{0, 2}}
-	sT, _, _ := mT.ScoreRows([]Row{row})
-	sU, _, _ := mU.ScoreRows([]Row{row})
+	row := scorer.Row{Context: []int32{1, 2, 3}, Target: []int32{4, 5}, Span: [2]int{0, 2}}
+	sT, _, _ := mT.ScoreRows([]scorer.Row{row})
+	sU, _, _ := mU.ScoreRows([]scorer.Row{row})
 	if math.Abs(sT[0]-sU[0]) < 1e-4 {
 		t.Fatalf("tied and untied heads give the same score %v", sT[0])
 	}
@@ -187,7 +190,7 @@ func TestTiedVersusUntied(t *testing.T) {
 	}
 }
 
-func searchRows(r *rand.Rand, vocab int, placeholder int32) []Row {
+func searchRows(r *rand.Rand, vocab int, placeholder int32) []scorer.Row {
 	prompt := randTokens(r, 40, vocab)
 	var turns [][]int32
 	for i := 0; i < 3; i++ {
@@ -198,7 +201,7 @@ func searchRows(r *rand.Rand, vocab int, placeholder int32) []Row {
 	for _, tr := range turns {
 		full = append(full, tr...)
 	}
-	rows := []Row{{Context: full, Target: tgt, Span: [2]int{4, 9}}}
+	rows := []scorer.Row{{Context: full, Target: tgt, Span: [2]int{4, 9}}}
 	for i := range turns {
 		c := append([]int32(nil), prompt...)
 		for j, tr := range turns {
@@ -208,7 +211,7 @@ func searchRows(r *rand.Rand, vocab int, placeholder int32) []Row {
 				c = append(c, tr...)
 			}
 		}
-		rows = append(rows, Row{Context: c, Target: tgt, Span: [2]int{4, 9}})
+		rows = append(rows, scorer.Row{Context: c, Target: tgt, Span: [2]int{4, 9}})
 	}
 	return rows
 }
@@ -218,13 +221,13 @@ func searchRows(r *rand.Rand, vocab int, placeholder int32) []Row {
 func TestPrefixSharingEqualsNaive(t *testing.T) {
 	m := Tiny()
 	r := rand.New(rand.NewPCG(42, 42))
-	var rows []Row
+	var rows []scorer.Row
 	for i := 0; i < 4; i++ {
 		rows = append(rows, searchRows(r, 256, TinyDelete)...)
 	}
-	rows = append(rows, rows[2])                                                                    // a duplicate row
-	rows = append(rows, Row{Context: rows[0].Context, Target: rows[0].Target, Span: [2]int{0, 12}}) // same sequence, other span
-	rows = append(rows, Row{Context: rows[0].Context[:30], Target: rows[0].Context[30:60], Span: [2]int{3, 20}})
+	rows = append(rows, rows[2])                                                                           // a duplicate row
+	rows = append(rows, scorer.Row{Context: rows[0].Context, Target: rows[0].Target, Span: [2]int{0, 12}}) // same sequence, other span
+	rows = append(rows, scorer.Row{Context: rows[0].Context[:30], Target: rows[0].Context[30:60], Span: [2]int{3, 20}})
 	shared, us, err := m.ScoreRows(rows)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +268,7 @@ func TestTruncation(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	long := randTokens(r, 80, cfg.Vocab) // max context 64
 	tgt := randTokens(r, 10, cfg.Vocab)
-	rows := []Row{{Context: long, Target: tgt, Span: [2]int{2, 7}}, {Context: long[70:], Target: tgt, Span: [2]int{2, 7}}}
+	rows := []scorer.Row{{Context: long, Target: tgt, Span: [2]int{2, 7}}, {Context: long[70:], Target: tgt, Span: [2]int{2, 7}}}
 	s, u, err := m.ScoreRows(rows)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +276,7 @@ func TestTruncation(t *testing.T) {
 	if u.Truncations != 1 {
 		t.Fatalf("truncations %d, want 1", u.Truncations)
 	}
-	cut := Row{Context: long[80+10-64:], Target: tgt, Span: [2]int{2, 7}}
+	cut := scorer.Row{Context: long[80+10-64:], Target: tgt, Span: [2]int{2, 7}}
 	if want := refScore(cfg, ts, cut); math.Abs(s[0]-want) > 2e-5*math.Max(1, math.Abs(want)) {
 		t.Fatalf("truncated row %v, reference on the rightmost tokens %v", s[0], want)
 	}
@@ -285,8 +288,8 @@ func TestTruncation(t *testing.T) {
 
 func TestScoreRowsRejectsBadInput(t *testing.T) {
 	m := Tiny()
-	good := Row{Context: []int32{1, 2}, Target: []int32{3, 4}, Span: [2]int{0, 2}}
-	for name, r := range map[string]Row{
+	good := scorer.Row{Context: []int32{1, 2}, Target: []int32{3, 4}, Span: [2]int{0, 2}}
+	for name, r := range map[string]scorer.Row{
 		"token too big":    {Context: []int32{1, TinyVocab}, Target: []int32{3}, Span: [2]int{0, 1}},
 		"negative token":   {Context: []int32{1}, Target: []int32{-1}, Span: [2]int{0, 1}},
 		"span past end":    {Context: []int32{1}, Target: []int32{3}, Span: [2]int{0, 2}},
@@ -295,8 +298,8 @@ func TestScoreRowsRejectsBadInput(t *testing.T) {
 		"no conditioning":  {Context: nil, Target: []int32{3, 4}, Span: [2]int{0, 1}},
 		"target too large": {Context: []int32{1}, Target: make([]int32, 40000), Span: [2]int{0, 1}},
 	} {
-		for _, f := range []func([]Row) ([]float64, Usage, error){m.ScoreRows, m.ScoreRowsNaive} {
-			if _, _, err := f([]Row{good, r}); err == nil || !strings.Contains(err.Error(), "row 1") {
+		for _, f := range []func([]scorer.Row) ([]float64, scorer.Usage, error){m.ScoreRows, m.ScoreRowsNaive} {
+			if _, _, err := f([]scorer.Row{good, r}); err == nil || !strings.Contains(err.Error(), "row 1") {
 				t.Errorf("%s: err = %v, want an error naming row 1", name, err)
 			}
 		}
@@ -336,7 +339,7 @@ func TestTinyDeterministic(t *testing.T) {
 		t.Fatal("Builtin accepts a folder name")
 	}
 	// Outputs depend on the input.
-	s, _, err := a.ScoreRows([]Row{
+	s, _, err := a.ScoreRows([]scorer.Row{
 		{Context: TinyTokens("The capital of France is"), Target: TinyTokens(" Paris."), Span: [2]int{1, 6}},
 		{Context: TinyTokens("The capital of Italy is"), Target: TinyTokens(" Paris."), Span: [2]int{1, 6}},
 	})
@@ -484,13 +487,13 @@ func TestScoreRowsTemperature(t *testing.T) {
 	ctx := randTokens(r, 20, cfg.Vocab)
 	tgt := randTokens(r, 6, cfg.Vocab)
 	temps := []float64{0, 1, 0.5, 1.7, 0.5}
-	var rows []Row
+	var rows []scorer.Row
 	for i, temp := range temps {
 		c := ctx
 		if i == 4 {
 			c = ctx[:15] // shares a prefix with the others, same temperature as row 2
 		}
-		rows = append(rows, Row{Context: c, Target: tgt, Span: [2]int{1, 5}, Temperature: temp})
+		rows = append(rows, scorer.Row{Context: c, Target: tgt, Span: [2]int{1, 5}, Temperature: temp})
 	}
 	shared, _, err := m.ScoreRows(rows)
 	if err != nil {
@@ -501,7 +504,7 @@ func TestScoreRowsTemperature(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, row := range rows {
-		one, _, err := m.ScoreRows([]Row{row})
+		one, _, err := m.ScoreRows([]scorer.Row{row})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -523,7 +526,7 @@ func TestScoreRowsTemperature(t *testing.T) {
 		t.Errorf("one sequence at T = 1, 0.5, 1.7 gave %v %v %v: the temperature was not applied per row", shared[1], shared[2], shared[3])
 	}
 	// A very high temperature flattens the distribution: S → −log V.
-	hot, _, err := m.ScoreRows([]Row{{Context: ctx, Target: tgt, Span: [2]int{1, 5}, Temperature: 1e9}})
+	hot, _, err := m.ScoreRows([]scorer.Row{{Context: ctx, Target: tgt, Span: [2]int{1, 5}, Temperature: 1e9}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,8 +534,8 @@ func TestScoreRowsTemperature(t *testing.T) {
 		t.Errorf("T = 1e9: S = %v, want −log V = %v", hot[0], want)
 	}
 	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
-		for _, f := range []func([]Row) ([]float64, Usage, error){m.ScoreRows, m.ScoreRowsNaive} {
-			_, _, err := f([]Row{rows[0], {Context: ctx, Target: tgt, Span: [2]int{0, 1}, Temperature: bad}})
+		for _, f := range []func([]scorer.Row) ([]float64, scorer.Usage, error){m.ScoreRows, m.ScoreRowsNaive} {
+			_, _, err := f([]scorer.Row{rows[0], {Context: ctx, Target: tgt, Span: [2]int{0, 1}, Temperature: bad}})
 			if err == nil || !strings.Contains(err.Error(), "row 1") || !strings.Contains(err.Error(), "temperature") {
 				t.Errorf("temperature %v: err = %v, want an error naming row 1's temperature", bad, err)
 			}

@@ -5,6 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer"
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 // This file holds an independent, straightforward float64 implementation of
@@ -17,14 +20,14 @@ type refOut struct {
 	attn   [][][][]float64 // [layer][head][query][key] attention probabilities
 }
 
-func refForward(cfg *config, ts []stTensor, seq []int32) refOut {
+func refForward(cfg *config, ts []safetensors.Tensor, seq []int32) refOut {
 	W := map[string][]float64{}
 	for _, t := range ts {
-		w := make([]float64, len(t.data))
-		for i, v := range t.data {
+		w := make([]float64, len(t.Data))
+		for i, v := range t.Data {
 			w[i] = float64(v)
 		}
-		W[t.name] = w
+		W[t.Name] = w
 	}
 	H, nh, nkv, d := cfg.Hidden, cfg.Heads, cfg.KVHeads, cfg.HeadDim
 	N := len(seq)
@@ -172,7 +175,7 @@ func refForward(cfg *config, ts []stTensor, seq []int32) refOut {
 }
 
 // refScore is S for one row from the reference forward pass.
-func refScore(cfg *config, ts []stTensor, r Row) float64 {
+func refScore(cfg *config, ts []safetensors.Tensor, r scorer.Row) float64 {
 	seq := append(append([]int32(nil), r.Context...), r.Target...)
 	o := refForward(cfg, ts, seq)
 	var s float64
@@ -185,7 +188,7 @@ func refScore(cfg *config, ts []stTensor, r Row) float64 {
 
 // refScoreT is S for one row with the logits divided by temp before the
 // softmax, from the reference forward pass.
-func refScoreT(cfg *config, ts []stTensor, r Row, temp float64) float64 {
+func refScoreT(cfg *config, ts []safetensors.Tensor, r scorer.Row, temp float64) float64 {
 	seq := append(append([]int32(nil), r.Context...), r.Target...)
 	o := refForward(cfg, ts, seq)
 	var s float64
@@ -215,7 +218,7 @@ type testArch struct {
 
 // testModel builds a small random model of the given architecture: its
 // config, tensors and the loaded model.
-func testModel(t testing.TB, a testArch, seed uint64) (*config, []stTensor, *Model) {
+func testModel(t testing.TB, a testArch, seed uint64) (*config, []safetensors.Tensor, *Model) {
 	t.Helper()
 	h := &hfConfig{
 		Architectures:         []string{a.arch},
@@ -247,9 +250,9 @@ func testModel(t testing.TB, a testArch, seed uint64) (*config, []stTensor, *Mod
 	return cfg, ts, m
 }
 
-func randomTensors(cfg *config, seed uint64) []stTensor {
+func randomTensors(cfg *config, seed uint64) []safetensors.Tensor {
 	r := rand.New(rand.NewPCG(seed, 7))
-	var ts []stTensor
+	var ts []safetensors.Tensor
 	add := func(name string, center, scale float64, shape ...int) {
 		n := 1
 		for _, s := range shape {
@@ -259,7 +262,7 @@ func randomTensors(cfg *config, seed uint64) []stTensor {
 		for i := range w {
 			w[i] = float32(center + scale*(2*r.Float64()-1))
 		}
-		ts = append(ts, stTensor{name: name, shape: shape, data: w})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: shape, Data: w})
 	}
 	H, d := cfg.Hidden, cfg.HeadDim
 	add("model.embed_tokens.weight", 0, 1, cfg.Vocab, H)

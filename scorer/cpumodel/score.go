@@ -3,6 +3,8 @@ package cpumodel
 import (
 	"fmt"
 	"math"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
 // preparedRow is a validated row: its full sequence context+target (context
@@ -14,8 +16,8 @@ type preparedRow struct {
 	temp   float64 // > 0
 }
 
-func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
-	var u Usage
+func (m *Model) prepareRows(rows []scorer.Row) ([]preparedRow, scorer.Usage, error) {
+	var u scorer.Usage
 	out := make([]preparedRow, len(rows))
 	V := m.cfg.Vocab
 	for i, r := range rows {
@@ -70,7 +72,7 @@ func (m *Model) prepareRows(rows []Row) ([]preparedRow, Usage, error) {
 // The scores equal ScoreRowsNaive's exactly. A context longer than
 // MaxContext−len(Target) keeps its rightmost tokens (counted in
 // Usage.Truncations).
-func (m *Model) ScoreRows(rows []Row) ([]float64, Usage, error) {
+func (m *Model) ScoreRows(rows []scorer.Row) ([]float64, scorer.Usage, error) {
 	prep, u, err := m.prepareRows(rows)
 	if err != nil {
 		return nil, u, err
@@ -160,7 +162,7 @@ func (m *Model) fillLogProbs(t *trie, nodes []int32, hs [][]float32) {
 
 // ScoreRowsNaive scores every row on its own, forwarding its whole sequence
 // from an empty cache: the reference ScoreRows is tested against.
-func (m *Model) ScoreRowsNaive(rows []Row) ([]float64, Usage, error) {
+func (m *Model) ScoreRowsNaive(rows []scorer.Row) ([]float64, scorer.Usage, error) {
 	prep, u, err := m.prepareRows(rows)
 	if err != nil {
 		return nil, u, err

@@ -3,29 +3,18 @@ package cpumodel
 import (
 	"fmt"
 	"math"
+
+	"github.com/creditflow/creditflow/scorer"
 )
 
-// Statistics of a LAPO row: how the scorer measures the gold span under a
-// context (docs/offline.md). StatLogProb is S of docs/method.md §2.1; the
-// others are the LAPO authors' alternatives.
-const (
-	// StatLogProb: mean log p(target[k] | context, target[:k]) over [a, b).
-	StatLogProb = "logprob"
-	// StatEntropy: mean entropy (nats) of the distributions that predict
-	// target[a:b]: −Σ_v p(v) log p(v) with p = p(· | context, target[:k]).
-	StatEntropy = "entropy"
-	// StatKL: mean over the same positions of KL(p(·|context, target[:k]) ‖
-	// p(·|reference_context, target[:k])).
-	StatKL = "kl"
-)
-
-// CheckStatistic reports a statistic name that is not one of the three.
+// CheckStatistic reports a statistic name that is not one of the three
+// (scorer.StatLogProb, StatEntropy, StatKL). Unlike scorer.CheckStatistic
+// it refuses "": the model is always told which statistic to compute.
 func CheckStatistic(s string) error {
-	switch s {
-	case StatLogProb, StatEntropy, StatKL:
-		return nil
+	if s == "" {
+		return fmt.Errorf("statistic %q: use logprob, entropy or kl", s)
 	}
-	return fmt.Errorf("statistic %q: use logprob, entropy or kl", s)
+	return scorer.CheckStatistic(s)
 }
 
 // logSoftmax returns log softmax(W·h / temp) over the whole vocabulary, in
@@ -75,11 +64,11 @@ func (m *Model) spanDists(r preparedRow) [][]float64 {
 // Entropy and KL rows are forwarded one by one (no prefix sharing); a
 // context too long is cut from the left as in ScoreRows, for each context
 // on its own.
-func (m *Model) ScoreRowsStatistic(rows []Row, stat string) ([]float64, Usage, error) {
+func (m *Model) ScoreRowsStatistic(rows []scorer.Row, stat string) ([]float64, scorer.Usage, error) {
 	if err := CheckStatistic(stat); err != nil {
-		return nil, Usage{}, err
+		return nil, scorer.Usage{}, err
 	}
-	if stat == StatLogProb {
+	if stat == scorer.StatLogProb {
 		return m.ScoreRows(rows)
 	}
 	prep, u, err := m.prepareRows(rows)
@@ -87,8 +76,8 @@ func (m *Model) ScoreRowsStatistic(rows []Row, stat string) ([]float64, Usage, e
 		return nil, u, err
 	}
 	var refs []preparedRow
-	if stat == StatKL {
-		alt := make([]Row, len(rows))
+	if stat == scorer.StatKL {
+		alt := make([]scorer.Row, len(rows))
 		for i, r := range rows {
 			if r.ReferenceContext == nil {
 				return nil, u, fmt.Errorf("row %d: the kl statistic needs a reference context", i)
@@ -96,7 +85,7 @@ func (m *Model) ScoreRowsStatistic(rows []Row, stat string) ([]float64, Usage, e
 			alt[i] = r
 			alt[i].Context = r.ReferenceContext
 		}
-		var ru Usage
+		var ru scorer.Usage
 		if refs, ru, err = m.prepareRows(alt); err != nil {
 			return nil, u, fmt.Errorf("reference context: %w", err)
 		}
@@ -108,7 +97,7 @@ func (m *Model) ScoreRowsStatistic(rows []Row, stat string) ([]float64, Usage, e
 		ps := m.spanDists(r)
 		u.TokensForwarded += int64(len(r.seq))
 		var qs [][]float64
-		if stat == StatKL {
+		if stat == scorer.StatKL {
 			qs = m.spanDists(refs[i])
 			u.TokensForwarded += int64(len(refs[i].seq))
 		}
@@ -120,7 +109,7 @@ func (m *Model) ScoreRowsStatistic(rows []Row, stat string) ([]float64, Usage, e
 				if p == 0 {
 					continue // 0 · log 0 = 0
 				}
-				if stat == StatEntropy {
+				if stat == scorer.StatEntropy {
 					x -= p * l
 				} else {
 					x += p * (l - qs[k][v])

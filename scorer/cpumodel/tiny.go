@@ -1,11 +1,12 @@
 package cpumodel
 
 import (
-	"bytes"
 	"embed"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 // The trained built-in model: scorer/cpumodel/tiny, made by harness/tinymodel/train.py
@@ -52,13 +53,11 @@ func loadTiny() (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := bytes.NewReader(st)
-	sf, err := parseSafetensorsFrom("tiny/model.safetensors", r, int64(len(st)), r)
+	ts, err := safetensors.FromBytes("tiny/model.safetensors", st)
 	if err != nil {
 		return nil, err
 	}
-	ts := &tensorSet{entries: sf.entries}
-	m, err := build(cfg, ts.load, ts.has)
+	m, err := build(cfg, ts.Load, ts.Has)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,9 @@ package cpumodel
 import (
 	"fmt"
 	"math"
+	"slices"
+
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
 
 // tinyConfig is the built-in model's configuration.
@@ -60,23 +63,23 @@ func (r *splitmix64) uniform(a float64) float32 {
 }
 
 // tinyTensors generates the tiny model's weights in a fixed order.
-func tinyTensors() (*config, []stTensor) {
+func tinyTensors() (*config, []safetensors.Tensor) {
 	cfg := tinyConfig()
 	rng := &splitmix64{s: tinySeed}
-	var ts []stTensor
+	var ts []safetensors.Tensor
 	mat := func(name string, out, in int, a float64) {
 		w := make([]float32, out*in)
 		for i := range w {
 			w[i] = rng.uniform(a)
 		}
-		ts = append(ts, stTensor{name: name, shape: []int{out, in}, data: w})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: []int{out, in}, Data: w})
 	}
 	vec := func(name string, n int, center, a float64) {
 		w := make([]float32, n)
 		for i := range w {
 			w[i] = float32(center) + rng.uniform(a)
 		}
-		ts = append(ts, stTensor{name: name, shape: []int{n}, data: w})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: []int{n}, Data: w})
 	}
 	h, d := cfg.Hidden, cfg.HeadDim
 	unit := func(in int) float64 { return math.Sqrt(3 / float64(in)) }
@@ -99,20 +102,20 @@ func tinyTensors() (*config, []stTensor) {
 }
 
 // fromTensors builds a model from in-memory tensors.
-func fromTensors(cfg *config, ts []stTensor) (*Model, error) {
-	byName := map[string]stTensor{}
+func fromTensors(cfg *config, ts []safetensors.Tensor) (*Model, error) {
+	byName := map[string]safetensors.Tensor{}
 	for _, t := range ts {
-		byName[t.name] = t
+		byName[t.Name] = t
 	}
 	get := func(name string, shape ...int) ([]float32, error) {
 		t, ok := byName[name]
 		if !ok {
 			return nil, fmt.Errorf("tensor %q is missing", name)
 		}
-		if !sameShape(t.shape, shape) {
-			return nil, fmt.Errorf("tensor %q has shape %v, the config needs %v", name, t.shape, shape)
+		if !slices.Equal(t.Shape, shape) {
+			return nil, fmt.Errorf("tensor %q has shape %v, the config needs %v", name, t.Shape, shape)
 		}
-		return t.data, nil
+		return t.Data, nil
 	}
 	has := func(name string) bool { _, ok := byName[name]; return ok }
 	return build(cfg, get, has)

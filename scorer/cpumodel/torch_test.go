@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/creditflow/creditflow/scorer"
+
 	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
@@ -33,9 +35,9 @@ func TestTorchCrossCheck(t *testing.T) {
 		name  string
 		m     *Model
 		vocab int
-		rows  []Row
+		rows  []scorer.Row
 		toks  []int32
-		steps []Step
+		steps []scorer.Step
 	}
 	var cases []*modelCase
 	var jobs []pyJob
@@ -52,7 +54,7 @@ func TestTorchCrossCheck(t *testing.T) {
 		r := rand.New(rand.NewPCG(uint64(len(cases)), 3))
 		score := pyJob{Dir: dir, Mode: "score"}
 		for j := 0; j < 4; j++ {
-			row := Row{Context: randTokens(r, 5+r.IntN(40), vocab), Target: randTokens(r, 8, vocab), Span: [2]int{2, 6 + j%3}}
+			row := scorer.Row{Context: randTokens(r, 5+r.IntN(40), vocab), Target: randTokens(r, 8, vocab), Span: [2]int{2, 6 + j%3}}
 			c.rows = append(c.rows, row)
 			score.Lines = append(score.Lines, map[string]any{"context": row.Context, "target": row.Target, "span": row.Span[:]})
 		}

@@ -88,11 +88,11 @@ func graphJobs(r *rand.Rand, n, vocab, layers int) []scorer.AttentionJob {
 // checkScores scores sets on the pod and on the reference and compares (1e-4).
 func checkScores(t *testing.T, ctx context.Context, pod, ref scorer.Scorer, sets []scorer.RowSet, what string) {
 	t.Helper()
-	got, err := pod.ScoreRows(ctx, sets)
+	got, _, err := pod.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatalf("%s: pod ScoreRows: %v", what, err)
 	}
-	exp, err := ref.ScoreRows(ctx, sets)
+	exp, _, err := ref.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,25 +102,22 @@ func checkScores(t *testing.T, ctx context.Context, pod, ref scorer.Scorer, sets
 // checkGraphs captures step graphs on the pod and on the reference and compares (1e-5).
 func checkGraphs(t *testing.T, ctx context.Context, pod, ref scorer.Scorer, jobs []scorer.AttentionJob, what string) {
 	t.Helper()
-	got, err := pod.Attention(ctx, jobs)
+	got, err := scorertest.Graphs(pod.Attention(ctx, jobs, scorer.AttentionOptions{}))
 	if err != nil {
 		t.Fatalf("%s: pod Attention: %v", what, err)
 	}
-	exp, err := ref.Attention(ctx, jobs)
+	exp, err := scorertest.Graphs(ref.Attention(ctx, jobs, scorer.AttentionOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	compareGraphs(t, what, got, exp, 1e-5)
 	// The pod's lower-graphs answer (with binary attention requests) is its K×K answer cut
 	// by the rule the client and the scored record use, bit for bit.
-	la, ok := pod.(scorer.LowerAttentioner)
-	if !ok {
-		return
-	}
-	lower, _, err := la.AttentionLower(ctx, jobs)
+	res, err := pod.Attention(ctx, jobs, scorer.AttentionOptions{Lower: true})
 	if err != nil {
-		t.Fatalf("%s: pod AttentionLower: %v", what, err)
+		t.Fatalf("%s: pod Attention (lower): %v", what, err)
 	}
+	lower := res.Lower
 	for i, gs := range got {
 		for l, g := range gs {
 			want := stepgraph.Cut(g.Layer, g.AA, g.AO)

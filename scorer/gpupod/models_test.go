@@ -1,10 +1,9 @@
 package pod_test
 
-// Qwen2 and Qwen3 checkpoints written for the pod tests (the model package
+// Qwen2 and Qwen3 checkpoints written for the pod tests (package cpumodel
 // exports only WriteTiny).
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -12,46 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
-
-// tensor is one named tensor of a checkpoint.
-type tensor struct {
-	name  string
-	shape []int
-	data  []float32
-}
-
-func writeSafetensors(path, dtype string, ts []tensor) error {
-	esz := map[string]int{"F32": 4, "BF16": 2}[dtype]
-	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
-	off := 0
-	for _, t := range ts {
-		n := len(t.data) * esz
-		hdr[t.name] = map[string]any{"dtype": dtype, "shape": t.shape, "data_offsets": []int{off, off + n}}
-		off += n
-	}
-	hj, err := json.Marshal(hdr)
-	if err != nil {
-		return err
-	}
-	for len(hj)%8 != 0 {
-		hj = append(hj, ' ')
-	}
-	buf := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-	buf = append(buf, hj...)
-	for _, t := range ts {
-		for _, v := range t.data {
-			if dtype == "F32" {
-				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-			} else {
-				b := math.Float32bits(v)
-				b += 0x7fff + (b>>16)&1 // round to nearest even
-				buf = binary.LittleEndian.AppendUint16(buf, uint16(b>>16))
-			}
-		}
-	}
-	return os.WriteFile(path, buf, 0o644)
-}
 
 // writeQwen writes a small random Qwen2 (q/k/v biases, tied, F32) or Qwen3
 // (q/k norms, untied, BF16) checkpoint.
@@ -68,20 +30,20 @@ func writeQwen(t *testing.T, dir, arch string, seed int64) {
 		"tie_word_embeddings": tied, "hidden_act": "silu", "torch_dtype": "float32",
 	}
 	r := rand.New(rand.NewSource(seed))
-	var ts []tensor
+	var ts []safetensors.Tensor
 	mat := func(name string, out, in int, a float64) {
 		d := make([]float32, out*in)
 		for i := range d {
 			d[i] = float32((2*r.Float64() - 1) * a)
 		}
-		ts = append(ts, tensor{name, []int{out, in}, d})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: []int{out, in}, Data: d})
 	}
 	vec := func(name string, n int, center, a float64) {
 		d := make([]float32, n)
 		for i := range d {
 			d[i] = float32(center + (2*r.Float64()-1)*a)
 		}
-		ts = append(ts, tensor{name, []int{n}, d})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: []int{n}, Data: d})
 	}
 	unit := func(in int) float64 { return math.Sqrt(3 / float64(in)) }
 	mat("model.embed_tokens.weight", vocab, hidden, 1)
@@ -122,10 +84,10 @@ func writeQwen(t *testing.T, dir, arch string, seed int64) {
 	}
 	// Two shards, as large checkpoints come.
 	half := len(ts) / 2
-	if err := writeSafetensors(filepath.Join(dir, "model-00001-of-00002.safetensors"), dtype, ts[:half]); err != nil {
+	if err := safetensors.Write(filepath.Join(dir, "model-00001-of-00002.safetensors"), dtype, ts[:half]); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeSafetensors(filepath.Join(dir, "model-00002-of-00002.safetensors"), dtype, ts[half:]); err != nil {
+	if err := safetensors.Write(filepath.Join(dir, "model-00002-of-00002.safetensors"), dtype, ts[half:]); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -243,7 +243,7 @@ func testTiny(t *testing.T, p *pod) {
 
 	// Compact rows (pieces of one copy of each set's tokens) score
 	// bit-identically to the same rows with full contexts.
-	fullGot, err := c.ScoreRows(ctx, hot)
+	fullGot, _, err := c.ScoreRows(ctx, hot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func testTiny(t *testing.T, p *pod) {
 	for i, s := range hot {
 		compact[i] = scorertest.CompactOf(s)
 	}
-	compactGot, err := c.ScoreRows(ctx, compact)
+	compactGot, _, err := c.ScoreRows(ctx, compact)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,13 +287,13 @@ func testTiny(t *testing.T, p *pod) {
 
 	// Invalid input is rejected (400, not retried); a wrong token is a status error.
 	bad := []scorer.RowSet{{ID: "bad", Rows: []scorer.Row{{Context: []int32{1, 2}, Target: []int32{3, 999}, Span: [2]int{0, 2}}}}}
-	_, err = c.ScoreRows(ctx, bad)
+	_, _, err = c.ScoreRows(ctx, bad)
 	var rej *scorer.RejectedError
 	if !errors.As(err, &rej) || !strings.Contains(rej.Message, "outside the vocabulary") {
 		t.Errorf("token out of range: got %v, want a RejectedError about the vocabulary", err)
 	}
 	wrong := newClient(t, p.url, client.WithBearerToken("wrong"))
-	_, err = wrong.ScoreRows(ctx, sets[:1])
+	_, _, err = wrong.ScoreRows(ctx, sets[:1])
 	var se *scorer.StatusError
 	if !errors.As(err, &se) || se.Status != http.StatusUnauthorized {
 		t.Errorf("wrong token: got %v, want a 401 StatusError", err)

@@ -83,7 +83,7 @@ func TestPodTreePackingAtScale(t *testing.T) {
 		if ans.Usage.MaxPackTokens > 4096 || ans.Usage.Packs == 0 || ans.Usage.TokensForwarded != 1500+1500*6 {
 			t.Errorf("usage %+v: want packs > 0 of at most 4,096 tokens and 10,500 tokens forwarded", ans.Usage)
 		}
-		ref, err := local.New(cpumodel.Tiny()).ScoreRows(context.Background(), []scorer.RowSet{set})
+		ref, _, err := local.New(cpumodel.Tiny()).ScoreRows(context.Background(), []scorer.RowSet{set})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func testStatistics(t *testing.T, p *pod) {
 
 	bad := []scorer.RowSet{{ID: "bad", Statistic: scorer.StatKL, Rows: []scorer.Row{{Context: []int32{1, 2}, Target: []int32{3, 4}, Span: [2]int{0, 2}, ReferenceContext: []int32{1, 999}}}}}
 	var rej *scorer.RejectedError
-	if _, err := c.ScoreRows(ctx, bad); !errors.As(err, &rej) {
+	if _, _, err := c.ScoreRows(ctx, bad); !errors.As(err, &rej) {
 		t.Errorf("kl row with a reference token outside the vocabulary: got %v, want a RejectedError", err)
 	}
 }

@@ -33,7 +33,7 @@ func testUsage(t *testing.T, p *pod) {
 	reg := prometheus.NewRegistry()
 	c := newClient(t, p.url, client.WithRegisterer(reg))
 	for i := 0; i < 2; i++ {
-		if _, err := c.ScoreRows(ctx, sets); err != nil {
+		if _, _, err := c.ScoreRows(ctx, sets); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package hfcheck holds the tests that check creditflow's two scorers (the
-// Go CPU scorer of package model, behind creditflow score, attention and
+// Go CPU scorer of package scorer/cpumodel, behind creditflow score, attention and
 // scorer, and the PyTorch pod of scorer/gpupod) against Hugging Face transformers,
 // the library every user's checkpoint comes from.
 //

@@ -86,7 +86,7 @@ func checkLocal(t *testing.T, gm *cpumodel.Model, cases []rowCase, ref refResult
 		}
 		k += len(rc.rows)
 	}
-	res, err := local.New(gm).ScoreRows(context.Background(), sets)
+	res, _, err := local.New(gm).ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/creditflow/creditflow/scorer"
 	"github.com/creditflow/creditflow/scorer/client"
+	"github.com/creditflow/creditflow/scorer/internal/scorertest"
 	"github.com/creditflow/creditflow/scorer/protocol"
 )
 
@@ -155,7 +156,7 @@ func compareHTTP(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCa
 	for i, rc := range cases {
 		sets[i] = rc.set
 	}
-	res, err := c.ScoreRows(ctx, sets)
+	res, _, err := c.ScoreRows(ctx, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func compareHTTP(t *testing.T, c *client.Client, m *checkpointFix, cases []rowCa
 		got[i] = res[i].Scores
 	}
 	ds := scoreDiffs(t, cases, got, ref.Scores)
-	gs, err := c.Attention(ctx, m.jobs)
+	gs, err := scorertest.Graphs(c.Attention(ctx, m.jobs, scorer.AttentionOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,9 @@
 //     the model it started with, so calls in flight during a swap neither
 //     fail nor mix weights, and each answer carries the policy version of
 //     the weights that computed it.
+//   - ScoreRows reports the tokens the model forwarded (scorer.Usage);
+//     Attention answers K×K or lower graphs (scorer.NewAttentionResult cuts
+//     them by the same rule as a pod).
 //
 // Where things are: local.go the Scorer, its options and metrics;
 // validate.go the input checks (expansion of compact sets, the model's

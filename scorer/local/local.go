@@ -203,18 +203,12 @@ func (l *Scorer) acquire(ctx context.Context) error {
 
 func (l *Scorer) release() { <-l.sem }
 
-// ScoreRows scores every row of every set; see ScoreRowsUsage.
-func (l *Scorer) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, error) {
-	res, _, err := l.ScoreRowsUsage(ctx, sets)
-	return res, err
-}
-
-// ScoreRowsUsage scores all rows of all logprob sets in one model call
-// and each set of another statistic (scorer.StatEntropy, scorer.StatKL) in one
-// of its own, and reports the tokens it cost.
+// ScoreRows scores all rows of all logprob sets in one model call and each
+// set of another statistic (scorer.StatEntropy, scorer.StatKL) in one of its
+// own, and reports the tokens it cost.
 //
 // Every RowScores carries the policy version of the weights that computed it.
-func (l *Scorer) ScoreRowsUsage(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, scorer.Usage, error) {
+func (l *Scorer) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, scorer.Usage, error) {
 	cur := l.cur.Load()
 	sets, err := expandSets(sets)
 	if err != nil {
@@ -355,19 +349,14 @@ func (l *Scorer) scoreLogProb(ctx context.Context, cur *localModel, sets []score
 	return out, usage, nil
 }
 
-// Attention computes the step graphs of every job; jobs run concurrently up
-// to the concurrency limit.
-func (l *Scorer) Attention(ctx context.Context, jobs []scorer.AttentionJob) ([][]scorer.StepGraph, error) {
-	out, _, err := l.AttentionVersion(ctx, jobs)
-	return out, err
-}
-
-// AttentionVersion is Attention that also reports the policy version of the
-// weights that computed every graph.
-func (l *Scorer) AttentionVersion(ctx context.Context, jobs []scorer.AttentionJob) ([][]scorer.StepGraph, int64, error) {
+// Attention computes the step graphs of every job, in the form opts asks
+// for, with the policy version of the weights that computed every graph
+// (scorer.NewAttentionResult); jobs run concurrently up to the concurrency
+// limit.
+func (l *Scorer) Attention(ctx context.Context, jobs []scorer.AttentionJob, opts scorer.AttentionOptions) (scorer.AttentionResult, error) {
 	cur := l.cur.Load()
 	if err := validateJobs(cur.info, jobs); err != nil {
-		return nil, 0, err
+		return scorer.AttentionResult{PolicyVersion: -1}, err
 	}
 	out := make([][]scorer.StepGraph, len(jobs))
 	errs := make([]error, len(jobs))
@@ -375,7 +364,7 @@ func (l *Scorer) AttentionVersion(ctx context.Context, jobs []scorer.AttentionJo
 	for i, jb := range jobs {
 		if err := l.acquire(ctx); err != nil {
 			wg.Wait()
-			return nil, 0, err
+			return scorer.AttentionResult{PolicyVersion: -1}, err
 		}
 		wg.Add(1)
 		go func() {
@@ -393,8 +382,8 @@ func (l *Scorer) AttentionVersion(ctx context.Context, jobs []scorer.AttentionJo
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nil, 0, fmt.Errorf("model step graphs for job %d (%q): %w", i, jobs[i].ID, err)
+			return scorer.AttentionResult{PolicyVersion: -1}, fmt.Errorf("model step graphs for job %d (%q): %w", i, jobs[i].ID, err)
 		}
 	}
-	return out, cur.info.PolicyVersion, nil
+	return scorer.NewAttentionResult(opts, out, cur.info.PolicyVersion), nil
 }

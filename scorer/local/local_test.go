@@ -14,7 +14,7 @@ func TestLocalMatchesModel(t *testing.T) {
 	sets := scorertest.MakeSets(1, 12, 4)
 	want := scorertest.ExpectedScores(t, sets)
 	l := New(scorertest.Tiny(), WithPolicyVersion(7))
-	got, usage, err := l.ScoreRowsUsage(context.Background(), sets)
+	got, usage, err := l.ScoreRows(context.Background(), sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +35,23 @@ func TestLocalMatchesModel(t *testing.T) {
 		t.Errorf("Info = %+v, model %+v", info, mi)
 	}
 	jobs := scorertest.MakeJobs(2, 5)
-	g, err := l.Attention(context.Background(), jobs)
+	g, err := scorertest.Graphs(l.Attention(context.Background(), jobs, scorer.AttentionOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	scorertest.EqualGraphs(t, "Local attention vs model", g, scorertest.ExpectedGraphs(t, jobs))
+	lower, err := l.Attention(context.Background(), jobs, scorer.AttentionOptions{Lower: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lower.PolicyVersion != 7 || lower.Graphs != nil || len(lower.Lower) != len(jobs) {
+		t.Fatalf("lower answer: version %d, %d K×K and %d lower jobs; want 7, 0 and %d", lower.PolicyVersion, len(lower.Graphs), len(lower.Lower), len(jobs))
+	}
+	cut := make([][]scorer.LowerGraph, len(g))
+	for i := range g {
+		cut[i] = scorer.CutGraphs(g[i])
+	}
+	scorertest.EqualLowerGraphs(t, "Local lower attention vs the cut of its K×K graphs", lower.Lower, cut)
 }
 
 func TestLocalRejectsInvalidInput(t *testing.T) {
@@ -55,7 +67,7 @@ func TestLocalRejectsInvalidInput(t *testing.T) {
 	for name, mutate := range cases {
 		sets := scorertest.MakeSets(3, 3, 3)
 		mutate(&sets[1])
-		_, err := l.ScoreRows(context.Background(), sets)
+		_, _, err := l.ScoreRows(context.Background(), sets)
 		rej, ok := scorertest.AsRejected(err)
 		if !ok {
 			t.Errorf("%s: error %v, want *RejectedError", name, err)
@@ -65,19 +77,19 @@ func TestLocalRejectsInvalidInput(t *testing.T) {
 			t.Errorf("%s: rejection %+v, want item 1 id traj-1", name, rej)
 		}
 	}
-	if _, err := l.ScoreRows(context.Background(), good); err != nil {
+	if _, _, err := l.ScoreRows(context.Background(), good); err != nil {
 		t.Fatalf("valid sets: %v", err)
 	}
 	jobs := scorertest.MakeJobs(4, 2)
 	jobs[1].Layers = []int{5}
-	if _, err := l.Attention(context.Background(), jobs); err == nil {
+	if _, err := l.Attention(context.Background(), jobs, scorer.AttentionOptions{}); err == nil {
 		t.Fatal("layer 5 of a 2-layer model accepted")
 	} else if rej, ok := scorertest.AsRejected(err); !ok || rej.Item != 1 {
 		t.Fatalf("bad layer: %v, want rejection of item 1", err)
 	}
 	jobs = scorertest.MakeJobs(4, 2)
 	jobs[0].Steps[1].Action[0] = 0 // overlaps step 0
-	if _, err := l.Attention(context.Background(), jobs); err == nil {
+	if _, err := l.Attention(context.Background(), jobs, scorer.AttentionOptions{}); err == nil {
 		t.Fatal("overlapping steps accepted")
 	}
 }

@@ -67,7 +67,7 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				res, err := c.ScoreRows(ctx, []scorer.RowSet{set})
+				res, _, err := c.ScoreRows(ctx, []scorer.RowSet{set})
 				mu.Lock()
 				if err != nil {
 					failures = append(failures, err)
@@ -137,8 +137,8 @@ func TestScorerFollowsAnnouncements(t *testing.T) {
 	}
 	job := scorer.AttentionJob{ID: "a", Tokens: cpumodel.TinyTokens("look; you see a mug. take mug. done"),
 		Steps: []scorer.Step{{Action: [2]int{0, 5}, Observation: [2]int{5, 20}}, {Action: [2]int{20, 29}}, {Action: [2]int{29, 35}}}, Layers: []int{0, 1}}
-	if _, v, err := c.AttentionVersion(ctx, []scorer.AttentionJob{job}); err != nil || v != 2 {
-		t.Fatalf("attention answered by version %d (%v), want 2", v, err)
+	if res, err := c.Attention(ctx, []scorer.AttentionJob{job}, scorer.AttentionOptions{}); err != nil || res.PolicyVersion != 2 {
+		t.Fatalf("attention answered by version %d (%v), want 2", res.PolicyVersion, err)
 	}
 }
 

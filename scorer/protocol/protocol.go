@@ -95,7 +95,7 @@ type ScoreRequest struct {
 	Sets []WireRowSet `json:"sets"`
 }
 
-// WireUsage counts the tokens a request cost (see model.Usage).
+// WireUsage counts the tokens a request cost (see scorer.Usage).
 type WireUsage struct {
 	TokensForwarded int64 `json:"tokens_forwarded"`
 	TokensRowByRow  int64 `json:"tokens_row_by_row"`

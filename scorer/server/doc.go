@@ -19,6 +19,10 @@
 //     10 s or a request is being served, else a canary (one row of one
 //     token) decides; 503 when it fails or takes over 5 s. Draining does not
 //     fail it.
+//   - An answer carries what the scorer's one call reports: the usage of
+//     ScoreRows, and the policy version of Attention's graphs where the
+//     scorer knows it (absent where it does not). The server asks for K×K
+//     graphs and cuts them itself for a lower-graphs answer.
 //
 // Where things are: server.go the handlers (info, score, attention, health,
 // metrics), the shared path of work requests (serveWork) and the mapping of

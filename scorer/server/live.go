@@ -62,7 +62,7 @@ func (s *Server) handleLive(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), canaryTimeout)
 	defer cancel()
 	s.live.canaries.Add(1)
-	if _, err := s.s.ScoreRows(ctx, canarySet); err != nil {
+	if _, _, err := s.s.ScoreRows(ctx, canarySet); err != nil {
 		s.cfg.log.Error().Err(err).Msg("the model's canary failed")
 		writeError(w, http.StatusServiceUnavailable, protocol.ErrorBody{Code: scorer.CodeOverloaded,
 			Error: fmt.Sprintf("scorer is not live: the model's canary failed: %v", err)})

@@ -17,8 +17,8 @@ import (
 // broken is a scorer whose every model call fails.
 type broken struct{ scorer.Scorer }
 
-func (broken) ScoreRows(context.Context, []scorer.RowSet) ([]scorer.RowScores, error) {
-	return nil, errors.New("the model is gone")
+func (broken) ScoreRows(context.Context, []scorer.RowSet) ([]scorer.RowScores, scorer.Usage, error) {
+	return nil, scorer.Usage{}, errors.New("the model is gone")
 }
 
 func getLive(t *testing.T, url string) (int, map[string]string) {

@@ -453,16 +453,7 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		if err := s.checkStatistics(ctx, req); err != nil {
 			return nil, err
 		}
-		var (
-			res   []scorer.RowScores
-			usage scorer.Usage
-			err   error
-		)
-		if us, ok := s.s.(scorer.UsageScorer); ok {
-			res, usage, err = us.ScoreRowsUsage(ctx, sets)
-		} else {
-			res, err = s.s.ScoreRows(ctx, sets)
-		}
+		res, usage, err := s.s.ScoreRows(ctx, sets)
 		if err != nil {
 			return nil, err
 		}
@@ -550,21 +541,14 @@ func (s *Server) handleAttention(w http.ResponseWriter, r *http.Request) {
 		return len(req.Jobs), len(req.Jobs), tokens
 	}, func(ctx context.Context) (any, error) {
 		jobs := protocol.JobsFromWire(req)
-		var (
-			res     [][]scorer.StepGraph
-			version *int64
-			err     error
-		)
-		if av, ok := s.s.(scorer.AttentionVersioner); ok {
-			var v int64
-			if res, v, err = av.AttentionVersion(ctx, jobs); v >= 0 {
-				version = &v
-			}
-		} else {
-			res, err = s.s.Attention(ctx, jobs)
-		}
+		ans, err := s.s.Attention(ctx, jobs, scorer.AttentionOptions{})
 		if err != nil {
 			return nil, err
+		}
+		res := ans.Graphs
+		var version *int64 // absent from the answer when the scorer does not know it
+		if ans.PolicyVersion >= 0 {
+			version = &ans.PolicyVersion
 		}
 		if len(res) != len(jobs) {
 			return nil, fmt.Errorf("scorer answered %d jobs for %d", len(res), len(jobs))

@@ -41,7 +41,7 @@ func GainsStatistic(ctx context.Context, src scorer.Scorer, t *schemas.Trajector
 	if len(p.rows) == 0 {
 		return make([]schemas.TurnScore, len(t.Turns)), nil
 	}
-	res, err := src.ScoreRows(ctx, []scorer.RowSet{p.RowSet(t.TrajectoryID)})
+	res, _, err := src.ScoreRows(ctx, []scorer.RowSet{p.RowSet(t.TrajectoryID)})
 	if err != nil {
 		return nil, err
 	}

@@ -89,12 +89,12 @@ func keyStepHits(t *testing.T, m *cpumodel.Model, n int) (hits int, chance float
 	layers := credit.AttnSRLayers(m.Info().Layers)
 	for k := 0; k < n; k++ {
 		tr, truth := gen.Generate(k/gen.GroupSize, k%gen.GroupSize)
-		graphs, err := sc.Attention(context.Background(), []scorer.AttentionJob{AttentionJob(&tr, layers)})
+		res, err := sc.Attention(context.Background(), []scorer.AttentionJob{AttentionJob(&tr, layers)}, scorer.AttentionOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var lg []credit.LayerGraph
-		for _, g := range graphs[0] {
+		for _, g := range res.Graphs[0] {
 			lg = append(lg, credit.LayerGraph{Layer: g.Layer, AA: g.AA, AO: g.AO})
 		}
 		a := credit.Allocate(lg, len(tr.Turns), cc)

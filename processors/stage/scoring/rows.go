@@ -17,7 +17,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/creditflow/creditflow/internal/stepgraph"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/scorer"
@@ -301,21 +300,9 @@ func AttentionJob(t *schemas.Trajectory, layers []int) scorer.AttentionJob {
 }
 
 // LowerGraphs are the scorer's K×K step graphs in the scored record's
-// compact form (docs/wire-format.md, "Scored"): the entries below each
-// diagonal, or their sums where the sum form is exact (stepgraph.Cut, the
-// rule a scorer answering lower graphs applies itself). The client checked
-// that every graph is K×K; a scorer that answers otherwise gets no panic
-// here, only a record that the advantage stage refuses.
-func LowerGraphs(gs []scorer.StepGraph) []schemas.LowerGraph {
-	if len(gs) == 0 {
-		return nil
-	}
-	out := make([]schemas.LowerGraph, len(gs))
-	for i, g := range gs {
-		out[i] = stepgraph.Cut(g.Layer, g.AA, g.AO)
-	}
-	return out
-}
+// compact form (docs/wire-format.md, "Scored"): scorer.CutGraphs, the rule a
+// scorer asked for lower graphs applies itself (scorer.AttentionOptions).
+func LowerGraphs(gs []scorer.StepGraph) []schemas.LowerGraph { return scorer.CutGraphs(gs) }
 
 func ptr(x float64) *float64 { return &x }
 

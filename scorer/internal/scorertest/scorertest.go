@@ -335,7 +335,7 @@ type Gated struct {
 }
 
 // ScoreRows waits for Gate, then scores.
-func (g *Gated) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, error) {
+func (g *Gated) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.RowScores, scorer.Usage, error) {
 	select {
 	case g.Entered <- struct{}{}:
 	default:
@@ -343,7 +343,7 @@ func (g *Gated) ScoreRows(ctx context.Context, sets []scorer.RowSet) ([]scorer.R
 	select {
 	case <-g.Gate:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, scorer.Usage{}, ctx.Err()
 	}
 	return g.Scorer.ScoreRows(ctx, sets)
 }
@@ -384,4 +384,10 @@ func Post(t testing.TB, url string, header map[string]string, body []byte) (int,
 		}
 	}
 	return resp.StatusCode, eb
+}
+
+// Graphs is the K×K graphs of an Attention call and its error, for calls
+// that want only them: Graphs(s.Attention(ctx, jobs, scorer.AttentionOptions{})).
+func Graphs(res scorer.AttentionResult, err error) ([][]scorer.StepGraph, error) {
+	return res.Graphs, err
 }

@@ -1,6 +1,20 @@
-package cpumodel
+// Package safetensors reads and writes the safetensors checkpoint format of
+// Hugging Face (an 8-byte little-endian header length, a JSON header naming
+// each tensor's dtype, shape and byte range, then the data): the tensors of a
+// checkpoint folder, read as float32, for the CPU reference transformer
+// (package cpumodel), and files of F32, F16 or BF16 tensors for its tests
+// and its built-in models.
+//
+// Guarantees: a header is validated whole before any tensor is read (every
+// byte range inside the data section, of the size dtype × shape gives, none
+// overlapping another, the header no larger than the file); a truncated or
+// malformed file, a tensor missing or of another shape, or a dtype that is
+// not a float gives an error naming the file and the tensor; nothing panics
+// on input. F16 and BF16 read back exactly as written (Round).
+package safetensors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -8,6 +22,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -24,8 +39,8 @@ var dtypeSizes = map[string]int{
 	"U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1,
 }
 
-// stEntry is one tensor of a safetensors file.
-type stEntry struct {
+// entry is one tensor of a safetensors file.
+type entry struct {
 	file  string
 	name  string
 	dtype string
@@ -35,17 +50,17 @@ type stEntry struct {
 	src   io.ReaderAt // the bytes in memory (an embedded file), nil: read file
 }
 
-// stFile is the parsed header of one safetensors file.
-type stFile struct {
-	path    string
-	entries map[string]*stEntry
+// Set is the tensors of one or more safetensors files, by name; its tensors
+// are read when loaded.
+type Set struct {
+	entries map[string]*entry
 }
 
-// parseSafetensors reads and validates the header of one safetensors file:
+// OpenFile reads and validates the header of one safetensors file:
 // 8-byte little-endian header length, JSON header, data. Every tensor's byte
 // range must lie inside the data section, match dtype × shape, and not overlap
 // another tensor.
-func parseSafetensors(path string) (*stFile, error) {
+func OpenFile(path string) (*Set, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
@@ -55,13 +70,20 @@ func parseSafetensors(path string) (*stFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
-	return parseSafetensorsFrom(path, f, st.Size(), nil)
+	return parse(path, f, st.Size(), nil)
 }
 
-// parseSafetensorsFrom parses a safetensors file read through r (size bytes);
-// src, when not nil, is where its tensors are read later (in memory),
-// otherwise the file at path.
-func parseSafetensorsFrom(path string, r io.ReaderAt, size int64, src io.ReaderAt) (*stFile, error) {
+// FromBytes is OpenFile of a file held in memory (an embedded checkpoint);
+// name stands for its path in errors.
+func FromBytes(name string, data []byte) (*Set, error) {
+	r := bytes.NewReader(data)
+	return parse(name, r, int64(len(data)), r)
+}
+
+// parse parses a safetensors file read through r (size bytes); src, when
+// not nil, is where its tensors are read later (in memory), otherwise the
+// file at path.
+func parse(path string, r io.ReaderAt, size int64, src io.ReaderAt) (*Set, error) {
 	f := io.NewSectionReader(r, 0, size)
 	var lenBuf [8]byte
 	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
@@ -81,8 +103,8 @@ func parseSafetensorsFrom(path string, r io.ReaderAt, size int64, src io.ReaderA
 	}
 	dataStart := int64(8 + hlen)
 	dataLen := size - dataStart
-	out := &stFile{path: path, entries: map[string]*stEntry{}}
-	var list []*stEntry
+	out := &Set{entries: map[string]*entry{}}
+	var list []*entry
 	for name, msg := range raw {
 		if name == "__metadata__" {
 			continue
@@ -119,7 +141,7 @@ func parseSafetensorsFrom(path string, r io.ReaderAt, size int64, src io.ReaderA
 		if n*int64(esz) != en-b {
 			return nil, fmt.Errorf("safetensors %s: tensor %q: shape %v of %s needs %d bytes but data_offsets give %d", path, name, e.Shape, e.Dtype, n*int64(esz), en-b)
 		}
-		ent := &stEntry{file: path, name: name, dtype: e.Dtype, shape: e.Shape, begin: dataStart + b, end: dataStart + en, src: src}
+		ent := &entry{file: path, name: name, dtype: e.Dtype, shape: e.Shape, begin: dataStart + b, end: dataStart + en, src: src}
 		out.entries[name] = ent
 		list = append(list, ent)
 	}
@@ -132,12 +154,10 @@ func parseSafetensorsFrom(path string, r io.ReaderAt, size int64, src io.ReaderA
 	return out, nil
 }
 
-// tensorSet is the union of the tensors of all safetensors files of a folder.
-type tensorSet struct {
-	entries map[string]*stEntry
-}
-
-func openTensorSet(dir string) (*tensorSet, error) {
+// Open is the union of the tensors of all *.safetensors files of a folder
+// (a sharded checkpoint's index file is not needed); a tensor in two files
+// is an error.
+func Open(dir string) (*Set, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 	if err != nil {
 		return nil, err
@@ -146,9 +166,9 @@ func openTensorSet(dir string) (*tensorSet, error) {
 		return nil, fmt.Errorf("no *.safetensors files in %s", dir)
 	}
 	sort.Strings(files)
-	ts := &tensorSet{entries: map[string]*stEntry{}}
+	ts := &Set{entries: map[string]*entry{}}
 	for _, p := range files {
-		sf, err := parseSafetensors(p)
+		sf, err := OpenFile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -162,15 +182,17 @@ func openTensorSet(dir string) (*tensorSet, error) {
 	return ts, nil
 }
 
-func (ts *tensorSet) has(name string) bool { _, ok := ts.entries[name]; return ok }
+// Has reports whether the set holds tensor name.
+func (ts *Set) Has(name string) bool { _, ok := ts.entries[name]; return ok }
 
-// load reads tensor name as float32 and checks its shape.
-func (ts *tensorSet) load(name string, shape ...int) ([]float32, error) {
+// Load reads tensor name as float32 (from F32, F16 or BF16) and checks that
+// its shape is shape.
+func (ts *Set) Load(name string, shape ...int) ([]float32, error) {
 	e, ok := ts.entries[name]
 	if !ok {
 		return nil, fmt.Errorf("tensor %q is missing from the checkpoint", name)
 	}
-	if !sameShape(e.shape, shape) {
+	if !slices.Equal(e.shape, shape) {
 		return nil, fmt.Errorf("safetensors %s: tensor %q has shape %v, the config needs %v", e.file, name, e.shape, shape)
 	}
 	var f io.ReaderAt = e.src
@@ -191,18 +213,6 @@ func (ts *tensorSet) load(name string, shape ...int) ([]float32, error) {
 		return nil, fmt.Errorf("safetensors %s: tensor %q: %v", e.file, name, err)
 	}
 	return out, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func decodeFloats(buf []byte, dtype string) ([]float32, error) {
@@ -299,18 +309,31 @@ func f32ToBF16(f float32) uint16 {
 	return uint16(b >> 16)
 }
 
-// stTensor is a tensor to write with writeSafetensors.
-type stTensor struct {
-	name  string
-	shape []int
-	data  []float32
+// Tensor is a named float32 tensor to write with Write.
+type Tensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
 }
 
-// writeSafetensors writes tensors in the given dtype (F32, F16 or BF16).
-func writeSafetensors(path, dtype string, tensors []stTensor) error {
+// Round is f written as dtype (F32, F16 or BF16, rounding to nearest even)
+// and read back: the value Load gives for it.
+func Round(dtype string, f float32) float32 {
+	switch dtype {
+	case "F16":
+		return f16ToF32(f32ToF16(f))
+	case "BF16":
+		return math.Float32frombits(uint32(f32ToBF16(f)) << 16)
+	}
+	return f
+}
+
+// Write writes tensors to path in the given dtype (F32, F16 or BF16), in
+// their order, with the "pt" format metadata.
+func Write(path, dtype string, tensors []Tensor) error {
 	esz, ok := map[string]int{"F32": 4, "F16": 2, "BF16": 2}[dtype]
 	if !ok {
-		return fmt.Errorf("writeSafetensors: dtype %q not supported (want F32, F16 or BF16)", dtype)
+		return fmt.Errorf("safetensors.Write: dtype %q not supported (want F32, F16 or BF16)", dtype)
 	}
 	type hdrEntry struct {
 		Dtype   string  `json:"dtype"`
@@ -320,8 +343,8 @@ func writeSafetensors(path, dtype string, tensors []stTensor) error {
 	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
 	var off int64
 	for _, t := range tensors {
-		n := int64(len(t.data)) * int64(esz)
-		hdr[t.name] = hdrEntry{Dtype: dtype, Shape: t.shape, Offsets: []int64{off, off + n}}
+		n := int64(len(t.Data)) * int64(esz)
+		hdr[t.Name] = hdrEntry{Dtype: dtype, Shape: t.Shape, Offsets: []int64{off, off + n}}
 		off += n
 	}
 	hj, err := json.Marshal(hdr)
@@ -335,7 +358,7 @@ func writeSafetensors(path, dtype string, tensors []stTensor) error {
 	binary.LittleEndian.PutUint64(buf, uint64(len(hj)))
 	buf = append(buf, hj...)
 	for _, t := range tensors {
-		for _, v := range t.data {
+		for _, v := range t.Data {
 			switch dtype {
 			case "F32":
 				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
