@@ -6,6 +6,8 @@ package scorer
 import (
 	"fmt"
 	"slices"
+
+	"github.com/creditflow/creditflow/vocab"
 )
 
 // The statistics a row set can ask for (RowSet.Statistic): how a scorer
@@ -15,15 +17,15 @@ const (
 	// StatLogProb is S, the mean log p(target[k] | context, target[:k])
 	// over the gold span [a, b) (the default: an empty RowSet.Statistic
 	// means it).
-	StatLogProb = "logprob"
+	StatLogProb = string(vocab.LogProb)
 	// StatEntropy is the mean entropy (nats) of the distributions that
 	// predict the gold span: −Σ_v p(v) log p(v) with p = p(· | context,
 	// target[:k]).
-	StatEntropy = "entropy"
+	StatEntropy = string(vocab.Entropy)
 	// StatKL is the mean over the same positions of KL(p(·|Context,
 	// target[:k]) ‖ p(·|ReferenceContext, target[:k])); every row of such a
 	// set carries a ReferenceContext.
-	StatKL = "kl"
+	StatKL = string(vocab.KL)
 )
 
 // FeatureStatistics is the ModelInfo feature of a scorer that answers the
