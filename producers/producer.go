@@ -42,14 +42,12 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 )
 
-// Header is one record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
+// Header is one record header (the type both Kafka sides share).
+type Header = chunk.Header
 
 // Message is one record to write.
 type Message struct {
