@@ -8,8 +8,9 @@ import (
 
 // appendSample appends the Avro binary body of s (sample.avsc), the same
 // bytes goavro writes for sampleToNative(s), without building the generic
-// map first: the advantage stage encodes one sample per trajectory and the
-// generic path was a quarter of its CPU. Samples' codec uses it only when
+// map first: the advantage stage encodes one sample per trajectory, and the
+// generic path costs several times as much (BenchmarkSampleEncode*,
+// docs/performance-passes.md). Samples' codec uses it only when
 // it agrees with goavro on a probe record (sampleBinaryAgrees), so a schema
 // change this function does not know falls back to the generic path.
 func appendSample(b []byte, s *Sample) []byte {
