@@ -50,12 +50,12 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/internal/kafkasec"
-	"github.com/creditflow/creditflow/producers"
 )
 
-// Header is one record header.
-type Header = producers.Header
+// Header is one record header (the type both Kafka sides share).
+type Header = chunk.Header
 
 // Record is one consumed record.
 type Record struct {
@@ -99,7 +99,7 @@ type Config struct {
 	// MaxBytes caps one fetch response per partition (default 1 MiB).
 	MaxBytes int
 	// Reassembly, when set, puts records written as chunks
-	// (producers.Split) back together before the handler sees them and
+	// (chunk.Split) back together before the handler sees them and
 	// holds commits before the first chunk of any unfinished record; see
 	// Reassemble.
 	Reassembly *ReassemblyConfig

@@ -2,8 +2,6 @@ package consumers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/internal/promreg"
-	"github.com/creditflow/creditflow/producers"
 )
 
 // Dead-letter reasons of the reassembly (also listed in docs/wire-format.md).
@@ -30,7 +28,7 @@ const (
 )
 
 // ReassemblyConfig bounds the reassembly of chunked records
-// (producers.Split) for one partition.
+// (package chunk) for one partition.
 type ReassemblyConfig struct {
 	// MaxRecordBytes is the largest record reassembled (default 64 MiB);
 	// a larger announced size is a dead letter at its first chunk.
@@ -116,7 +114,7 @@ type Assembler struct {
 
 type assembly struct {
 	id    string
-	info  producers.ChunkInfo
+	info  chunk.Info
 	head  Record
 	buf   []byte
 	next  int
@@ -145,13 +143,13 @@ func (a *Assembler) Stats() ChunkStats { return a.stats }
 // Release).
 func (a *Assembler) Add(rec Record) (out *Record, broken []Broken) {
 	broken = a.evictSpan(rec.Offset)
-	info, ok, err := producers.ParseChunk(rec.Headers)
+	info, ok, err := chunk.Parse(rec.Headers)
 	if !ok {
 		return &rec, broken
 	}
 	if err != nil {
 		b := rec
-		b.Headers = stripChunkHeaders(rec.Headers)
+		b.Headers = chunk.Strip(rec.Headers)
 		return nil, append(broken, a.broke(b, ReasonChunkCorrupt, "chunk at offset "+itoa64(rec.Offset)+": "+err.Error()))
 	}
 	if info.Bytes > a.cfg.MaxRecordBytes {
@@ -160,7 +158,7 @@ func (a *Assembler) Add(rec Record) (out *Record, broken []Broken) {
 			return nil, broken
 		}
 		b := rec
-		b.Headers = stripChunkHeaders(rec.Headers)
+		b.Headers = chunk.Strip(rec.Headers)
 		return nil, append(broken, a.broke(b, ReasonChunkTooLarge,
 			fmt.Sprintf("chunked record of %d bytes exceeds the %d-byte limit (MaxRecordBytes); the dead letter holds its first chunk", info.Bytes, a.cfg.MaxRecordBytes)))
 	}
@@ -199,8 +197,7 @@ func (a *Assembler) Add(rec Record) (out *Record, broken []Broken) {
 		return nil, append(broken, a.evictMemory()...)
 	}
 	a.drop(as)
-	sum := sha256.Sum256(as.buf)
-	if len(as.buf) != as.info.Bytes || hex.EncodeToString(sum[:]) != as.id {
+	if !as.info.Matches(as.buf) {
 		return nil, append(broken, a.broke(as.record(), ReasonChunkCorrupt,
 			fmt.Sprintf("reassembled %d bytes (announced %d) do not match the announced SHA-256", len(as.buf), as.info.Bytes)))
 	}
@@ -216,7 +213,7 @@ func (a *Assembler) Add(rec Record) (out *Record, broken []Broken) {
 func (as *assembly) record() Record {
 	r := as.head
 	r.Value = as.buf
-	r.Headers = stripChunkHeaders(as.head.Headers)
+	r.Headers = chunk.Strip(as.head.Headers)
 	return r
 }
 
@@ -320,20 +317,10 @@ func (a *Assembler) Committed(next int64) {
 	a.delivered = slices.DeleteFunc(a.delivered, func(s span) bool { return s.last < next && !s.broken })
 }
 
-func stripChunkHeaders(hs []Header) []Header {
-	var out []Header
-	for _, h := range hs {
-		if h.Key != producers.HeaderChunk && h.Key != producers.HeaderChunkOf && h.Key != producers.HeaderChunkBytes {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // Reassemble wraps a claim so that its handler sees chunked records
-// (producers.Split) put back together (see Assembler), and its CommitFunc
+// (package chunk) put back together (see Assembler), and its CommitFunc
 // never moves the offset past the first chunk of a record not yet finished.
 // Broken records go to cfg.DeadLetter from the reading goroutine, in order;
 // while a dead letter cannot be written (ctx ended) the record keeps

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"regexp"
@@ -103,257 +102,63 @@ func scratch(dir, pattern string) (string, error) {
 	return os.MkdirTemp("", pattern)
 }
 
-// RunChaos runs the reference and then the chaos phase and compares them.
+// RunChaos runs the reference and then the chaos phase and compares them:
+// setup (the broker and the reference samples), the processes, the faults
+// while the samples come in, a graceful end, and the summary.
 func RunChaos(ctx context.Context, o ChaosOptions) (ChaosResult, error) {
-	if err := o.check(); err != nil {
-		return ChaosResult{}, err
-	}
-	dir, err := scratch(o.Dir, "creditflow-chaos-")
-	if err != nil {
-		return ChaosResult{}, err
-	}
-	res := ChaosResult{Method: o.Method, Groups: o.Groups, StatePartitions: o.StatePartitions, Logs: dir, Signal: "SIGKILL"}
-	sig := syscall.SIGKILL
-	if o.Graceful {
-		sig, res.Signal = syscall.SIGTERM, "SIGTERM"
-	}
-	o.Logf("chaos: building creditflow and starting the embedded broker (logs in %s)", dir)
-	e, err := newEnv(ctx, o.Bin, dir, o.Partitions, nopLog())
+	c, res, err := newChaosRun(o)
 	if err != nil {
 		return res, err
 	}
-	defer e.Close()
-	e.state = o.StatePartitions
-	w := newWorkload(o.Method, o.Groups, o.Seed)
-
-	o.Logf("chaos: reference run (uninterrupted): %d groups of %d, %s", o.Groups, groupSize, o.Method)
-	ref, err := runReference(ctx, e, w, o.Method, o.Timeout)
+	c.o.Logf("chaos: building creditflow and starting the embedded broker (logs in %s)", c.dir)
+	if c.e, err = newEnv(ctx, c.o.Bin, c.dir, c.o.Partitions, nopLog()); err != nil {
+		return res, err
+	}
+	defer c.e.Close()
+	ref, err := c.reference(ctx, &res)
 	if err != nil {
 		return res, err
 	}
-	res.ReferenceSeconds = cmdutil.Round3(ref.seconds)
-	o.Logf("chaos: reference done in %.1fs", ref.seconds)
-
-	rng := rand.New(rand.NewPCG(o.Seed, 0xc4a05))
-	var rmu sync.Mutex
-	rnd := func(f func(r *rand.Rand) time.Duration) time.Duration {
-		rmu.Lock()
-		defer rmu.Unlock()
-		return f(rng)
-	}
-
-	t := topicsFor("chaos")
-	if err := e.createTopics(ctx, t); err != nil {
+	defer c.stopScorers()
+	if err := c.startProcesses(ctx); err != nil {
 		return res, err
 	}
-	start := time.Now()
-	var scorerURLs []string
-	var scorers []*proc
-	if o.ScorerProcess {
-		for i := 0; i < o.Scorers; i++ {
-			port, err := freePort()
-			if err != nil {
-				return res, err
-			}
-			addr := fmt.Sprintf("127.0.0.1:%d", port)
-			bin, args, err := scorerCommand(e.bin, addr)
-			if err != nil {
-				return res, err
-			}
-			sp := newProc(fmt.Sprintf("scorer-%d", i), bin, dir, args...)
-			if err := sp.start(); err != nil {
-				return res, err
-			}
-			defer sp.stop(syscall.SIGTERM, 10*time.Second)
-			scorers = append(scorers, sp)
-			scorerURLs = append(scorerURLs, "http://"+addr)
-		}
-	}
-	p := newProc("processor", e.bin, dir, processorArgs(e.brokers, "chaos", t, o.Method, scorerURLs)...)
-	if err := p.start(); err != nil {
-		return res, err
-	}
-	defer p.stop(syscall.SIGKILL, 5*time.Second)
+	defer c.p.stop(syscall.SIGKILL, 5*time.Second)
 
-	col := newCollector(e, t, w)
+	c.col = newCollector(c.e, c.t, c.w)
 	cctx, cancelCol := context.WithCancel(ctx)
 	defer cancelCol()
-	go col.run(cctx)
-
+	go c.col.run(cctx)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	go p.supervise(runCtx)
-	for _, sp := range scorers {
+	c.ctx = runCtx
+	go c.p.supervise(runCtx)
+	for _, sp := range c.scorers {
 		go sp.supervise(runCtx)
 	}
-	// Processor stops at random moments, spread over the run (faultPlan);
-	// broker outages at random points of the run's progress.
-	rmu.Lock()
-	plan, err := newFaultPlan(rng, o.Kills, o.Groups)
-	outageAt := progressTargets(rng, o.BrokerOutages, w.expected())
-	rmu.Unlock()
+	plan, outageAt, err := c.plan()
 	if err != nil {
 		return res, fmt.Errorf("chaos: %w", err)
 	}
-	var mu sync.Mutex
-	kills, scorerKills, outages, unsettled, unclean := 0, 0, 0, 0, 0
-	killsOver := false // the kill loop ended: hold nothing back any more
-	ready := func(g int) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return killsOver || kills >= plan.segment(g)
-	}
 	var wg sync.WaitGroup
-	prodErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery, ready)
-	}()
+	prodErr := c.faults(&wg, plan, outageAt)
 
-	seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
-	waitUntil := func(cond func() bool) bool {
-		for !cond() {
-			if !cmdutil.SleepCtx(runCtx, 100*time.Millisecond) {
-				return false
-			}
-		}
-		return true
-	}
-
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer func() {
-			mu.Lock()
-			killsOver = true
-			mu.Unlock()
-		}()
-		for i, target := range plan.targets {
-			started := time.Now()
-			up := rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 5*time.Second) })
-			if !waitUntil(func() bool { return seenAtLeast(target) && time.Since(started) >= up }) {
-				return
-			}
-			if seenAtLeast(w.expected()) {
-				return
-			}
-			if !cmdutil.WaitSettled(runCtx, e.brokers, 1, time.Minute, "chaos.score", "chaos.advantage") {
-				if runCtx.Err() != nil {
-					return
-				}
-				mu.Lock()
-				unsettled++
-				mu.Unlock()
-				o.Logf("chaos: the consumer groups did not settle within a minute; stopping the processor anyway")
-			}
-			exited := p.stop(sig, 40*time.Second)
-			mu.Lock()
-			kills++
-			if o.Graceful && (!exited || p.lastExit() != "exit 0") {
-				unclean++
-			}
-			mu.Unlock()
-			seen, _ := col.progress()
-			o.Logf("chaos: %s %d/%d of the processor at %d/%d samples (%.1fs; exited by itself: %v, %s)", res.Signal, i+1, o.Kills, seen, w.expected(),
-				time.Since(start).Seconds(), exited, p.lastExit())
-			if !cmdutil.SleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 0, time.Second) })) {
-				return
-			}
-			if err := p.start(); err != nil {
-				o.Logf("chaos: restart failed: %v", err)
-				return
-			}
-		}
-	}()
-	if o.KillScorers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !seenAtLeast(w.expected()) {
-				if !cmdutil.SleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, 3*time.Second, 8*time.Second) })) {
-					return
-				}
-				rmu.Lock()
-				sp := scorers[rng.IntN(len(scorers))]
-				rmu.Unlock()
-				sp.stop(syscall.SIGKILL, 5*time.Second)
-				mu.Lock()
-				scorerKills++
-				mu.Unlock()
-				o.Logf("chaos: SIGKILL of %s (%.1fs)", sp.name, time.Since(start).Seconds())
-				cmdutil.SleepCtx(runCtx, rnd(func(r *rand.Rand) time.Duration { return jitter(r, time.Second, 3*time.Second) }))
-				if err := sp.start(); err != nil {
-					o.Logf("chaos: scorer restart failed: %v", err)
-				}
-			}
-		}()
-	}
-	if o.BrokerOutages > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, target := range outageAt {
-				if !waitUntil(func() bool { return seenAtLeast(target) }) || seenAtLeast(w.expected()) {
-					return
-				}
-				e.b.Cut()
-				o.Logf("chaos: broker cut for %v (%.1fs)", o.OutageLength, time.Since(start).Seconds())
-				cmdutil.SleepCtx(runCtx, o.OutageLength)
-				e.b.Restore()
-				mu.Lock()
-				outages++
-				mu.Unlock()
-			}
-		}()
-	}
-
-	complete := col.await(ctx, runCtx, "chaos", w.expected(), start, o.Timeout, o.Logf)
-	res.Seconds = cmdutil.Round3(time.Since(start).Seconds())
+	complete := c.col.await(ctx, runCtx, "chaos", c.w.expected(), c.start, c.o.Timeout, c.o.Logf)
+	res.Seconds = cmdutil.Round3(time.Since(c.start).Seconds())
 	stopRun()
 	wg.Wait()
-	e.b.Restore()
+	c.e.b.Restore()
 	if err := <-prodErr; err != nil && complete {
 		return res, err
 	}
-	// A stop can race with the last samples: start the processor again so
-	// that the end of every run is the same (a restart that may write
-	// duplicates, then a graceful stop). A SIGKILLed member holds its
-	// partitions until its session times out, so give it time.
-	settle := 2 * time.Second
-	if !p.running() {
-		if err := p.start(); err != nil {
-			return res, err
-		}
-		settle = 15 * time.Second
+	if res.CleanShutdown, err = c.finish(ctx); err != nil {
+		return res, err
 	}
-	for _, sp := range scorers {
-		if !sp.running() {
-			_ = sp.start()
-		}
-	}
-	// Let late duplicates arrive, then stop the processor gracefully.
-	cmdutil.SleepCtx(ctx, settle)
-	res.CleanShutdown = p.stop(syscall.SIGTERM, 40*time.Second) && p.lastExit() == "exit 0"
-	col.poll(ctx)
+	c.col.poll(ctx)
 	cancelCol()
-
-	mu.Lock()
-	res.Kills, res.ScorerKills, res.BrokerOutages, res.UnsettledKills, res.UncleanStops = kills, scorerKills, outages, unsettled, unclean
-	mu.Unlock()
-	res.Comparison = col.compare(ref.samples, validateSample)
-	res.DeadLetters, res.DeadByReason = col.deadLetters()
-	res.ProcessorStarts = p.starts
-	res.UnexpectedExits = p.unexpectedExits()
-	logs := []string{p.logf}
-	for _, sp := range scorers {
-		logs = append(logs, sp.logf)
-		res.UnexpectedExits += sp.unexpectedExits()
-	}
-	res.LogWarnings = logSummary(logs...)
-	res.StateResets = stateResets(res.LogWarnings)
+	c.summarise(&res, ref)
 	if !complete {
-		return res, fmt.Errorf("chaos: %d of %d samples after %v", res.Seen, res.Expected, o.Timeout)
+		return res, fmt.Errorf("chaos: %d of %d samples after %v", res.Seen, res.Expected, c.o.Timeout)
 	}
 	return res, nil
 }

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/creditflow/creditflow/loadtest/internal/cmdutil"
@@ -50,201 +49,63 @@ type RebalanceResult struct {
 }
 
 // RunRebalance runs the reference and then replicas that leave and join
-// under load, and compares the two.
+// under load, and compares the two: setup (the broker and the reference
+// samples), the replicas, the membership changes while the samples come in,
+// a graceful end and the comparison.
 func RunRebalance(ctx context.Context, o RebalanceOptions) (RebalanceResult, error) {
-	if o.Replicas < 2 {
-		return RebalanceResult{}, fmt.Errorf("--replicas must be at least 2")
-	}
-	if o.Groups <= 0 || o.Partitions <= 0 || o.Events < 0 {
-		return RebalanceResult{}, fmt.Errorf("--groups and --partitions must be positive, --events not negative")
-	}
-	if o.Method != credit.MethodLAPO && o.Method != credit.MethodAttnSR {
-		return RebalanceResult{}, fmt.Errorf("--method %q: use lapo or attnsr", o.Method)
-	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if err := o.check(); err != nil {
+		return RebalanceResult{}, err
 	}
 	dir, err := scratch(o.Dir, "creditflow-rebalance-")
 	if err != nil {
 		return RebalanceResult{}, err
 	}
 	res := RebalanceResult{Method: o.Method, Replicas: o.Replicas, Groups: o.Groups, Logs: dir}
+	r := &rebalanceRun{o: o, dir: dir, res: &res, w: newWorkload(o.Method, o.Groups, o.Seed)}
 	o.Logf("rebalance: building creditflow and starting the embedded broker (logs in %s)", dir)
-	e, err := newEnv(ctx, o.Bin, dir, o.Partitions, nopLog())
+	if r.e, err = newEnv(ctx, o.Bin, dir, o.Partitions, nopLog()); err != nil {
+		return res, err
+	}
+	defer r.e.Close()
+	ref, err := r.reference(ctx)
 	if err != nil {
 		return res, err
 	}
-	defer e.Close()
-	w := newWorkload(o.Method, o.Groups, o.Seed)
-	o.Logf("rebalance: reference run (one uninterrupted processor): %d groups, %s", o.Groups, o.Method)
-	ref, err := runReference(ctx, e, w, o.Method, o.Timeout)
-	if err != nil {
+	defer r.killReplicas()
+	if err := r.startReplicas(ctx); err != nil {
 		return res, err
 	}
-	res.ReferenceSeconds = cmdutil.Round3(ref.seconds)
-	o.Logf("rebalance: reference done in %.1fs", ref.seconds)
-
-	t := topicsFor("rebal")
-	if err := e.createTopics(ctx, t); err != nil {
-		return res, err
-	}
-	start := time.Now()
-	reps := make([]*proc, o.Replicas)
-	for i := range reps {
-		reps[i] = newProc(fmt.Sprintf("replica-%d", i), e.bin, dir, processorArgs(e.brokers, "rebal", t, o.Method, nil)...)
-		defer reps[i].stop(syscall.SIGKILL, 5*time.Second)
-	}
-	// All but the last replica start now; the last one joins under load.
-	for _, r := range reps[:o.Replicas-1] {
-		if err := r.start(); err != nil {
-			return res, err
-		}
-	}
-	col := newCollector(e, t, w)
+	r.col = newCollector(r.e, r.t, r.w)
 	cctx, cancelCol := context.WithCancel(ctx)
 	defer cancelCol()
-	go col.run(cctx)
-
+	go r.col.run(cctx)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	for _, r := range reps {
-		go r.supervise(runCtx)
+	r.ctx = runCtx
+	for _, rep := range r.reps {
+		go rep.supervise(runCtx)
 	}
-	rng := rand.New(rand.NewPCG(o.Seed, 0x4eba1))
-	plan, err := newFaultPlan(rng, o.Events, o.Groups)
+	r.rng = rand.New(rand.NewPCG(o.Seed, 0x4eba1))
+	plan, err := newFaultPlan(r.rng, o.Events, o.Groups)
 	if err != nil {
 		return res, fmt.Errorf("rebalance: %w", err)
 	}
-	var mu sync.Mutex // guards res's counters, rng, the events list, done and over
-	done, over := 0, false
-	ready := func(g int) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return over || done >= plan.segment(g)
-	}
 	var wg sync.WaitGroup
 	prodErr := make(chan error, 1)
-	wg.Add(1)
-	go func() { defer wg.Done(); prodErr <- e.produce(runCtx, w, t.Trajectories, o.ProduceEvery, ready) }()
-
-	note := func(format string, args ...any) {
-		s, _ := col.progress()
-		msg := fmt.Sprintf("%.1fs %d/%d samples: ", time.Since(start).Seconds(), s, w.expected()) + fmt.Sprintf(format, args...)
-		mu.Lock()
-		res.Events = append(res.Events, msg)
-		mu.Unlock()
-		o.Logf("rebalance: %s", msg)
-	}
-	groupIDs := []string{"rebal.score", "rebal.advantage"}
-	// Membership changes are made one at a time: each waits until both
-	// consumer groups are Stable with every running replica in them (see
-	// groupsSettled), and a replica that left rejoins before the next change.
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer func() {
-			mu.Lock()
-			over = true
-			mu.Unlock()
-		}()
-		eventDone := func() {
-			mu.Lock()
-			done++
-			mu.Unlock()
-		}
-		seenAtLeast := func(n int) bool { s, _ := col.progress(); return s >= n }
-		for i, target := range plan.targets {
-			for !seenAtLeast(target) {
-				if !cmdutil.SleepCtx(runCtx, 100*time.Millisecond) {
-					return
-				}
-			}
-			if seenAtLeast(w.expected()) {
-				return
-			}
-			if i == 0 {
-				if err := reps[o.Replicas-1].start(); err == nil {
-					mu.Lock()
-					res.Joins++
-					mu.Unlock()
-					note("%s joins", reps[o.Replicas-1].name)
-				}
-				eventDone()
-				continue
-			}
-			var running []*proc
-			for _, r := range reps {
-				if r.running() {
-					running = append(running, r)
-				}
-			}
-			if len(running) < 2 {
-				eventDone()
-				continue // keep one member
-			}
-			if !cmdutil.WaitSettled(runCtx, e.brokers, len(running), time.Minute, groupIDs...) {
-				if runCtx.Err() != nil {
-					return
-				}
-				mu.Lock()
-				res.Unsettled++
-				mu.Unlock()
-				note("consumer groups not settled after a minute; changing membership anyway")
-			}
-			mu.Lock()
-			r := running[rng.IntN(len(running))]
-			back := jitter(rng, 2*time.Second, 6*time.Second)
-			mu.Unlock()
-			if i%2 == 1 {
-				note("%s leaves (SIGTERM)", r.name)
-				exited := r.stop(syscall.SIGTERM, 40*time.Second)
-				mu.Lock()
-				res.Terms++
-				if !exited {
-					res.SlowTerms++
-				}
-				mu.Unlock()
-				note("%s exited (%s)", r.name, r.lastExit())
-			} else {
-				r.stop(syscall.SIGKILL, 5*time.Second)
-				mu.Lock()
-				res.Kills++
-				mu.Unlock()
-				note("%s killed (SIGKILL)", r.name)
-			}
-			eventDone() // the next part of the input flows while r is away
-			if !cmdutil.SleepCtx(runCtx, back) {
-				return
-			}
-			if r.start() == nil {
-				mu.Lock()
-				res.Joins++
-				mu.Unlock()
-				note("%s rejoins", r.name)
-			}
-		}
+		prodErr <- r.e.produce(runCtx, r.w, r.t.Trajectories, o.ProduceEvery, r.ready(plan))
 	}()
-	complete := col.await(ctx, runCtx, "rebalance", w.expected(), start, o.Timeout, o.Logf)
-	res.Seconds = cmdutil.Round3(time.Since(start).Seconds())
+	go func() { defer wg.Done(); r.changes(plan) }()
+	complete := r.col.await(ctx, runCtx, "rebalance", r.w.expected(), r.start, o.Timeout, o.Logf)
+	res.Seconds = cmdutil.Round3(time.Since(r.start).Seconds())
 	stopRun()
 	wg.Wait()
 	if err := <-prodErr; err != nil && complete {
 		return res, err
 	}
-	cmdutil.SleepCtx(ctx, 2*time.Second)
-	var logs []string
-	for _, r := range reps {
-		if r.running() && !r.stop(syscall.SIGTERM, 40*time.Second) {
-			res.SlowTerms++
-		}
-		logs = append(logs, r.logf)
-		res.UnexpectedExits += r.unexpectedExits()
-	}
-	col.poll(ctx)
-	cancelCol()
-	res.Comparison = col.compare(ref.samples, validateSample)
-	res.DeadLetters, res.DeadByReason = col.deadLetters()
-	res.LogWarnings = logSummary(logs...)
+	r.finish(ctx, ref, cancelCol)
 	if !complete {
 		return res, fmt.Errorf("rebalance: %d of %d samples after %v", res.Seen, res.Expected, o.Timeout)
 	}

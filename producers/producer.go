@@ -42,14 +42,12 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 )
 
-// Header is one record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
+// Header is one record header (the type both Kafka sides share).
+type Header = chunk.Header
 
 // Message is one record to write.
 type Message struct {
@@ -74,9 +72,10 @@ type Config struct {
 	// BatchSize caps the records in one batch (default 256). kafka-go
 	// allocates room for BatchSize records with every batch it starts, so a
 	// large value costs an allocation of ~150 bytes x BatchSize (and its
-	// zeroing) per batch, however few records the batch gets: at 10,000
-	// that was most of the advantage stage's CPU. BatchBytes bounds a batch
-	// long before 256 records of the pipeline's sizes.
+	// zeroing) per batch, however few records the batch gets, and the
+	// advantage stage writes one small batch per group (the cost of a large
+	// value is measured in docs/performance-passes.md). BatchBytes bounds a
+	// batch long before 256 records of the pipeline's sizes.
 	BatchSize int
 	// RetryFor bounds how long transient failures are retried within one
 	// Produce call (default 60s).

@@ -44,6 +44,11 @@
 // BenchmarkDecodeLayout and docs/wire-format.md). A packed field whose length
 // is not a multiple of its element size is undecodable.
 //
+// The direct encoders and decoders of samples, trajectories and scored
+// records are written with the Avro binary primitives of
+// schemas/internal/avrobin (varints, doubles, unions, blocked arrays,
+// packed arrays), which know nothing of the records.
+//
 // Optional slices that are Avro ["null", "bytes"] unions (for example
 // Trajectory.RolloutLogprobs) keep the difference between nil and empty.
 // Required packed fields decode to nil when empty.

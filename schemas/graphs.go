@@ -1,6 +1,9 @@
 package schemas
 
-import "github.com/creditflow/creditflow/internal/stepgraph"
+import (
+	"github.com/creditflow/creditflow/internal/stepgraph"
+	"github.com/creditflow/creditflow/schemas/internal/avrobin"
+)
 
 // Compact AttnSR step graphs (docs/wire-format.md, "Scored"): the entries
 // below the diagonal only, and where that is exact only their sums; the form
@@ -97,54 +100,45 @@ func lowerGraphsFromNative(n *nat, field string) []LowerGraph {
 // appendLowerGraphs appends the Avro binary of gs (an array of LowerGraph).
 func appendLowerGraphs(b []byte, gs []LowerGraph) []byte {
 	if len(gs) > 0 {
-		b = appendLong(b, int64(len(gs)))
+		b = avrobin.AppendLong(b, int64(len(gs)))
 		for i := range gs {
 			g := &gs[i]
-			b = appendLong(b, int64(g.Layer))
-			b = appendLong(b, int64(g.K))
-			b = appendPacked64(b, g.AA)
-			b = appendPacked64(b, g.AO)
-			b = appendPacked64(b, g.Sum)
+			b = avrobin.AppendLong(b, int64(g.Layer))
+			b = avrobin.AppendLong(b, int64(g.K))
+			b = avrobin.AppendPacked(b, g.AA)
+			b = avrobin.AppendPacked(b, g.AO)
+			b = avrobin.AppendPacked(b, g.Sum)
 		}
 	}
-	return appendLong(b, 0)
+	return avrobin.AppendLong(b, 0)
 }
 
 // lowerGraphs reads an array of LowerGraph; each graph's AA, AO and Sum
 // share one allocation.
 func (r *binReader) lowerGraphs() []LowerGraph {
 	var out []LowerGraph
-	r.array(func() {
-		g := LowerGraph{Layer: r.int(), K: r.int()}
-		aa, ao, sum := r.raw(), r.raw(), r.raw()
+	r.Array(func() {
+		g := LowerGraph{Layer: r.Int(), K: r.Int()}
+		aa, ao, sum := r.Raw(), r.Raw(), r.Raw()
 		if len(aa)%8 != 0 || len(ao)%8 != 0 || len(sum)%8 != 0 {
-			r.ok = false
+			r.Fail()
 			return
 		}
 		if n, m, o := len(aa)/8, len(ao)/8, len(sum)/8; n+m+o > 0 {
 			flat := make([]float64, n+m+o)
 			if n > 0 {
-				g.AA = unpackInto(flat[:n:n], aa)
+				g.AA = avrobin.UnpackInto(flat[:n:n], aa)
 			}
 			if m > 0 {
-				g.AO = unpackInto(flat[n:n+m:n+m], ao)
+				g.AO = avrobin.UnpackInto(flat[n:n+m:n+m], ao)
 			}
 			if o > 0 {
-				g.Sum = unpackInto(flat[n+m:], sum)
+				g.Sum = avrobin.UnpackInto(flat[n+m:], sum)
 			}
 		}
 		out = append(out, g)
 	})
 	return out
-}
-
-// unpackInto reads len(v) packed little-endian float64s from b into v.
-func unpackInto(v []float64, b []byte) []float64 {
-	if hostLittleEndian {
-		copy(asBytes(v), b)
-		return v
-	}
-	return unpackPortable(b, v)
 }
 
 // validateLowerGraph is ValidateScored for one compact graph: a layer not

@@ -1,82 +1,25 @@
 package schemas
 
 import (
-	"encoding/binary"
-	"runtime"
-	"unsafe"
-
 	"github.com/linkedin/goavro/v2"
+
+	"github.com/creditflow/creditflow/schemas/internal/avrobin"
 )
 
-// ---- packed little-endian arrays ----
-
-// hostLittleEndian reports whether the machine stores integers
-// little-endian, in which case packed fields are copied with one memmove
-// instead of element by element.
-var hostLittleEndian = func() bool {
-	x := uint16(1)
-	return *(*byte)(unsafe.Pointer(&x)) == 1
-}()
-
-// asBytes views a slice of fixed-size numbers as its bytes.
-func asBytes[E int32 | float32 | float64](v []E) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
-}
-
-// canShare reports whether packed little-endian elements can be read in
-// place: the host is little-endian and loads them at any byte offset (a
-// packed array starts wherever the Avro body puts it).
-var canShare = hostLittleEndian && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" ||
-	runtime.GOARCH == "386" || runtime.GOARCH == "ppc64le")
-
-// view is b's packed little-endian elements in place, sharing b's memory;
-// only where canShare.
-func view[E int32 | float32](b []byte) []E {
-	return unsafe.Slice((*E)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(*new(E))))
-}
-
-// pack writes v as packed little-endian elements.
-func pack[E int32 | float32 | float64](v []E) []byte {
-	b := make([]byte, len(v)*int(unsafe.Sizeof(*new(E))))
-	if hostLittleEndian {
-		copy(b, asBytes(v))
-		return b
-	}
-	_, _ = binary.Encode(b, binary.LittleEndian, v) // b has exactly the room
-	return b
-}
-
-// unpack reads packed little-endian elements; it expects len(b) to be a
-// multiple of the element size (checked by the caller), a partial trailing
-// element is ignored.
-func unpack[E int32 | float32 | float64](b []byte) []E {
-	v := make([]E, len(b)/int(unsafe.Sizeof(*new(E))))
-	if hostLittleEndian {
-		copy(asBytes(v), b)
-		return v
-	}
-	return unpackPortable(b, v)
-}
-
-// unpackPortable is unpack's element-by-element path for big-endian hosts.
-func unpackPortable[E int32 | float32 | float64](b []byte, v []E) []E {
-	_, _ = binary.Decode(b[:len(v)*int(unsafe.Sizeof(*new(E)))], binary.LittleEndian, v)
-	return v
-}
+// canShare reports whether packed arrays can be views of a record's bytes
+// (avrobin.CanShare).
+var canShare = avrobin.CanShare
 
 var (
-	packInt32             = pack[int32]
-	packFloat32           = pack[float32]
-	packFloat64           = pack[float64]
-	unpackInt32           = unpack[int32]
-	unpackFloat32         = unpack[float32]
-	unpackFloat64         = unpack[float64]
-	unpackInt32Portable   = unpackPortable[int32]
-	unpackFloat32Portable = unpackPortable[float32]
-	unpackFloat64Portable = unpackPortable[float64]
+	packInt32             = avrobin.Pack[int32]
+	packFloat32           = avrobin.Pack[float32]
+	packFloat64           = avrobin.Pack[float64]
+	unpackInt32           = avrobin.Unpack[int32]
+	unpackFloat32         = avrobin.Unpack[float32]
+	unpackFloat64         = avrobin.Unpack[float64]
+	unpackInt32Portable   = avrobin.UnpackPortable[int32]
+	unpackFloat32Portable = avrobin.UnpackPortable[float32]
+	unpackFloat64Portable = avrobin.UnpackPortable[float64]
 )
 
 // ---- reading goavro native values without panicking ----

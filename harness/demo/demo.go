@@ -6,30 +6,22 @@
 package demo
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/harness/synth"
-	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
-	"github.com/creditflow/creditflow/scorer/client"
 	"github.com/creditflow/creditflow/scorer/cpumodel"
-	"github.com/creditflow/creditflow/scorer/local"
-	"github.com/creditflow/creditflow/scorer/server"
 	"github.com/creditflow/creditflow/vocab"
 )
 
@@ -190,240 +182,6 @@ type Summary struct {
 	AttnSRKeyHitRate  *float64 `json:"attnsr_key_step_hit_rate,omitempty"`
 	AttnSRKeyChance   *float64 `json:"attnsr_key_step_chance,omitempty"`
 	AttnSRKeyMeasured int      `json:"attnsr_key_step_trajectories,omitempty"`
-}
-
-// Run runs the pipeline until every expected sample is consumed (or the
-// timeout passes) and returns the summary. A run that did not see every
-// sample returns the summary and an error.
-func Run(ctx context.Context, o Options) (Summary, error) {
-	if err := o.Validate(); err != nil {
-		return Summary{}, err
-	}
-	parent := ctx // cancelled by the caller (Ctrl-C): also ends the measuring after the run
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	log := o.Logger
-	start := time.Now()
-
-	brokers := o.Brokers
-	if len(brokers) == 0 {
-		b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(log))
-		if err != nil {
-			return Summary{}, err
-		}
-		defer b.Close()
-		brokers = b.Addrs()
-	}
-
-	// Scorer servers on loopback, speaking the real protocol.
-	m := o.Model
-	if m == nil {
-		m = cpumodel.Tiny()
-	}
-	var endpoints []string
-	var wg sync.WaitGroup
-	// The servers stop on cancellation: cancel before waiting for them, on
-	// every return (a deferred Wait alone ran before the deferred cancel).
-	defer func() { cancel(); wg.Wait() }()
-	for i := 0; i < max(1, o.Scorers); i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return Summary{}, err
-		}
-		srvOpts := []server.Option{server.WithLogger(log)}
-		var localOpts []local.Option
-		if r, ok := o.Registerer.(*prometheus.Registry); ok {
-			// The scorer servers' metrics (what a scorer pod exports) on
-			// the demo's /metrics too.
-			srvOpts = append(srvOpts, server.WithRegistry(r))
-			localOpts = append(localOpts, local.WithRegisterer(r))
-		}
-		// The scorers serve the newest policy version the rollouts use (a
-		// scorer that follows the trainer), so the scorer version lag is known.
-		localOpts = append(localOpts, local.WithPolicyVersion(synth.NewestPolicyVersion(o.Groups)))
-		srv := server.New(local.New(m, localOpts...), srvOpts...)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = srv.Serve(ctx, ln) }()
-		endpoints = append(endpoints, "http://"+ln.Addr().String())
-	}
-	scorerClient, err := client.New(endpoints, client.WithLogger(log), client.WithRegisterer(o.Registerer))
-	if err != nil {
-		return Summary{}, err
-	}
-	defer scorerClient.Close()
-
-	cfg := stage.DefaultConfig()
-	trainerGroup, deadGroup := "creditflow-demo-trainer", "creditflow-demo-dead-letters"
-	cfg.Topics = Topics(o.Prefix)
-	if o.Prefix != "" {
-		cfg.GroupID, trainerGroup, deadGroup = o.Prefix, o.Prefix+"-trainer", o.Prefix+"-dead-letters"
-	}
-	cfg.Brokers = brokers
-	cfg.Credit = o.Credit
-	cfg.Credit.Method = o.Method
-	cfg.Direction = o.Direction
-	if o.LAPOStatistic != "" {
-		cfg.LAPOStatistic = o.LAPOStatistic
-	}
-	cfg.Logger = log
-	cfg.Metrics = stage.NewMetrics(o.Registerer)
-	if err := producers.EnsureTopics(ctx, brokers, cfg.Security, cfg.TopicSpecs(o.Partitions)...); err != nil {
-		return Summary{}, err
-	}
-	prod, err := producers.New(cfg.ProducerConfig(), producers.WithLogger(log), producers.WithRegisterer(o.Registerer))
-	if err != nil {
-		return Summary{}, err
-	}
-	defer prod.Close()
-
-	scoreStage, err := stage.NewScoreStage(ctx, cfg, scorerClient, prod)
-	if err != nil {
-		return Summary{}, err
-	}
-	advStage, err := stage.NewAdvantageStage(cfg, prod)
-	if err != nil {
-		return Summary{}, err
-	}
-	stages := make(chan error, 2)
-	go func() { stages <- scoreStage.Run(ctx) }()
-	go func() { stages <- advStage.Run(ctx) }()
-
-	// Trainer side: validate every sample, count dead letters.
-	tr := newTrainer(o)
-	trainerDone := make(chan error, 2)
-	for _, sub := range []struct {
-		group, topic string
-		fn           func(consumers.Record)
-	}{{trainerGroup, cfg.Topics.Samples, tr.sample}, {deadGroup, cfg.Topics.DeadLetters, tr.deadLetter}} {
-		g, err := consumers.NewGroup(consumers.Config{Brokers: brokers, GroupID: sub.group, Topics: []string{sub.topic},
-			Reassembly: &consumers.ReassemblyConfig{}}, // samples and dead letters larger than one message
-			consumers.WithLogger(log), consumers.WithRegisterer(o.Registerer))
-		if err != nil {
-			return Summary{}, err
-		}
-		defer g.Close()
-		fn := sub.fn
-		go func() {
-			trainerDone <- g.Run(ctx, func(ctx context.Context, c consumers.Claim, commit consumers.CommitFunc) error {
-				for r := range c.Records {
-					fn(r)
-				}
-				return nil
-			})
-		}()
-	}
-
-	// Rollout workers: groups produced at most MaxAhead ahead of the trainer.
-	gen := synth.Default()
-	gen.Seed, gen.GroupSize = o.Seed, o.GroupSize
-	gen.BaseMs = o.StartMs
-	if gen.BaseMs == 0 {
-		gen.BaseMs = start.UnixMilli()
-	}
-	startMs := gen.BaseMs
-	if o.Method == credit.MethodAttnSR {
-		gen.Shape = synth.ALFWorld
-	}
-	go func() {
-		bad := badRecords(gen, o.Bad)
-		for g := 0; g < o.Groups; g++ {
-			for tr.groupsOut() < g-o.MaxAhead {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-			var msgs []producers.Message
-			for i := 0; i < gen.GroupSize; i++ {
-				t, truth := gen.Generate(g, i)
-				if o.StartMs == 0 { // the wall clock when it is published (Options.StartMs)
-					t.CreatedAtMs = time.Now().UnixMilli()
-				}
-				tr.addTruth(t, truth)
-				b, err := schemas.Trajectories().Encode(&t)
-				if err != nil {
-					log.Error().Err(err).Msg("encode trajectory")
-					return
-				}
-				msgs = append(msgs, producers.Message{Topic: cfg.Topics.Trajectories, Key: []byte(t.PromptID), Value: b,
-					Headers: []producers.Header{{Key: schemas.HeaderSchema, Value: []byte(schemas.Trajectories().Name())}}})
-			}
-			if len(bad) > 0 && g%3 == 1 {
-				msgs = append(msgs, bad[0])
-				bad = bad[1:]
-			}
-			for i := range msgs {
-				msgs[i].Topic = cfg.Topics.Trajectories
-			}
-			if err := prod.Produce(ctx, msgs...); err != nil {
-				if ctx.Err() == nil {
-					log.Error().Err(err).Msg("produce trajectories")
-				}
-				return
-			}
-			tr.produced(synth.PromptID(g), time.Now())
-		}
-		for _, b := range bad { // fewer groups than bad records
-			b.Topic = cfg.Topics.Trajectories
-			_ = prod.Produce(ctx, b)
-		}
-	}()
-
-	deadline := time.After(o.Timeout)
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	var runErr error
-	interrupted := false
-wait:
-	for {
-		select {
-		case <-tick.C:
-			if o.Progress != nil {
-				o.Progress(tr.progress(time.Since(start)))
-			}
-			if tr.complete() {
-				break wait
-			}
-		case err := <-stages:
-			if err != nil && ctx.Err() == nil {
-				runErr = fmt.Errorf("demo: a stage stopped: %w", err)
-				break wait
-			}
-		case <-deadline:
-			runErr = fmt.Errorf("demo: timed out after %v waiting for samples", o.Timeout)
-			break wait
-		case <-ctx.Done():
-			runErr = fmt.Errorf("%w before every sample arrived", ErrInterrupted)
-			interrupted = true
-			break wait
-		}
-	}
-	elapsed := time.Since(start)
-	sum := tr.summary(elapsed, interrupted)
-	sum.StartMs, sum.WallClock = startMs, o.StartMs == 0
-	sum.ScorerRequests = scorerClient.Stats().Requests
-	cancel()
-	if runErr == nil {
-		tr.mu.Lock()
-		h := tr.hits
-		tr.mu.Unlock()
-		if o.Progress != nil {
-			p := tr.progress(time.Since(start))
-			p.Measuring = true
-			o.Progress(p)
-		}
-		if err := h.finish(parent, &sum, o, m); parent.Err() != nil {
-			sum.Interrupted = true
-			runErr = fmt.Errorf("%w while measuring where credit lands (every sample had arrived)", ErrInterrupted)
-		} else if err != nil {
-			runErr = fmt.Errorf("demo: measuring where credit lands: %w", err)
-		}
-	}
-	if runErr == nil && (sum.Lost != 0 || sum.Invalid != 0) {
-		runErr = fmt.Errorf("demo: %d samples lost, %d invalid", sum.Lost, sum.Invalid)
-	}
-	return sum, runErr
 }
 
 // badRecords are malformed trajectories that must each end as a dead letter.

@@ -94,19 +94,12 @@ type run struct {
 }
 
 // Run runs the loop until the trainer has taken o.Steps steps (or the
-// timeout passes) and returns the summary.
+// timeout passes) and returns the summary: setup (options, run folder,
+// Kafka), the child processes, the loop with its chaos, the drain and the
+// accounting of every trajectory published.
 func Run(ctx context.Context, o Options) (sum Summary, err error) {
-	if err := o.Validate(); err != nil {
+	if o, err = prepare(ctx, o); err != nil {
 		return Summary{}, err
-	}
-	o = o.resolved()
-	if o.Exe == "" {
-		return Summary{}, errors.New("learn: the creditflow binary to run the processor from is not set")
-	}
-	if o.Python == "" {
-		if o.Python, err = FindPython(ctx, os.Stderr); err != nil {
-			return Summary{}, err
-		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -131,147 +124,146 @@ func Run(ctx context.Context, o Options) (sum Summary, err error) {
 	if err != nil {
 		return Summary{}, fmt.Errorf("learn: write the Python package: %w", err)
 	}
-	init := startCheckpoint(pkg, o.World)
+	brokers, closeBroker, err := startKafka(ctx, o)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer closeBroker()
 
-	brokers := o.Brokers
+	r := &run{o: o, log: o.Logger, pubIDs: map[string]bool{}, stepCh: make(chan int, 1024), stepTraj: map[int64]int{0: 0}}
+	c := newChildren(o, dir, pkg, startCheckpoint(pkg, o.World), brokers, r.onLine)
+	defer c.stop()
+	if err := c.start(); err != nil {
+		return Summary{}, err
+	}
+	sum = Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o), Commit: sourceCommit()}
+	runErr := r.windDown(ctx, c, r.loop(ctx, c, &sum))
+	sum.Seconds = time.Since(start).Seconds()
+	runErr = r.account(c, brokers, &sum, runErr)
+	if o.Dir != "" {
+		r.log.Info().Str("dir", dir).Msg("run folder kept")
+	}
+	return sum, runErr
+}
+
+// prepare validates o, resolves its defaults and finds the Python to run
+// the workers and the trainer with.
+func prepare(ctx context.Context, o Options) (Options, error) {
+	if err := o.Validate(); err != nil {
+		return o, err
+	}
+	o = o.resolved()
+	if o.Exe == "" {
+		return o, errors.New("learn: the creditflow binary to run the processor from is not set")
+	}
+	if o.Python == "" {
+		var err error
+		if o.Python, err = FindPython(ctx, os.Stderr); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// startKafka starts the embedded broker unless Options.Brokers names a
+// cluster, and makes the loop's topics; stop stops the broker it started.
+func startKafka(ctx context.Context, o Options) (brokers []string, stop func(), err error) {
+	brokers, stop = o.Brokers, func() {}
 	if len(brokers) == 0 {
 		b, err := broker.Start(broker.WithDefaultPartitions(o.Partitions), broker.WithLogger(o.Logger))
 		if err != nil {
-			return Summary{}, err
+			return nil, stop, err
 		}
-		defer b.Close()
-		brokers = b.Addrs()
+		brokers, stop = b.Addrs(), func() { b.Close() }
 	}
 	cfg := stage.DefaultConfig()
 	cfg.Topics = o.Topics
 	if err := producers.EnsureTopics(ctx, brokers, cfg.Security, cfg.TopicSpecs(o.Partitions)...); err != nil {
-		return Summary{}, fmt.Errorf("learn: create topics: %w", err)
+		stop()
+		return nil, func() {}, fmt.Errorf("learn: create topics: %w", err)
 	}
+	return brokers, stop, nil
+}
 
-	r := &run{o: o, log: o.Logger, pubIDs: map[string]bool{}, stepCh: make(chan int, 1024), stepTraj: map[int64]int{0: 0}}
-	bs := strings.Join(brokers, ",")
-	t := o.Topics
-	procArgs := []string{o.Exe, "run", "--brokers", bs, "--stage", "both", "--group", o.GroupID,
-		"--topic-trajectories", t.Trajectories, "--topic-scored", t.Scored, "--topic-samples", t.Samples,
-		"--topic-dead-letters", t.DeadLetters, "--topic-state", t.State, "--topic-policy", t.Policy,
-		"--topic-samples-stale", t.SamplesStale, "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
-		"--scorers", "local", "--scorer-model", init, "--scorer-follow-policy", "--metrics-addr", "", "--log-level", "warn",
-		"--session-timeout", "6s", "--commit-interval", "200ms"}
-	procArgs = append(procArgs, o.processorArgs()...)
-	var procCPU float64
-	startProcessor := func() (*proc, error) {
-		return startProc("processor", dir, nil, nil, procArgs...)
-	}
-	processor, err := startProcessor()
-	if err != nil {
-		return Summary{}, err
-	}
-	defer func() { _ = processor.stop(30 * time.Second) }()
-
-	penv := pythonEnv(pkg, o.Python)
-	trainer, err := startProc("trainer", dir, penv, r.onLine, o.Python, "-m", "creditflow.learn.trainer",
-		"--brokers", bs, "--samples-topic", t.Samples, "--policy-topic", t.Policy, "--group", o.GroupID+"-trainer",
-		"--init", init, "--out", filepath.Join(dir, "checkpoints"),
-		"--steps", strconv.Itoa(o.Steps), "--groups-per-step", strconv.Itoa(o.GroupsPerStep),
-		"--lr", ftoa(o.LR), "--seed", strconv.Itoa(o.Seed), "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
-		"--loss", o.loss(), "--epochs", strconv.Itoa(o.Epochs), "--clip", ftoa(o.Clip), "--is-cap", ftoa(o.ISCap),
-		"--gamma", ftoa(o.Gamma), "--gae-lambda", ftoa(o.GAELambda), "--critic-lr", ftoa(o.CriticLR))
-	if err != nil {
-		return Summary{}, err
-	}
-	defer func() { _ = trainer.stop(10 * time.Second) }()
-	evaluator, err := startProc("evaluator", dir, penv, r.onLine, o.Python, "-m", "creditflow.learn.evaluate",
-		"--brokers", bs, "--policy-topic", t.Policy, "--init", init, "--env", o.World,
-		"--episodes", strconv.Itoa(o.EvalEpisodes), "--until-version", strconv.Itoa(o.Steps))
-	if err != nil {
-		return Summary{}, err
-	}
-	defer func() { _ = evaluator.stop(5 * time.Second) }()
-	startWorker := func(k, restart int) (*proc, error) {
-		return startProc(fmt.Sprintf("worker-%d", k), dir, penv, r.onLine, o.Python, "-m", "creditflow.learn.worker",
-			"--brokers", bs, "--topic", t.Trajectories, "--policy-topic", t.Policy, "--init", init, "--env", o.World,
-			"--run", fmt.Sprintf("s%d", o.Seed), "--worker", strconv.Itoa(k), "--workers", strconv.Itoa(o.Workers),
-			"--first-group", strconv.Itoa(restart*1_000_000), "--group-size", strconv.Itoa(o.GroupSize),
-			"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps-1), "--seed", strconv.Itoa(o.Seed),
-			"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64))
-	}
-	workers := make([]*proc, o.Workers)
-	for k := range workers {
-		if workers[k], err = startWorker(k, 0); err != nil {
-			return Summary{}, err
-		}
-	}
-	stopWorkers := func() {
-		for _, w := range workers {
-			if w != nil {
-				_ = w.stop(60 * time.Second)
-			}
-		}
-	}
-	defer stopWorkers()
-
-	sum = Summary{Method: o.Method, World: o.World, Seed: o.Seed, Settings: settingsOf(o), Commit: sourceCommit()}
-	var runErr error
-wait:
+// loop waits for the trainer to finish, applying the chaos option's kills
+// at the steps the trainer reports; it ends early when the processor stops
+// or ctx ends.
+func (r *run) loop(ctx context.Context, c *children, sum *Summary) error {
 	for {
 		select {
-		case <-trainer.done:
-			break wait
+		case <-c.trainer.done:
+			return nil
 		case step := <-r.stepCh:
-			if !o.Chaos {
+			if !r.o.Chaos {
 				continue
 			}
-			if sum.ProcessorKills == 0 && step >= max(1, o.Steps/3) {
-				r.log.Warn().Int("step", step).Msg("chaos: SIGKILL of the processor")
-				processor.kill()
-				procCPU += processor.cpuSeconds()
-				sum.ProcessorKills++
-				if processor, err = startProcessor(); err != nil {
-					runErr = err
-					break wait
-				}
+			if err := r.chaos(c, step, sum); err != nil {
+				return err
 			}
-			if sum.WorkerKills == 0 && step >= max(2, o.Steps/2) {
-				r.log.Warn().Int("step", step).Msg("chaos: SIGKILL of worker 0")
-				workers[0].kill()
-				sum.WorkerKills++
-				if workers[0], err = startWorker(0, 1); err != nil {
-					runErr = err
-					break wait
-				}
-			}
-		case <-processor.done:
-			runErr = fmt.Errorf("learn: the processor stopped: %v (see %s)", processor.err, filepath.Join(dir, "processor.log"))
-			break wait
+		case <-c.processor.done:
+			return fmt.Errorf("learn: the processor stopped: %v (see %s)", c.processor.err, filepath.Join(c.dir, "processor.log"))
 		case <-ctx.Done():
-			runErr = fmt.Errorf("learn: gave up after %v (trainer at step %d of %d)", o.Timeout, r.stepsDone(), o.Steps)
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				runErr = fmt.Errorf("learn: interrupted at trainer step %d of %d", r.stepsDone(), o.Steps)
+				return fmt.Errorf("learn: interrupted at trainer step %d of %d", r.stepsDone(), r.o.Steps)
 			}
-			break wait
+			return fmt.Errorf("learn: gave up after %v (trainer at step %d of %d)", r.o.Timeout, r.stepsDone(), r.o.Steps)
 		}
 	}
-	if runErr == nil && trainer.err != nil {
-		runErr = fmt.Errorf("learn: the trainer failed: %v (see %s)", trainer.err, filepath.Join(dir, "trainer.log"))
+}
+
+// chaos SIGKILLs and restarts the processor once a third of the steps are
+// done, and worker 0 (with fresh group numbers) once half are.
+func (r *run) chaos(c *children, step int, sum *Summary) error {
+	if sum.ProcessorKills == 0 && step >= max(1, r.o.Steps/3) {
+		r.log.Warn().Int("step", step).Msg("chaos: SIGKILL of the processor")
+		c.processor.kill()
+		c.procCPU += c.processor.cpuSeconds()
+		sum.ProcessorKills++
+		if err := c.startProcessor(); err != nil {
+			c.processor = nil // killed: nothing left to stop or count
+			return err
+		}
+	}
+	if sum.WorkerKills == 0 && step >= max(2, r.o.Steps/2) {
+		r.log.Warn().Int("step", step).Msg("chaos: SIGKILL of worker 0")
+		c.workers[0].kill()
+		sum.WorkerKills++
+		if err := c.startWorker(0, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// windDown ends the loop after the trainer: the trainer's own failure
+// becomes the run's error, the workers stop after their batch in flight is
+// acknowledged (the processor then works off what they published), and the
+// evaluator finishes the versions announced.
+func (r *run) windDown(ctx context.Context, c *children, runErr error) error {
+	if runErr == nil && c.trainer.err != nil {
+		runErr = fmt.Errorf("learn: the trainer failed: %v (see %s)", c.trainer.err, filepath.Join(c.dir, "trainer.log"))
 		if msg := r.trainerError(); msg != "" {
 			runErr = fmt.Errorf("learn: the trainer stopped: %s", msg)
 		}
 	}
-	// Drain: the workers stop after their batch in flight is acknowledged;
-	// the processor then works off what they published; the evaluator
-	// finishes the versions announced.
-	stopWorkers()
+	c.stopWorkers()
 	if runErr == nil {
 		select {
-		case <-evaluator.done:
-			if evaluator.err != nil {
-				runErr = fmt.Errorf("learn: the evaluator failed: %v (see %s)", evaluator.err, filepath.Join(dir, "evaluator.log"))
+		case <-c.evaluator.done:
+			if c.evaluator.err != nil {
+				runErr = fmt.Errorf("learn: the evaluator failed: %v (see %s)", c.evaluator.err, filepath.Join(c.dir, "evaluator.log"))
 			}
 		case <-ctx.Done():
-			runErr = fmt.Errorf("learn: gave up after %v waiting for the evaluation of the last versions", o.Timeout)
+			runErr = fmt.Errorf("learn: gave up after %v waiting for the evaluation of the last versions", r.o.Timeout)
 		}
 	}
-	sum.Seconds = time.Since(start).Seconds()
+	return runErr
+}
+
+// account finds every trajectory the workers published in the samples or
+// the stale topic (drain), stops the processor and completes the summary;
+// a lost trajectory is the run's error when it has none yet.
+func (r *run) account(c *children, brokers []string, sum *Summary, runErr error) error {
 	published := r.published()
 	sum.Trajectories = len(published)
 	found, stale, ferr := r.drain(context.Background(), brokers, published, time.Minute)
@@ -284,16 +276,12 @@ wait:
 			sum.Lost++
 		}
 	}
-	_ = processor.stop(30 * time.Second)
-	procCPU += processor.cpuSeconds()
-	r.fill(&sum, procCPU)
+	c.stopProcessor()
+	r.fill(sum, c.procCPU)
 	if runErr == nil && sum.Lost > 0 {
 		runErr = fmt.Errorf("learn: %d trajectories published by the workers are in neither the samples nor the stale topic", sum.Lost)
 	}
-	if o.Dir != "" {
-		r.log.Info().Str("dir", dir).Msg("run folder kept")
-	}
-	return sum, runErr
+	return runErr
 }
 
 // onLine handles one JSON line of a Python child.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/producers"
 )
@@ -48,8 +49,8 @@ func (e *benchEnv) readFloorRecords(ctx context.Context, topic string) ([]floorR
 				return errEnough // the rest of the partition is not read
 			}
 			m := producers.Message{Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers)}
-			info, chunk, err := producers.ParseChunk(r.Headers)
-			if err != nil || !chunk {
+			info, chunked, err := chunk.Parse(r.Headers)
+			if err != nil || !chunked {
 				per[i] = append(per[i], floorRecord{m})
 				return nil
 			}

@@ -101,9 +101,9 @@ const (
 // acknowledged yet: 4 MiB, about 40 search-QA groups. Working through a
 // backlog (a restart, a replay, the bench) the stage builds samples faster
 // than a producer writes them, so the bound is then full; a
-// sample's buffer is reused once acknowledged, and with 512 groups in flight
-// (the bound before it) a partition wrote its first ≈ 2,500 samples into new
-// memory, which cost about 30% more CPU per record on a 2,000-record run. At 50 ms per
+// sample's buffer is reused once acknowledged, and a bound by bytes keeps a
+// partition encoding into buffers it already has rather than new memory
+// (docs/performance-passes.md measures the difference). At 50 ms per
 // acknowledgement it still lets a partition write 80 MB/s. Whatever their
 // size, minUnackedGroups groups may be in flight: one 128k-token group's
 // samples take about 8.5 MB, and one at a time starved the producer.

@@ -104,10 +104,10 @@ func WithRequestTimeout(d time.Duration) Option {
 }
 
 // DefaultTokenBudget is the tokens (rows' context plus target, as the
-// server's limit counts them) of a coalesced request. At 32,768 a
-// search-QA request carried about 8 trajectories (≈ 3,900 row tokens each)
-// and the per-request cost of HTTP on both ends was the largest part of the
-// score stage's client cost; 65,536 halves the requests. A pod that shares
+// server's limit counts them) of a coalesced request: about 16 search-QA
+// trajectories (≈ 3,900 row tokens each), enough that the per-request cost
+// of HTTP on both ends is not the largest part of the score stage's client
+// cost (docs/performance-passes.md measures 32,768 against it). A pod that shares
 // prefixes forwards well under the budget's count for LAPO rows (1.6x
 // fewer tokens on the search-QA shape in the pod's cfpod.bench).
 const DefaultTokenBudget = 65536

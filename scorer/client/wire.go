@@ -130,8 +130,8 @@ type answer struct {
 // it back with release once decoded). A body that states its length is
 // read into a buffer of that size at once rather than one grown as it
 // arrives: an attention answer is ≈ 86 KB per job of six 30-step layers,
-// and growing (and zeroing) a fresh buffer for it was the largest cost of
-// the AttnSR score stage's client.
+// and growing (and zeroing) a fresh buffer for it would be the largest cost
+// of the AttnSR score stage's client (docs/performance-passes.md).
 func (c *Client) readAnswer(body io.Reader, length int64) (*[]byte, error) {
 	data, _ := c.answers.Get().(*[]byte)
 	if data == nil {
