@@ -140,11 +140,9 @@ func (p *partition) acked(k ack) {
 	if e.writes--; e.writes > 0 {
 		return // more of the group's samples are in flight
 	}
-	if e.ev != nil {
-		p.ledger.Ack(e.ev)
-	}
+	p.core.Ack(e.ev)
 	for _, o := range e.offsets {
-		p.ledger.Done(o)
+		p.core.Done(o)
 	}
 	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(e.started).Seconds())
 }
@@ -157,10 +155,10 @@ const snapshotRefresh = time.Minute
 // checkpoint writes the partition snapshot (when it changed, or when the
 // last write is older than snapshotRefresh) and then commits.
 func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc) {
-	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.ledger.Pending()))
-	snap := p.ledger.Snapshot(p.groups.Closed())
+	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.core.Pending()))
+	snap := p.core.Snapshot()
 	p.a.mu.Lock()
-	p.a.positions[p.claim.Partition] = Position{Next: p.next, Committable: snap.NextOffset, OpenGroups: p.groups.Open(), InFlight: len(p.sem)}
+	p.a.positions[p.claim.Partition] = Position{Next: p.core.Next(), Committable: snap.NextOffset, OpenGroups: p.core.Open(), InFlight: len(p.sem)}
 	p.a.mu.Unlock()
 	b, err := snap.Marshal()
 	if err != nil {

@@ -22,12 +22,13 @@ import (
 // before; a failed write leaves it unsettled for the next owner.
 func TestEmissionSettlesOnItsLastWrite(t *testing.T) {
 	for _, failed := range []bool{false, true} {
-		ledger, _ := state.NewLedger("scored", 0, 0, nil)
-		p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}}, ledger: ledger}
+		core, _ := state.NewStream[entry, *finalized]("scored", 0, 0, nil, state.DefaultWindow(), nil)
+		p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}}, core: core}
 		for o := int64(0); o < 3; o++ {
-			ledger.Read(o, 0)
+			core.Reject(o) // in flight, its outputs written by the test
 		}
-		ev := ledger.Close(state.CloseEvent{Offset: 2, PromptID: "p", Finalized: true}, false)
+		ev := &state.CloseEvent{Offset: 2, PromptID: "p", Finalized: true}
+		ledger := core
 		e := &emission{ev: ev, offsets: []int64{0, 1, 2}, started: time.Now(), writes: 3}
 		for i := 0; i < 3; i++ {
 			if got := ledger.Committable(); got != 0 {
@@ -68,12 +69,12 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	ledger, _ := state.NewLedger("scored", 0, 0, nil)
+	ledger, _ := state.NewStream[entry, *finalized]("scored", 0, 0, nil, state.DefaultWindow(), nil)
 	p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}, prod: prod},
-		ledger: ledger, log: zerolog.Nop(), acks: make(chan ack, 1024), sem: make(chan struct{}, 512),
+		core: ledger, log: zerolog.Nop(), acks: make(chan ack, 1024), sem: make(chan struct{}, 512),
 		unacked: newWindow(64<<20, 1), claimCtx: ctx, emitCtx: ctx}
 	send := func(o int64, size int) {
-		ledger.Read(o, 0)
+		ledger.Reject(o) // in flight, its output written by the test
 		e := &emission{offsets: []int64{o}, started: time.Now()}
 		p.send([]producers.Message{{Topic: "out", Key: []byte("k"), Value: bytes.Repeat([]byte{byte(o)}, size)}}, e, false)
 	}

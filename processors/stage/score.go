@@ -47,6 +47,8 @@ type ScoreStage struct {
 	trajectories schemas.Codec[schemas.Trajectory]
 	groupRef
 	scorerState *scorerState
+	// scoring is what the credit method asks the scorer for (credit.Lookup).
+	scoring credit.Scoring
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
@@ -73,10 +75,13 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 			return nil, fmt.Errorf("score stage: layer %d outside the scorer model's %d layers", l, info.Layers)
 		}
 	}
-	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == "lapo" && cfg.Direction == Backward {
+	method, _ := credit.Lookup(cfg.Credit.Method) // Check found it
+	s.scoring = method.Scoring
+	rows := method.Scoring == credit.ScoreRows
+	if len(info.PlaceholderIDs) == 0 && rows && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
-	if stat := cfg.LAPOStatistic; cfg.Credit.Method == "lapo" && !scorer.IsLogProb(stat) && !info.HasFeature(scorer.FeatureStatistics) {
+	if stat := cfg.LAPOStatistic; rows && !scorer.IsLogProb(stat) && !info.HasFeature(scorer.FeatureStatistics) {
 		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
 	}
 	return s, nil
@@ -427,8 +432,8 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		Trajectory: *t, Method: s.cfg.Credit.Method, Turns: make([]schemas.TurnScore, len(t.Turns)),
 		ScorerModel: s.info.Name, ScorerPolicyVersion: s.currentPolicyVersion(), ScoredAtMs: time.Now().UnixMilli(),
 	}
-	switch s.cfg.Credit.Method {
-	case "attnsr":
+	switch s.scoring {
+	case credit.ScoreAttention:
 		job := scoring.AttentionJob(t, s.layers)
 		var graphs []schemas.LowerGraph
 		version := int64(-1)
@@ -444,7 +449,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 			sc.ScorerPolicyVersion = version
 		}
 		sc.Graphs = graphs
-	default:
+	case credit.ScoreRows:
 		sc.Direction = schemas.DirectionLabel(s.cfg.Direction, s.cfg.LAPOStatistic)
 		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {
