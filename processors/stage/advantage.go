@@ -11,6 +11,7 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/stage/samples"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/state"
@@ -138,8 +139,8 @@ type partition struct {
 	heldBytes    int // record bytes of the open members (entry.held)
 	lastSnap     []byte
 	lastSnapAt   time.Time
-	scratch      sampleScratch // the arrays of the sample being built (writeSamples)
-	queued       []queuedSend  // sends not yet handed to the producer (send, flush)
+	scratch      samples.Scratch // the arrays of the sample being built (writeSamples)
+	queued       []queuedSend    // sends not yet handed to the producer (send, flush)
 	queuedBytes  int
 }
 
@@ -233,4 +234,3 @@ drain:
 	log.Info().Int("open_groups", p.core.Open()).Int("pending", p.core.Pending()).Msg("partition released")
 	return nil
 }
-

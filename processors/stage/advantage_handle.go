@@ -10,6 +10,7 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/processors/stage/samples"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/state"
@@ -50,7 +51,7 @@ func (p *partition) decode(rec consumers.Record) (*schemas.Scored, error) {
 	if err := schemas.ValidateScored(sc, lim); err != nil {
 		return nil, err
 	}
-	if err := credit.ValidateMember(member(sc), p.a.cfg.Credit); err != nil {
+	if err := credit.ValidateMember(samples.Member(sc), p.a.cfg.Credit); err != nil {
 		return nil, err
 	}
 	return sc, nil
@@ -161,7 +162,7 @@ func (p *partition) compute(g *state.Group[entry], partial bool, ema *credit.EMA
 				return f, 0, err
 			}
 		}
-		f.cms[i] = member(f.scs[i])
+		f.cms[i] = samples.Member(f.scs[i])
 	}
 	// Every member passed credit.ValidateMember when it arrived (decode).
 	results, err := credit.ComputeValidatedGroup(f.cms, partial, p.a.cfg.Credit, ema)
@@ -199,7 +200,7 @@ func (p *partition) writeSamples(d state.Decision[entry, *finalized]) {
 	// groups (docs/trainers.md, "Several trainers in one consumer group").
 	key := []byte(g.PromptID)
 	for i, r := range f.results {
-		smp := sample(f.scs[i], f.cms[i], r, cfg.Credit, &p.scratch)
+		smp := samples.Build(f.scs[i], f.cms[i], r, cfg.Credit, &p.scratch)
 		b, err := encodeSample(p.a.buffers.get(), &smp)
 		if err != nil {
 			// Never lost: the member's scored record goes to the dead-letter topic
