@@ -2,9 +2,12 @@
 // Lines, without Kafka: `creditflow compute` (docs/offline.md).
 //
 // Guarantees:
-//   - The numbers are those of credit.ComputeGroup, the function the
-//     streaming advantage stage calls, so an offline run over the same
-//     scored trajectories gives the same advantages as the stream.
+//   - Groups are formed and closed by state.Partition, the core the
+//     streaming advantage stage runs, without a window; the numbers are
+//     those of credit.ComputeGroup with the registered method
+//     (credit.Register), the computation the stream runs, so an offline run
+//     over the same scored trajectories gives the same advantages as the
+//     stream.
 //   - Output order is deterministic: groups in finalization order (a group
 //     is finalized when its group_size-th distinct member is read; groups
 //     still open at end of input are finalized as partial in the order their
