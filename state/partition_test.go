@@ -184,7 +184,7 @@ func TestBatchPartition(t *testing.T) {
 		size   int
 		m      Member[float64]
 	}{
-		{"b", 3, member("b0", 1, 0, 1)}, {"a", 2, member("a0", 2, 0, 1)}, {"c", 2, member("c0", 3, 1 << 60, 1)},
+		{"b", 3, member("b0", 1, 0, 1)}, {"a", 2, member("a0", 2, 0, 1)}, {"c", 2, member("c0", 3, 1<<60, 1)},
 		{"a", 2, member("a1", 4, 0, 1)}, {"a", 2, member("a2", 5, 0, 1)}, {"c", 3, member("c1", 6, 0, 1)},
 	} {
 		got = append(got, trace(p.Handle(r.prompt, r.size, r.m))...)

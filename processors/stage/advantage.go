@@ -44,6 +44,7 @@ type AdvantageStage struct {
 	// with its decoded value until its group closes, so the bytes outlive
 	// every use of the arrays, and nothing here writes into them.
 	scored schemas.Codec[schemas.Scored]
+	method credit.Method // the configured credit method (credit.Lookup)
 	groupRef
 }
 
@@ -72,11 +73,12 @@ func NewAdvantageStage(cfg Config, prod *producers.Producer) (*AdvantageStage, e
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	cfg.Metrics.forMethod(cfg.Credit.Method)
+	method, _ := credit.Lookup(cfg.Credit.Method) // Check found it
+	cfg.Metrics.forMethod(method)
 	cfg.Metrics.unwritable.WithLabelValues("advantage") // exported at 0 from the start
 	return &AdvantageStage{cfg: cfg, prod: prod, log: cfg.Logger.With().Str("stage", "advantage").Logger(), groupRef: newGroupRef(),
 		positions: map[int]Position{}, buffers: newBufferPool(outputBufferBytes),
-		scored: schemas.ScoredRecords(schemas.WithSharedInput())}, nil
+		scored: schemas.ScoredRecords(schemas.WithSharedInput()), method: method}, nil
 }
 
 // Run consumes until ctx ends.
@@ -124,7 +126,6 @@ type partition struct {
 	claim    consumers.Claim
 	log      zerolog.Logger
 	core     *state.Partition[entry, *finalized]
-	method   credit.Method
 	baseline interface{ Set(float64) }
 
 	acks         chan ack
@@ -151,9 +152,8 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	if err != nil {
 		return err
 	}
-	method, _ := credit.Lookup(a.cfg.Credit.Method) // Check found it
 	p := &partition{
-		a: a, claim: claim, log: log, method: method,
+		a: a, claim: claim, log: log,
 		acks:     make(chan ack, 1024),
 		sem:      make(chan struct{}, 512),
 		unacked:  newWindow(a.cfg.MaxUnackedBytes, minUnackedGroups),
@@ -163,7 +163,7 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	}
 	var resume int64
 	p.core, resume = state.NewStream(claim.Topic, claim.Partition, claim.StartOffset, snap, a.cfg.Window, p.compute)
-	if method.Baseline {
+	if a.method.Baseline {
 		part := strconv.Itoa(claim.Partition)
 		p.baseline = a.cfg.Metrics.attnBaseline.WithLabelValues(part)
 		// The partition may move to another member, which exports its

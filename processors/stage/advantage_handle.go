@@ -226,7 +226,7 @@ func (p *partition) writeSamples(d state.Decision[entry, *finalized]) {
 		}
 	}
 	p.a.signals(f.scs, f.results, route.announced)
-	if ema := d.Close.EMAAfter; p.method.Baseline && ema.Count > 0 {
+	if ema := d.Close.EMAAfter; p.a.method.Baseline && ema.Count > 0 {
 		p.baseline.Set(ema.Value)
 	}
 	p.send(msgs, e, true)

@@ -56,7 +56,8 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	cfg.Metrics.forMethod(cfg.Credit.Method)
+	method, _ := credit.Lookup(cfg.Credit.Method) // Check found it
+	cfg.Metrics.forMethod(method)
 	cfg.Metrics.unwritable.WithLabelValues("score") // exported at 0 from the start
 	info, err := src.Info(ctx)
 	if err != nil {
@@ -75,7 +76,6 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 			return nil, fmt.Errorf("score stage: layer %d outside the scorer model's %d layers", l, info.Layers)
 		}
 	}
-	method, _ := credit.Lookup(cfg.Credit.Method) // Check found it
 	s.scoring = method.Scoring
 	rows := method.Scoring == credit.ScoreRows
 	if len(info.PlaceholderIDs) == 0 && rows && cfg.Direction == Backward {
