@@ -7,12 +7,12 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	if got := Methods()[:2]; !reflect.DeepEqual(got, []string{MethodLAPO, MethodAttnSR}) {
+	if got := Methods()[:2]; !reflect.DeepEqual(got, []string{string(MethodLAPO), string(MethodAttnSR)}) {
 		t.Fatalf("built-in methods %v, want lapo then attnsr", got)
 	}
-	for name, scoring := range map[string]Scoring{MethodLAPO: ScoreRows, MethodAttnSR: ScoreAttention} {
+	for name, scoring := range map[string]Scoring{string(MethodLAPO): ScoreRows, string(MethodAttnSR): ScoreAttention} {
 		m, ok := Lookup(name)
-		if !ok || m.Scoring != scoring || m.Baseline != (name == MethodAttnSR) {
+		if !ok || m.Scoring != scoring || m.Baseline != (name == string(MethodAttnSR)) {
 			t.Fatalf("%s: %+v, %v", name, m, ok)
 		}
 	}

@@ -109,7 +109,7 @@ func (m *Metrics) forMethod(method credit.Method) {
 	m.once.Lock()
 	defer m.once.Unlock()
 	if m.registered == nil {
-		m.registered = map[string]bool{}
+		m.registered = make(map[string]bool, 3)
 	}
 	register := func(kind string, cs ...prometheus.Collector) {
 		if !m.registered[kind] {

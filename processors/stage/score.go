@@ -81,7 +81,7 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 	if len(info.PlaceholderIDs) == 0 && rows && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
-	if stat := cfg.LAPOStatistic; rows && !scorer.IsLogProb(stat) && !info.HasFeature(scorer.FeatureStatistics) {
+	if stat := cfg.LAPOStatistic; rows && !scorer.IsLogProb(string(stat)) && !info.HasFeature(scorer.FeatureStatistics) {
 		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
 	}
 	return s, nil
@@ -429,7 +429,7 @@ func (s *ScoreStage) currentPolicyVersion() int64 {
 // score runs the method's scorer calls, retrying transient failures while ctx lasts.
 func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas.Scored, error) {
 	sc := &schemas.Scored{
-		Trajectory: *t, Method: s.cfg.Credit.Method, Turns: make([]schemas.TurnScore, len(t.Turns)),
+		Trajectory: *t, Method: string(s.cfg.Credit.Method), Turns: make([]schemas.TurnScore, len(t.Turns)),
 		ScorerModel: s.info.Name, ScorerPolicyVersion: s.currentPolicyVersion(), ScoredAtMs: time.Now().UnixMilli(),
 	}
 	switch s.scoring {
@@ -450,7 +450,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		}
 		sc.Graphs = graphs
 	case credit.ScoreRows:
-		sc.Direction = schemas.DirectionLabel(s.cfg.Direction, s.cfg.LAPOStatistic)
+		sc.Direction = schemas.DirectionLabel(string(s.cfg.Direction), string(s.cfg.LAPOStatistic))
 		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {
 			return nil, err

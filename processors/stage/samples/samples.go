@@ -100,7 +100,7 @@ func Build(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Confi
 		SampleIndex:      t.SampleIndex,
 		PolicyVersion:    t.PolicyVersion,
 		CreatedAtMs:      t.CreatedAtMs,
-		Method:           cfg.Method,
+		Method:           string(cfg.Method),
 		Output:           "advantages",
 		Partial:          r.Partial,
 		Reward:           r.Reward,
