@@ -118,31 +118,18 @@ type emission struct {
 }
 
 // partition is the advantage stage's I/O around the core of one claimed
-// partition (state.Partition: its groups, ledger and EMA baseline): what
-// is in flight to the producer, the decoded window, the snapshot last
-// written.
+// partition (state.Partition: its groups, ledger and EMA baseline).
 type partition struct {
 	a        *AdvantageStage
 	claim    consumers.Claim
 	log      zerolog.Logger
 	core     *state.Partition[entry, *finalized]
 	baseline interface{ Set(float64) }
-
-	acks         chan ack
-	sem          chan struct{}
-	unacked      *window         // encoded bytes handed to the producer, not yet acknowledged
-	claimCtx     context.Context // ends when the partition is released
-	emitCtx      context.Context
-	lastRead     time.Time // processing time of the last record
-	snapKey      string
-	decoded      []decodedRef // members holding a decoded record, oldest first
-	decodedBytes int
-	heldBytes    int // record bytes of the open members (entry.held)
-	lastSnap     []byte
-	lastSnapAt   time.Time
-	scratch      samples.Scratch // the arrays of the sample being built (writeSamples)
-	queued       []queuedSend    // sends not yet handed to the producer (send, flush)
-	queuedBytes  int
+	lastRead time.Time       // processing time of the last record (idle)
+	out      output          // samples and dead letters on their way to the broker (advantage_output.go)
+	window   decodedWindow   // open members' bytes and decoded records (decoded.go)
+	snap     snapshotMark    // the snapshot last written (checkpoint)
+	scratch  samples.Scratch // the arrays of the sample being built (writeSamples)
 }
 
 func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commit consumers.CommitFunc) error {
@@ -153,13 +140,8 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 		return err
 	}
 	p := &partition{
-		a: a, claim: claim, log: log,
-		acks:     make(chan ack, 1024),
-		sem:      make(chan struct{}, 512),
-		unacked:  newWindow(a.cfg.MaxUnackedBytes, minUnackedGroups),
-		lastRead: time.Now(),
-		snapKey:  key,
-		baseline: nopGauge{},
+		a: a, claim: claim, log: log, lastRead: time.Now(), baseline: nopGauge{}, snap: snapshotMark{key: key},
+		out: output{acks: make(chan ack, 1024), sem: make(chan struct{}, 512), unacked: newWindow(a.cfg.MaxUnackedBytes, minUnackedGroups)},
 	}
 	var resume int64
 	p.core, resume = state.NewStream(claim.Topic, claim.Partition, claim.StartOffset, snap, a.cfg.Window, p.compute)
@@ -172,8 +154,8 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	}
 	emitCtx, cancelEmit := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEmit()
-	p.emitCtx = emitCtx
-	p.claimCtx = ctx
+	p.out.emitCtx = emitCtx
+	p.out.claimCtx = ctx
 	ema := p.core.EMA()
 	if snap != nil {
 		log.Info().Int64("resume", resume).Float64("ema", ema.Value).Int64("ema_batches", ema.Count).
@@ -205,7 +187,7 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 				continue // covered by the snapshot
 			}
 			p.handle(rec)
-		case k := <-p.acks:
+		case k := <-p.out.acks:
 			p.acked(k)
 		case <-ticker.C:
 			p.idle()
@@ -219,16 +201,16 @@ func (a *AdvantageStage) claim(ctx context.Context, claim consumers.Claim, commi
 	p.flush()
 	deadline := time.After(5 * time.Second)
 drain:
-	for len(p.sem) > 0 {
+	for len(p.out.sem) > 0 {
 		select {
-		case k := <-p.acks:
+		case k := <-p.out.acks:
 			p.acked(k)
 		case <-deadline:
 			break drain
 		}
 	}
-	for len(p.acks) > 0 {
-		p.acked(<-p.acks)
+	for len(p.out.acks) > 0 {
+		p.acked(<-p.out.acks)
 	}
 	p.checkpoint(context.Background(), commit)
 	log.Info().Int("open_groups", p.core.Open()).Int("pending", p.core.Pending()).Msg("partition released")

@@ -92,7 +92,7 @@ func (p *partition) act(d state.Decision[entry, *finalized]) {
 		i := len(d.Group.Members) - 1
 		d.Group.Members[i].Value.held = true
 		n := len(d.Member.Value.rec.Value)
-		p.heldBytes += n
+		p.window.held += n
 		p.keepDecoded(decodedRef{g: d.Group, i: i, offset: d.Member.Offset, n: n})
 	case state.DuplicateMember:
 		m.duplicates.Inc()

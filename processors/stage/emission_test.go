@@ -71,8 +71,8 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 	defer prod.Close()
 	ledger, _ := state.NewStream[entry, *finalized]("scored", 0, 0, nil, state.DefaultWindow(), nil)
 	p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}, prod: prod},
-		core: ledger, log: zerolog.Nop(), acks: make(chan ack, 1024), sem: make(chan struct{}, 512),
-		unacked: newWindow(64<<20, 1), claimCtx: ctx, emitCtx: ctx}
+		core: ledger, log: zerolog.Nop(),
+		out: output{acks: make(chan ack, 1024), sem: make(chan struct{}, 512), unacked: newWindow(64<<20, 1), claimCtx: ctx, emitCtx: ctx}}
 	send := func(o int64, size int) {
 		ledger.Reject(o) // in flight, its output written by the test
 		e := &emission{offsets: []int64{o}, started: time.Now()}
@@ -82,7 +82,7 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 		t.Helper()
 		for i := 0; i < n; i++ {
 			select {
-			case k := <-p.acks:
+			case k := <-p.out.acks:
 				if k.err != nil {
 					t.Fatal(k.err)
 				}
@@ -98,12 +98,12 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 		send(o, 100)
 		p.flushIdle(waiting) // a record waits: keep queueing
 	}
-	if len(p.queued) != 3 || len(p.sem) != 0 || ledger.Committable() != 0 {
-		t.Fatalf("with a record waiting: %d queued, %d writes in flight, committable %d; want 3, 0, 0", len(p.queued), len(p.sem), ledger.Committable())
+	if len(p.out.queued) != 3 || len(p.out.sem) != 0 || ledger.Committable() != 0 {
+		t.Fatalf("with a record waiting: %d queued, %d writes in flight, committable %d; want 3, 0, 0", len(p.out.queued), len(p.out.sem), ledger.Committable())
 	}
 	p.flushIdle(make(chan consumers.Record)) // none waits: one write for the three
-	if len(p.queued) != 0 {
-		t.Fatalf("%d sends still queued with no record waiting", len(p.queued))
+	if len(p.out.queued) != 0 {
+		t.Fatalf("%d sends still queued with no record waiting", len(p.out.queued))
 	}
 	settle(3)
 	if got := ledger.Committable(); got != 3 {
@@ -112,15 +112,15 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 	// A large sample's send goes at once, and so do the sends that filled the queue.
 	send(3, 10)
 	send(4, emitEachBytes)
-	if len(p.queued) != 0 {
-		t.Fatalf("a large send left %d sends queued", len(p.queued))
+	if len(p.out.queued) != 0 {
+		t.Fatalf("a large send left %d sends queued", len(p.out.queued))
 	}
 	settle(2) // (two writes in flight at once may reach the broker in either order)
 	for o := int64(5); o < 5+coalesceSends; o++ {
 		send(o, 10)
 	}
-	if len(p.queued) != 0 {
-		t.Fatalf("%d sends queued past the bound of %d", len(p.queued), coalesceSends)
+	if len(p.out.queued) != 0 {
+		t.Fatalf("%d sends queued past the bound of %d", len(p.out.queued), coalesceSends)
 	}
 	settle(coalesceSends)
 	if got, want := ledger.Committable(), int64(5+coalesceSends); got != want {
