@@ -28,6 +28,11 @@ type Limits struct {
 	// EligibleKinds are the turn kinds LAPO scores (docs/method.md §2.1; default
 	// "search"). Validation accepts the four standard kinds plus these.
 	EligibleKinds []string
+	// Method, when set, is one more method name a scored record may carry
+	// besides lapo and attnsr: the credit method the reading stage computes
+	// (one registered with processors/credit). Such a record's turn scores
+	// are empty or one per turn; the method's own checks are its own.
+	Method string
 }
 
 // Default limits.
@@ -318,7 +323,12 @@ func ValidateScored(s *Scored, lim Limits) error {
 			return invalid(ReasonInvalid, "scored %s: attnsr record with %d steps has no step graphs", id, k)
 		}
 	default:
-		return invalid(ReasonInvalid, "scored %s: method %q must be lapo or attnsr", id, s.Method)
+		if s.Method == "" || s.Method != lim.Method {
+			return invalid(ReasonInvalid, "scored %s: method %q must be lapo or attnsr", id, s.Method)
+		}
+		if len(s.Turns) != 0 && len(s.Turns) != k {
+			return invalid(ReasonInvalid, "scored %s: %d turn scores for %d turns", id, len(s.Turns), k)
+		}
 	}
 	for i, ts := range s.Turns {
 		for _, v := range []struct {

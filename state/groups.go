@@ -189,6 +189,20 @@ func (g *Groups[T]) Add(promptID string, groupSize int, m Member[T]) (Verdict, *
 	return Added, grp
 }
 
+// CloseAll closes every open group and returns them ordered by their first
+// member's offset (the end of a finite input: `creditflow compute`).
+func (g *Groups[T]) CloseAll() []*Group[T] {
+	out := make([]*Group[T], 0, len(g.open))
+	for _, grp := range g.open {
+		out = append(out, grp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].FirstOffset < out[j].FirstOffset })
+	for _, grp := range out {
+		g.close(grp)
+	}
+	return out
+}
+
 // IsClosed reports whether promptID is remembered as closed.
 func (g *Groups[T]) IsClosed(promptID string) bool { _, ok := g.closed[promptID]; return ok }
 

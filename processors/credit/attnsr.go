@@ -323,11 +323,11 @@ func ReweightedAdvantage(aOut, alpha, wTilde float64) float64 {
 }
 
 // EMA is the AttnSR outcome baseline R̄_t and t, the number of batches seen
-// (§3.3). The zero value is "no batch yet". It is state: persist it with the
-// rest of the processor state.
+// (§3.3). The zero value is "no batch yet". It is state: the partition
+// snapshot of the advantage stage persists it as it is (package state).
 type EMA struct {
-	Value float64
-	Count int64
+	Value float64 `json:"value"`
+	Count int64   `json:"count"`
 }
 
 // Update folds in the mean outcome M_t of the next batch and returns the

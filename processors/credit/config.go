@@ -27,7 +27,7 @@ const (
 // DefaultConfig (every default of docs/method.md) and change what you need; the zero
 // value is not a usable configuration (Validate rejects it).
 type Config struct {
-	// Method is MethodLAPO or MethodAttnSR.
+	// Method is a registered method's name (Register): MethodLAPO, MethodAttnSR, ….
 	Method vocab.Method
 
 	// EpsR is ε_R of the outcome advantage (docs/method.md §1). Default 1e-6.
@@ -137,10 +137,8 @@ func (c Config) Validate() error {
 		}
 		return nil
 	}
-	switch c.Method {
-	case MethodLAPO, MethodAttnSR:
-	default:
-		return fmt.Errorf("credit: method %q is unknown; use %q or %q", c.Method, MethodLAPO, MethodAttnSR)
+	if err := checkMethod(c.Method); err != nil {
+		return err
 	}
 	switch c.Output {
 	case OutputGRPO, OutputPPO:

@@ -2,6 +2,12 @@
 // trajectories into per-turn and per-token advantages with LAPO (docs/method.md §2)
 // or AttnSR (docs/method.md §3). It does no I/O and knows nothing of Kafka.
 //
+// Credit methods are registered by name (Register, Lookup): what the score
+// stage asks the scorer for, the method's member checks and its group
+// computation. LAPO and AttnSR are registered in registry.go; a new method
+// is one file with one Register call (docs/method.md, "Adding a credit
+// method"). Config.Validate accepts the registered names.
+//
 // Guarantees:
 //   - Pure and deterministic: the same members, configuration and EMA state
 //     give the same results, bit for bit. The offline `creditflow compute`

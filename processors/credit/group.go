@@ -111,36 +111,45 @@ func ValidateMember(m Member, cfg Config) error {
 	} else if len(m.GoldAnswers) == 0 {
 		return fmt.Errorf("credit: trajectory %q has neither a reward nor gold answers to score pred_answer against", id)
 	}
-	if cfg.Method == MethodAttnSR {
-		k := len(m.Turns)
-		if k >= 2 && len(m.Attention) == 0 {
-			return fmt.Errorf("credit: trajectory %q: attnsr needs step graphs for its %d steps, got none; run the attention scorer first", id, k)
-		}
-		for i, lg := range m.Attention {
-			mats := []struct {
-				name string
-				mat  [][]float64
-			}{{"aa", lg.AA}, {"ao", lg.AO}}
-			if lg.Sum != nil {
-				if lg.AA != nil || lg.AO != nil {
-					return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): sum together with aa or ao; a graph holds either the pair or their sum", id, i, lg.Layer)
-				}
-				mats = mats[:1]
-				mats[0].name, mats[0].mat = "sum", lg.Sum
+	if method, ok := Lookup(cfg.Method); ok && method.Validate != nil {
+		return method.Validate(m, cfg)
+	}
+	return nil
+}
+
+// validateAttention is AttnSR's member check: step graphs for K >= 2
+// steps, each layer K rows of K entries (or the j left of the diagonal),
+// pairs or their sum, entries below the diagonal finite and >= 0.
+func validateAttention(m Member, cfg Config) error {
+	id := m.TrajectoryID
+	k := len(m.Turns)
+	if k >= 2 && len(m.Attention) == 0 {
+		return fmt.Errorf("credit: trajectory %q: attnsr needs step graphs for its %d steps, got none; run the attention scorer first", id, k)
+	}
+	for i, lg := range m.Attention {
+		mats := []struct {
+			name string
+			mat  [][]float64
+		}{{"aa", lg.AA}, {"ao", lg.AO}}
+		if lg.Sum != nil {
+			if lg.AA != nil || lg.AO != nil {
+				return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): sum together with aa or ao; a graph holds either the pair or their sum", id, i, lg.Layer)
 			}
-			for _, nm := range mats {
-				name, mat := nm.name, nm.mat
-				if len(mat) != k {
-					return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s has %d rows, want K = %d (one per turn)", id, i, lg.Layer, name, len(mat), k)
+			mats = mats[:1]
+			mats[0].name, mats[0].mat = "sum", lg.Sum
+		}
+		for _, nm := range mats {
+			name, mat := nm.name, nm.mat
+			if len(mat) != k {
+				return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s has %d rows, want K = %d (one per turn)", id, i, lg.Layer, name, len(mat), k)
+			}
+			for j, row := range mat {
+				if len(row) != k && len(row) != j {
+					return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s row %d has %d entries, want K = %d (or the %d left of the diagonal)", id, i, lg.Layer, name, j, len(row), k, j)
 				}
-				for j, row := range mat {
-					if len(row) != k && len(row) != j {
-						return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s row %d has %d entries, want K = %d (or the %d left of the diagonal)", id, i, lg.Layer, name, j, len(row), k, j)
-					}
-					for c := 0; c < j; c++ {
-						if v := row[c]; !(v >= 0 && v <= math.MaxFloat64) { // NaN, ±Inf and negatives fail; one test per entry
-							return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s[%d][%d] = %v is not a finite attention mass >= 0", id, i, lg.Layer, name, j, c, v)
-						}
+				for c := 0; c < j; c++ {
+					if v := row[c]; !(v >= 0 && v <= math.MaxFloat64) { // NaN, ±Inf and negatives fail; one test per entry
+						return fmt.Errorf("credit: trajectory %q attention[%d] (layer %d): %s[%d][%d] = %v is not a finite attention mass >= 0", id, i, lg.Layer, name, j, c, v)
 					}
 				}
 			}
@@ -202,8 +211,9 @@ func computeGroup(members []Member, partial bool, cfg Config, ema *EMA, validate
 		}
 		seen[m.TrajectoryID] = true
 	}
-	if cfg.Method == MethodAttnSR && ema == nil {
-		return nil, fmt.Errorf("credit: attnsr needs the EMA baseline state; pass a non-nil *EMA")
+	method, _ := Lookup(cfg.Method) // Validate found it
+	if method.Baseline && ema == nil {
+		return nil, fmt.Errorf("credit: %s needs the EMA baseline state; pass a non-nil *EMA", cfg.Method)
 	}
 	order := make([]int, len(members)) // order[k]: input index of the k-th member in canonical order
 	for i := range order {
@@ -214,7 +224,7 @@ func computeGroup(members []Member, partial bool, cfg Config, ema *EMA, validate
 	for k, i := range order {
 		canon[k] = members[i]
 	}
-	res := computeCanonical(canon, partial, cfg, ema)
+	res := computeCanonical(canon, partial, cfg, method, ema)
 	out := make([]Result, len(members))
 	for k, i := range order {
 		out[i] = res[k]
@@ -222,9 +232,9 @@ func computeGroup(members []Member, partial bool, cfg Config, ema *EMA, validate
 	return out, nil
 }
 
-// computeCanonical is ComputeGroup on validated members in canonical order.
-func computeCanonical(members []Member, partial bool, cfg Config, ema *EMA) []Result {
-
+// computeCanonical is ComputeGroup on validated members in canonical order:
+// §1 for every method, then the method's own group computation.
+func computeCanonical(members []Member, partial bool, cfg Config, method Method, ema *EMA) []Result {
 	rewards := make([]float64, len(members))
 	goldWords := map[string][]string{} // the group's gold answers, normalized once
 	for i, m := range members {
@@ -243,16 +253,12 @@ func computeCanonical(members []Member, partial bool, cfg Config, ema *EMA) []Re
 			Turns:            make([]TurnResult, len(m.Turns)),
 		}
 	}
-	if cfg.Method == MethodLAPO {
-		lapoGroup(members, results, cfg)
-	} else {
-		attnsrGroup(members, results, cfg, ema)
-	}
+	method.Group(members, results, cfg, ema)
 	return results
 }
 
 // lapoGroup is docs/method.md §2.2 over the group's eligible (trajectory, turn) pairs.
-func lapoGroup(members []Member, results []Result, cfg Config) {
+func lapoGroup(members []Member, results []Result, cfg Config, _ *EMA) {
 	type ref struct{ i, t int }
 	var refs []ref
 	var deltas []float64
@@ -375,7 +381,8 @@ func (b *TokenBuffers) TokenArrays(m Member, r Result, cfg Config) (adv []float6
 	n := TokenLength(m)
 	b.mask = zeroed(b.mask, n)
 	mask = b.mask
-	ppo := cfg.Method == MethodAttnSR && cfg.Output == OutputPPO
+	method, _ := Lookup(cfg.Method)
+	ppo := method.TokenRewards != nil && method.TokenRewards(cfg)
 	if !ppo {
 		b.adv = zeroed(b.adv, n)
 		adv = b.adv

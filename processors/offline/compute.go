@@ -2,9 +2,12 @@
 // Lines, without Kafka: `creditflow compute` (docs/offline.md).
 //
 // Guarantees:
-//   - The numbers are those of credit.ComputeGroup, the function the
-//     streaming advantage stage calls, so an offline run over the same
-//     scored trajectories gives the same advantages as the stream.
+//   - Groups are formed and closed by state.Partition, the core the
+//     streaming advantage stage runs, without a window; the numbers are
+//     those of credit.ComputeGroup with the registered method
+//     (credit.Register), the computation the stream runs, so an offline run
+//     over the same scored trajectories gives the same advantages as the
+//     stream.
 //   - Output order is deterministic: groups in finalization order (a group
 //     is finalized when its group_size-th distinct member is read; groups
 //     still open at end of input are finalized as partial in the order their
@@ -28,6 +31,7 @@ import (
 	"io"
 
 	"github.com/creditflow/creditflow/processors/credit"
+	"github.com/creditflow/creditflow/state"
 )
 
 // Option changes how Compute writes its output.
@@ -161,7 +165,7 @@ func Output(m credit.Member, r credit.Result, cfg credit.Config, tokens bool) an
 		Reward:           r.Reward,
 		OutcomeAdvantage: r.OutcomeAdvantage,
 	}
-	if cfg.Method == credit.MethodLAPO {
+	if r.AttnSR == nil { // LAPO's per-turn form, which any method without AttnSR's diagnostics shares
 		ts := make([]outLAPOTurn, len(r.Turns))
 		for i, t := range r.Turns {
 			ts[i] = outLAPOTurn{t.Eligible, t.Delta, t.Z, t.ZNorm, t.Gate, t.ProcessAdvantage, t.Advantage}
@@ -195,14 +199,12 @@ func Output(m credit.Member, r credit.Result, cfg credit.Config, tokens bool) an
 	return o
 }
 
-type group struct {
-	size    int
-	members []credit.Member
-}
-
 // Compute reads scored trajectories as JSON Lines from r, groups them by
-// prompt_id, finalizes each group with credit.ComputeGroup and writes one
-// output line per distinct trajectory to w (docs/offline.md). Late, repeated and
+// prompt_id on the partition core the streaming advantage stage runs
+// (state.Partition, without a window: a group closes when its
+// group_size-th member arrives, or at the end of input), finalizes each
+// group with credit.ComputeGroup and writes one output line per distinct
+// trajectory to w (docs/offline.md). Late, repeated and
 // group-size-mismatched members are reported on diag. Blank lines are
 // skipped. The first malformed line ends the run with an error naming it;
 // the groups finalized before it have been written.
@@ -221,27 +223,37 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 
-	var ema credit.EMA
-	open := map[string]*group{}
-	var order []string // open prompt ids by first appearance
-	finalized := map[string]bool{}
-	seen := map[string]bool{}
-
-	finalize := func(pid string, partial bool) error {
-		g := open[pid]
-		delete(open, pid)
-		finalized[pid] = true
-		res, err := credit.ComputeGroup(g.members, partial, cfg, &ema)
-		if err != nil {
-			return fmt.Errorf("prompt %q: %w", pid, err)
+	core := state.NewBatch(func(g *state.Group[credit.Member], partial bool, ema *credit.EMA) ([]credit.Result, float64, error) {
+		members := make([]credit.Member, len(g.Members))
+		for i, m := range g.Members {
+			members[i] = m.Value
 		}
-		for i, r := range res {
-			if err := enc.Encode(Output(g.members[i], r, cfg, o.tokens)); err != nil {
-				return fmt.Errorf("writing output of trajectory %q: %w", r.TrajectoryID, err)
+		res, err := credit.ComputeGroup(members, partial, cfg, ema)
+		return res, 0, err // the batch mean is for snapshots, which a batch does not keep
+	})
+	// act writes a decision's outputs: the results of a finalized group,
+	// members in input order, or a member's diagnostic.
+	act := func(d state.Decision[credit.Member, []credit.Result], lineNo int) error {
+		switch d.Action {
+		case state.Finalize:
+			for i, r := range d.Result {
+				if err := enc.Encode(Output(d.Group.Members[i].Value, r, cfg, o.tokens)); err != nil {
+					return fmt.Errorf("writing output of trajectory %q: %w", r.TrajectoryID, err)
+				}
 			}
+		case state.Refused:
+			return fmt.Errorf("prompt %q: %w", d.Group.PromptID, d.Err)
+		case state.LateMember:
+			fmt.Fprintf(diag, "line %d: trajectory %q is late: group %q was already finalized; no output\n", lineNo, d.Member.TrajectoryID, d.Member.Value.PromptID)
+		case state.SizeMismatchMember:
+			m := d.Member.Value
+			fmt.Fprintf(diag, "line %d: trajectory %q says group_size %d but group %q has %d; ignored\n", lineNo, m.TrajectoryID, m.GroupSize, m.PromptID, d.Group.GroupSize)
 		}
 		return nil
 	}
+	// Trajectory ids are unique across the input: a repeated one is
+	// ignored whatever its group, and so is one repeating a late member.
+	seen := map[string]bool{}
 
 	// A malformed line ends the input there: the lines before it are all
 	// answered (groups still open are finalized as partial, as at the end of
@@ -254,49 +266,18 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 				return fmt.Errorf("reading line %d: %w", lineNo, rerr)
 			}
 			if t := bytes.TrimSpace(line); len(t) > 0 {
-				if err := checkLineJSON(t); err != nil {
+				m, err := readLine(t, cfg, o)
+				if err != nil {
 					return fmt.Errorf("line %d: %w", lineNo, err)
 				}
-				var in Input
-				dec := json.NewDecoder(bytes.NewReader(t))
-				dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
-				if err := dec.Decode(&in); err != nil {
-					return fmt.Errorf("line %d: not a scored trajectory object: %v (the fields are listed in docs/offline.md)", lineNo, err)
-				}
-				if in.GroupSize == nil || *in.GroupSize < 1 {
-					return fmt.Errorf("line %d: group_size is missing or < 1; every trajectory must say how many members its group has", lineNo)
-				}
-				if d := in.Direction; o.direction != "" && d != "" && d != o.direction {
-					return fmt.Errorf("line %d: trajectory %q has direction %q, but this run computes %q: set --direction and --lapo-statistic to how the input was scored", lineNo, in.TrajectoryID, d, o.direction)
-				}
-				m := in.Member()
-				if err := credit.ValidateMember(m, cfg); err != nil {
-					return fmt.Errorf("line %d: %v", lineNo, err)
-				}
-				if !withinTokens(m, o.maxTokens) {
-					return fmt.Errorf("line %d: trajectory %q has more than %d tokens (raise the limit with --max-tokens)", lineNo, m.TrajectoryID, o.maxTokens)
-				}
-				switch {
-				case seen[m.TrajectoryID]:
+				if seen[m.TrajectoryID] {
 					fmt.Fprintf(diag, "line %d: trajectory %q repeated; ignored\n", lineNo, m.TrajectoryID)
-				case finalized[m.PromptID]:
-					seen[m.TrajectoryID] = true
-					fmt.Fprintf(diag, "line %d: trajectory %q is late: group %q was already finalized; no output\n", lineNo, m.TrajectoryID, m.PromptID)
-				default:
-					g := open[m.PromptID]
-					if g == nil {
-						g = &group{size: m.GroupSize}
-						open[m.PromptID] = g
-						order = append(order, m.PromptID)
-					}
-					if m.GroupSize != g.size {
-						fmt.Fprintf(diag, "line %d: trajectory %q says group_size %d but group %q has %d; ignored\n", lineNo, m.TrajectoryID, m.GroupSize, m.PromptID, g.size)
-						break
-					}
-					seen[m.TrajectoryID] = true
-					g.members = append(g.members, m)
-					if len(g.members) == g.size {
-						if err := finalize(m.PromptID, false); err != nil {
+				} else {
+					for _, d := range core.Handle(m.PromptID, m.GroupSize, state.Member[credit.Member]{TrajectoryID: m.TrajectoryID, Offset: int64(lineNo), Value: m}) {
+						if d.Action != state.SizeMismatchMember {
+							seen[m.TrajectoryID] = true
+						}
+						if err := act(d, lineNo); err != nil {
 							return fmt.Errorf("line %d: %w", lineNo, err)
 						}
 					}
@@ -307,18 +288,43 @@ func Compute(r io.Reader, w io.Writer, diag io.Writer, cfg credit.Config, opts .
 			}
 		}
 	}()
-	for _, pid := range order {
-		if _, ok := open[pid]; ok {
-			if err := finalize(pid, true); err != nil {
-				bw.Flush()
-				return errors.Join(readErr, fmt.Errorf("end of input: %w", err))
-			}
+	for _, d := range core.End() {
+		if err := act(d, 0); err != nil {
+			bw.Flush()
+			return errors.Join(readErr, fmt.Errorf("end of input: %w", err))
 		}
 	}
 	if err := bw.Flush(); err != nil {
 		return err
 	}
 	return readErr
+}
+
+// readLine reads one non-blank input line into a validated member.
+func readLine(t []byte, cfg credit.Config, o options) (credit.Member, error) {
+	if err := checkLineJSON(t); err != nil {
+		return credit.Member{}, err
+	}
+	var in Input
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.DisallowUnknownFields() // a misspelled field is an error, not a silent default
+	if err := dec.Decode(&in); err != nil {
+		return credit.Member{}, fmt.Errorf("not a scored trajectory object: %v (the fields are listed in docs/offline.md)", err)
+	}
+	if in.GroupSize == nil || *in.GroupSize < 1 {
+		return credit.Member{}, errors.New("group_size is missing or < 1; every trajectory must say how many members its group has")
+	}
+	if d := in.Direction; o.direction != "" && d != "" && d != o.direction {
+		return credit.Member{}, fmt.Errorf("trajectory %q has direction %q, but this run computes %q: set --direction and --lapo-statistic to how the input was scored", in.TrajectoryID, d, o.direction)
+	}
+	m := in.Member()
+	if err := credit.ValidateMember(m, cfg); err != nil {
+		return credit.Member{}, err
+	}
+	if !withinTokens(m, o.maxTokens) {
+		return credit.Member{}, fmt.Errorf("trajectory %q has more than %d tokens (raise the limit with --max-tokens)", m.TrajectoryID, o.maxTokens)
+	}
+	return m, nil
 }
 
 // withinTokens reports whether m has at most limit tokens, without

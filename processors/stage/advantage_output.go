@@ -16,6 +16,24 @@ import (
 	"github.com/creditflow/creditflow/state"
 )
 
+// output is what a partition has handed to the producer or queued for it.
+type output struct {
+	acks        chan ack
+	sem         chan struct{}
+	unacked     *window         // encoded bytes handed to the producer, not yet acknowledged
+	claimCtx    context.Context // ends when the partition is released
+	emitCtx     context.Context // writes in flight: outlives the claim by the drain's few seconds
+	queued      []queuedSend    // sends not yet handed to the producer (send, flush)
+	queuedBytes int
+}
+
+// snapshotMark is the snapshot a partition wrote last, and when.
+type snapshotMark struct {
+	key  string // its key on the state topic
+	last []byte
+	at   time.Time
+}
+
 // deadLetters writes recs to the dead-letter topic; ev (if any) is the close they belong to.
 func (p *partition) deadLetters(recs []consumers.Record, reason, detail string, ev *state.CloseEvent) {
 	var msgs []producers.Message
@@ -50,9 +68,9 @@ func (p *partition) send(msgs []producers.Message, e *emission, recycle bool) {
 		size += len(msg.Value)
 	}
 	e.writes++
-	p.queued = append(p.queued, queuedSend{msgs: msgs, e: e, recycle: recycle})
-	p.queuedBytes += size
-	if size >= emitEachBytes || p.queuedBytes >= coalesceBytes || len(p.queued) >= coalesceSends {
+	p.out.queued = append(p.out.queued, queuedSend{msgs: msgs, e: e, recycle: recycle})
+	p.out.queuedBytes += size
+	if size >= emitEachBytes || p.out.queuedBytes >= coalesceBytes || len(p.out.queued) >= coalesceSends {
 		p.flush() // a large sample goes as it is built (finalize)
 	}
 }
@@ -73,7 +91,7 @@ type queuedSend struct {
 // flushIdle flushes the queued sends when no record is waiting to be
 // handled: what is built goes out before the partition loop waits.
 func (p *partition) flushIdle(records <-chan consumers.Record) {
-	if len(p.queued) > 0 && len(records) == 0 {
+	if len(p.out.queued) > 0 && len(records) == 0 {
 		p.flush()
 	}
 }
@@ -84,11 +102,11 @@ func (p *partition) flushIdle(records <-chan consumers.Record) {
 // (Config.MaxUnackedBytes), so that building samples does not run far ahead
 // of writing them.
 func (p *partition) flush() {
-	if len(p.queued) == 0 {
+	if len(p.out.queued) == 0 {
 		return
 	}
-	sends, size := p.queued, p.queuedBytes
-	p.queued, p.queuedBytes = nil, 0
+	sends, size := p.out.queued, p.out.queuedBytes
+	p.out.queued, p.out.queuedBytes = nil, 0
 	msgs := sends[0].msgs
 	if len(sends) > 1 {
 		msgs = make([]producers.Message, 0, len(sends)*len(sends[0].msgs))
@@ -96,15 +114,15 @@ func (p *partition) flush() {
 			msgs = append(msgs, s.msgs...)
 		}
 	}
-	p.sem <- struct{}{}
+	p.out.sem <- struct{}{}
 	// Once the partition is being released the bound no longer waits: the
 	// writes in flight may be retrying against an unreachable broker, and
 	// the release must not wait for them (they get the drain's few seconds).
-	held := p.unacked.acquire(p.claimCtx, size)
+	held := p.out.unacked.acquire(p.out.claimCtx, size)
 	go func() {
-		err := produceRetry(p.emitCtx, p.a.prod, msgs, p.log)
+		err := produceRetry(p.out.emitCtx, p.a.prod, msgs, p.log)
 		if held {
-			p.unacked.release(size)
+			p.out.unacked.release(size)
 		}
 		written := err == nil
 		if errors.As(err, new(*unwritableError)) {
@@ -126,9 +144,9 @@ func (p *partition) flush() {
 					}
 				}
 			}
-			p.acks <- ack{e: s.e, err: err}
+			p.out.acks <- ack{e: s.e, err: err}
 		}
-		<-p.sem
+		<-p.out.sem
 	}()
 }
 
@@ -140,11 +158,9 @@ func (p *partition) acked(k ack) {
 	if e.writes--; e.writes > 0 {
 		return // more of the group's samples are in flight
 	}
-	if e.ev != nil {
-		p.ledger.Ack(e.ev)
-	}
+	p.core.Ack(e.ev)
 	for _, o := range e.offsets {
-		p.ledger.Done(o)
+		p.core.Done(o)
 	}
 	p.a.cfg.Metrics.latency.WithLabelValues("advantage").Observe(time.Since(e.started).Seconds())
 }
@@ -157,28 +173,28 @@ const snapshotRefresh = time.Minute
 // checkpoint writes the partition snapshot (when it changed, or when the
 // last write is older than snapshotRefresh) and then commits.
 func (p *partition) checkpoint(ctx context.Context, commit consumers.CommitFunc) {
-	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.ledger.Pending()))
-	snap := p.ledger.Snapshot(p.groups.Closed())
+	p.a.cfg.Metrics.inflight.WithLabelValues("advantage").Set(float64(p.core.Pending()))
+	snap := p.core.Snapshot()
 	p.a.mu.Lock()
-	p.a.positions[p.claim.Partition] = Position{Next: p.next, Committable: snap.NextOffset, OpenGroups: p.groups.Open(), InFlight: len(p.sem)}
+	p.a.positions[p.claim.Partition] = Position{Next: p.core.Next(), Committable: snap.NextOffset, OpenGroups: p.core.Open(), InFlight: len(p.out.sem)}
 	p.a.mu.Unlock()
 	b, err := snap.Marshal()
 	if err != nil {
 		p.log.Error().Err(err).Msg("marshal snapshot")
 		return
 	}
-	if bytes.Equal(b, p.lastSnap) && time.Since(p.lastSnapAt) < snapshotRefresh {
+	if bytes.Equal(b, p.snap.last) && time.Since(p.snap.at) < snapshotRefresh {
 		return
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err = p.a.prod.Produce(wctx, producers.Message{Topic: p.a.cfg.Topics.State, Key: []byte(p.snapKey), Value: b})
+	err = p.a.prod.Produce(wctx, producers.Message{Topic: p.a.cfg.Topics.State, Key: []byte(p.snap.key), Value: b})
 	if err != nil {
 		p.log.Warn().Err(err).Msg("state snapshot not written; offsets not committed")
 		return
 	}
 	p.a.cfg.Metrics.snapshots.Inc()
-	p.lastSnap, p.lastSnapAt = b, time.Now()
+	p.snap.last, p.snap.at = b, time.Now()
 	if err := commit(ctx, snap.NextOffset); err != nil {
 		p.log.Debug().Err(err).Int64("offset", snap.NextOffset).Msg("commit not accepted (the snapshot carries the position)")
 	}

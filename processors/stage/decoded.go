@@ -38,12 +38,20 @@ var (
 
 const decodedShare = 3 // the window is at most 1/decodedShare of the open bytes (above the floor)
 
+// decodedWindow is a partition's account of its open members: their record
+// bytes and which of them hold their decoded record.
+type decodedWindow struct {
+	refs  []decodedRef // members holding a decoded record, oldest first
+	bytes int          // record bytes of refs
+	held  int          // record bytes of the open members (entry.held)
+}
+
 // release takes a finalized group's members out of the open bytes.
 func (p *partition) release(g *state.Group[entry]) {
 	for i := range g.Members {
 		if e := &g.Members[i].Value; e.held {
 			e.held = false
-			p.heldBytes -= len(e.rec.Value)
+			p.window.held -= len(e.rec.Value)
 		}
 	}
 }
@@ -59,19 +67,19 @@ type decodedRef struct {
 // keepDecoded adds a member to the decoded window and drops the decoded
 // records of the oldest members beyond the window's budget.
 func (p *partition) keepDecoded(r decodedRef) {
-	p.decoded = append(p.decoded, r)
-	p.decodedBytes += r.n
-	budget := min(decodedBudget, max(decodedFloor, p.heldBytes/decodedShare))
+	p.window.refs = append(p.window.refs, r)
+	p.window.bytes += r.n
+	budget := min(decodedBudget, max(decodedFloor, p.window.held/decodedShare))
 	drop := 0
-	for p.decodedBytes > budget && drop < len(p.decoded)-1 {
-		old := p.decoded[drop]
+	for p.window.bytes > budget && drop < len(p.window.refs)-1 {
+		old := p.window.refs[drop]
 		if old.i < len(old.g.Members) && old.g.Members[old.i].Offset == old.offset {
 			old.g.Members[old.i].Value.scored = nil
 		}
-		p.decodedBytes -= old.n
+		p.window.bytes -= old.n
 		drop++
 	}
 	if drop > 0 {
-		p.decoded = append(p.decoded[:0], p.decoded[drop:]...)
+		p.window.refs = append(p.window.refs[:0], p.window.refs[drop:]...)
 	}
 }

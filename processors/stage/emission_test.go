@@ -22,12 +22,13 @@ import (
 // before; a failed write leaves it unsettled for the next owner.
 func TestEmissionSettlesOnItsLastWrite(t *testing.T) {
 	for _, failed := range []bool{false, true} {
-		ledger, _ := state.NewLedger("scored", 0, 0, nil)
-		p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}}, ledger: ledger}
+		core, _ := state.NewStream[entry, *finalized]("scored", 0, 0, nil, state.DefaultWindow(), nil)
+		p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}}, core: core}
 		for o := int64(0); o < 3; o++ {
-			ledger.Read(o, 0)
+			core.Reject(o) // in flight, its outputs written by the test
 		}
-		ev := ledger.Close(state.CloseEvent{Offset: 2, PromptID: "p", Finalized: true}, false)
+		ev := &state.CloseEvent{Offset: 2, PromptID: "p", Finalized: true}
+		ledger := core
 		e := &emission{ev: ev, offsets: []int64{0, 1, 2}, started: time.Now(), writes: 3}
 		for i := 0; i < 3; i++ {
 			if got := ledger.Committable(); got != 0 {
@@ -68,12 +69,12 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	ledger, _ := state.NewLedger("scored", 0, 0, nil)
+	ledger, _ := state.NewStream[entry, *finalized]("scored", 0, 0, nil, state.DefaultWindow(), nil)
 	p := &partition{a: &AdvantageStage{cfg: Config{Metrics: NewMetrics(prometheus.NewRegistry())}, prod: prod},
-		ledger: ledger, log: zerolog.Nop(), acks: make(chan ack, 1024), sem: make(chan struct{}, 512),
-		unacked: newWindow(64<<20, 1), claimCtx: ctx, emitCtx: ctx}
+		core: ledger, log: zerolog.Nop(),
+		out: output{acks: make(chan ack, 1024), sem: make(chan struct{}, 512), unacked: newWindow(64<<20, 1), claimCtx: ctx, emitCtx: ctx}}
 	send := func(o int64, size int) {
-		ledger.Read(o, 0)
+		ledger.Reject(o) // in flight, its output written by the test
 		e := &emission{offsets: []int64{o}, started: time.Now()}
 		p.send([]producers.Message{{Topic: "out", Key: []byte("k"), Value: bytes.Repeat([]byte{byte(o)}, size)}}, e, false)
 	}
@@ -81,7 +82,7 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 		t.Helper()
 		for i := 0; i < n; i++ {
 			select {
-			case k := <-p.acks:
+			case k := <-p.out.acks:
 				if k.err != nil {
 					t.Fatal(k.err)
 				}
@@ -97,12 +98,12 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 		send(o, 100)
 		p.flushIdle(waiting) // a record waits: keep queueing
 	}
-	if len(p.queued) != 3 || len(p.sem) != 0 || ledger.Committable() != 0 {
-		t.Fatalf("with a record waiting: %d queued, %d writes in flight, committable %d; want 3, 0, 0", len(p.queued), len(p.sem), ledger.Committable())
+	if len(p.out.queued) != 3 || len(p.out.sem) != 0 || ledger.Committable() != 0 {
+		t.Fatalf("with a record waiting: %d queued, %d writes in flight, committable %d; want 3, 0, 0", len(p.out.queued), len(p.out.sem), ledger.Committable())
 	}
 	p.flushIdle(make(chan consumers.Record)) // none waits: one write for the three
-	if len(p.queued) != 0 {
-		t.Fatalf("%d sends still queued with no record waiting", len(p.queued))
+	if len(p.out.queued) != 0 {
+		t.Fatalf("%d sends still queued with no record waiting", len(p.out.queued))
 	}
 	settle(3)
 	if got := ledger.Committable(); got != 3 {
@@ -111,15 +112,15 @@ func TestSendsCoalesceUntilNoRecordWaits(t *testing.T) {
 	// A large sample's send goes at once, and so do the sends that filled the queue.
 	send(3, 10)
 	send(4, emitEachBytes)
-	if len(p.queued) != 0 {
-		t.Fatalf("a large send left %d sends queued", len(p.queued))
+	if len(p.out.queued) != 0 {
+		t.Fatalf("a large send left %d sends queued", len(p.out.queued))
 	}
 	settle(2) // (two writes in flight at once may reach the broker in either order)
 	for o := int64(5); o < 5+coalesceSends; o++ {
 		send(o, 10)
 	}
-	if len(p.queued) != 0 {
-		t.Fatalf("%d sends queued past the bound of %d", len(p.queued), coalesceSends)
+	if len(p.out.queued) != 0 {
+		t.Fatalf("%d sends queued past the bound of %d", len(p.out.queued), coalesceSends)
 	}
 	settle(coalesceSends)
 	if got, want := ledger.Committable(), int64(5+coalesceSends); got != want {

@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/creditflow/creditflow/processors/credit"
-	"github.com/creditflow/creditflow/vocab"
 )
 
 // Metrics are the stages' Prometheus metrics. Create one per process and
@@ -14,7 +13,7 @@ import (
 type Metrics struct {
 	reg            prometheus.Registerer // the stages' consumer groups register their metrics here too
 	once           sync.Mutex
-	registered     map[vocab.Method]bool // credit methods whose metrics are registered
+	registered     map[string]bool // kinds of method metrics registered (forMethod)
 	recordsIn      *prometheus.CounterVec
 	recordsOut     *prometheus.CounterVec
 	deadLetters    *prometheus.CounterVec
@@ -102,24 +101,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// forMethod registers the metrics of one credit method (lapo or attnsr)
-// the first time a stage of that method is created, so that a process
-// exports only the series of the method it runs (no always-empty
-// histograms of the other one).
-func (m *Metrics) forMethod(method vocab.Method) {
+// forMethod registers the metrics of what a credit method does — LAPO's
+// rows, AttnSR's step graphs and the EMA baseline — the first time a stage
+// of such a method is created, so that a process exports only the series of
+// the method it runs (no always-empty histograms of the other one).
+func (m *Metrics) forMethod(method credit.Method) {
 	m.once.Lock()
 	defer m.once.Unlock()
-	if m.registered[method] {
-		return
-	}
 	if m.registered == nil {
-		m.registered = map[vocab.Method]bool{}
+		m.registered = make(map[string]bool, 3)
 	}
-	m.registered[method] = true
-	switch method {
-	case credit.MethodLAPO:
-		m.reg.MustRegister(m.truncations, m.nonFiniteGains, m.noGoldTarget, m.lapoDelta, m.lapoGate, m.lapoProcAbs)
-	case credit.MethodAttnSR:
-		m.reg.MustRegister(m.attnConfidence, m.attnFocus, m.attnConsensus, m.attnBudget, m.attnBaseline, m.stepRewards)
+	register := func(kind string, cs ...prometheus.Collector) {
+		if !m.registered[kind] {
+			m.registered[kind] = true
+			m.reg.MustRegister(cs...)
+		}
+	}
+	switch method.Scoring {
+	case credit.ScoreRows:
+		register("rows", m.truncations, m.nonFiniteGains, m.noGoldTarget, m.lapoDelta, m.lapoGate, m.lapoProcAbs)
+	case credit.ScoreAttention:
+		register("attention", m.attnConfidence, m.attnFocus, m.attnConsensus, m.attnBudget, m.stepRewards)
+	}
+	if method.Baseline {
+		register("baseline", m.attnBaseline)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/state"
 )
@@ -18,7 +19,7 @@ import (
 // search-QA-like ids) and a few acknowledged closes.
 func steadySnapshot(partition int, next int64) []byte {
 	s := state.Snapshot{Version: state.SnapshotVersion, Topic: "creditflow.scored", Partition: partition, NextOffset: next,
-		EMA: state.EMAState{Value: 0.4375, Count: next / 5}, WatermarkMs: 1_767_225_600_000 + next*10}
+		EMA: credit.EMA{Value: 0.4375, Count: next / 5}, WatermarkMs: 1_767_225_600_000 + next*10}
 	for g := int64(0); g < int64(state.DefaultWindow().ClosedMemory); g++ {
 		pid := fmt.Sprintf("q%09d", next/5-g)
 		c := state.ClosedGroup{PromptID: pid}

@@ -48,6 +48,8 @@ type ScoreStage struct {
 	trajectories schemas.Codec[schemas.Trajectory]
 	groupRef
 	scorerState *scorerState
+	// scoring is what the credit method asks the scorer for (credit.Lookup).
+	scoring credit.Scoring
 }
 
 // NewScoreStage checks cfg and asks the scorer which model it serves.
@@ -55,7 +57,8 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	cfg.Metrics.forMethod(cfg.Credit.Method)
+	method, _ := credit.Lookup(cfg.Credit.Method) // Check found it
+	cfg.Metrics.forMethod(method)
 	cfg.Metrics.unwritable.WithLabelValues("score") // exported at 0 from the start
 	info, err := src.Info(ctx)
 	if err != nil {
@@ -74,10 +77,12 @@ func NewScoreStage(ctx context.Context, cfg Config, src scorer.Scorer, prod *pro
 			return nil, fmt.Errorf("score stage: layer %d outside the scorer model's %d layers", l, info.Layers)
 		}
 	}
-	if len(info.PlaceholderIDs) == 0 && cfg.Credit.Method == credit.MethodLAPO && cfg.Direction == Backward {
+	s.scoring = method.Scoring
+	rows := method.Scoring == credit.ScoreRows
+	if len(info.PlaceholderIDs) == 0 && rows && cfg.Direction == Backward {
 		return nil, fmt.Errorf("score stage: the scorer reports no placeholder ids, which backward LAPO needs")
 	}
-	if stat := cfg.LAPOStatistic; cfg.Credit.Method == credit.MethodLAPO && !scorer.IsLogProb(string(stat)) && !info.HasFeature(scorer.FeatureStatistics) {
+	if stat := cfg.LAPOStatistic; rows && !scorer.IsLogProb(string(stat)) && !info.HasFeature(scorer.FeatureStatistics) {
 		return nil, fmt.Errorf("score stage: --lapo-statistic %s: %w", stat, ErrScorerWithoutStatistics)
 	}
 	return s, nil
@@ -419,8 +424,8 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 		Trajectory: *t, Method: string(s.cfg.Credit.Method), Turns: make([]schemas.TurnScore, len(t.Turns)),
 		ScorerModel: s.info.Name, ScorerPolicyVersion: s.currentPolicyVersion(), ScoredAtMs: time.Now().UnixMilli(),
 	}
-	switch s.cfg.Credit.Method {
-	case credit.MethodAttnSR:
+	switch s.scoring {
+	case credit.ScoreAttention:
 		job := scoring.AttentionJob(t, s.layers)
 		var graphs []schemas.LowerGraph
 		version := int64(-1)
@@ -436,7 +441,7 @@ func (s *ScoreStage) score(ctx context.Context, t *schemas.Trajectory) (*schemas
 			sc.ScorerPolicyVersion = version
 		}
 		sc.Graphs = graphs
-	default:
+	case credit.ScoreRows:
 		sc.Direction = schemas.DirectionLabel(string(s.cfg.Direction), string(s.cfg.LAPOStatistic))
 		plan, err := scoring.PlanLAPOStatistic(t, s.cfg.Direction, s.cfg.LAPOStatistic, s.cfg.Credit, s.info.PlaceholderIDs)
 		if err != nil {

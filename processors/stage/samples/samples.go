@@ -1,18 +1,25 @@
-package stage
+// Package samples turns the advantage stage's records into the group
+// computation's members and its results into training samples: Member
+// reads a scored record as a credit.Member, Build lays a member's result
+// out as the schemas.Sample a trainer reads (docs/wire-format.md), and
+// ComputeInput writes a scored record as a line of `creditflow compute`
+// (docs/offline.md).
+//
+// Guarantees: pure and deterministic (the same record and result give the
+// same sample, bit for bit); a sample built in a Scratch equals one built
+// afresh; a record's token arrays are read, never written.
+package samples
 
 import (
 	"bytes"
-	"math"
 
 	"github.com/creditflow/creditflow/processors/credit"
 	"github.com/creditflow/creditflow/processors/stage/scoring"
 	"github.com/creditflow/creditflow/schemas"
 )
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-
-// member describes a scored trajectory to the math package.
-func member(s *schemas.Scored) credit.Member {
+// Member describes a scored trajectory to the math package.
+func Member(s *schemas.Scored) credit.Member {
 	t := &s.Trajectory
 	m := credit.Member{
 		TrajectoryID: t.TrajectoryID,
@@ -67,22 +74,22 @@ func member(s *schemas.Scored) credit.Member {
 	return m
 }
 
-// sampleScratch holds the per-token arrays of one sample for reuse: the
+// Scratch holds the per-token arrays of one sample for reuse: the
 // advantage stage builds a sample and encodes it at once, so one scratch per
 // partition serves every sample it writes, and building a sample writes no
 // new memory (a search-QA sample's arrays are ≈ 27 KB).
-type sampleScratch struct {
+type Scratch struct {
 	layout                        credit.TokenBuffers
 	tokens                        []int32
 	advantages, rewards, logprobs []float32
 }
 
-// sample builds the training sample of one member from its group result.
+// Build builds the training sample of one member from its group result.
 // With a scratch, the sample's arrays are the scratch's and are valid until
 // its next use; with nil, they are the sample's own.
-func sample(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Config, sc *sampleScratch) schemas.Sample {
+func Build(s *schemas.Scored, m credit.Member, r credit.Result, cfg credit.Config, sc *Scratch) schemas.Sample {
 	if sc == nil {
-		sc = new(sampleScratch)
+		sc = new(Scratch)
 	}
 	t := &s.Trajectory
 	adv, mask, rewards := sc.layout.TokenArrays(m, r, cfg)

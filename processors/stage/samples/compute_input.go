@@ -1,4 +1,4 @@
-package stage
+package samples
 
 import (
 	"slices"
@@ -12,7 +12,7 @@ import (
 // `creditflow compute` (docs/offline.md), so a topic can be replayed offline and
 // checked against the stream.
 func ComputeInput(s *schemas.Scored) offline.Input {
-	m := member(s)
+	m := Member(s)
 	size := m.GroupSize
 	in := offline.Input{
 		TrajectoryID: m.TrajectoryID, PromptID: m.PromptID, GroupSize: &size,
