@@ -2,7 +2,7 @@
 // to lose: the pure core of an input partition of the advantage stage
 // (Partition), the windowed groups keyed by prompt_id it keeps (Groups), its
 // ledger of offsets in flight and groups closed (Ledger, Watermark), the
-// AttnSR EMA baseline (credit.EMA, the one type the math updates and the
+// AttnSR EMA baseline (EMA, the one type the math updates and the
 // snapshot carries) and the per-partition snapshot that carries them across
 // restarts and rebalances. Nothing here does I/O or keeps metrics.
 //

@@ -3,8 +3,6 @@ package state
 import (
 	"bytes"
 	"testing"
-
-	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // FuzzUnmarshalSnapshot: a changelog record of any content never panics the
@@ -13,7 +11,7 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 	l, _ := NewLedger("scored", 0, 0, nil)
 	l.Read(0, 5)
 	ev := l.Close(CloseEvent{Offset: 0, Phase: PhaseAfter, PromptID: "p", Members: []string{"a"}, Finalized: true,
-		BatchMean: 0.5, EMAAfter: credit.EMA{Value: 0.5, Count: 1}}, false)
+		BatchMean: 0.5, EMAAfter: EMA{Value: 0.5, Count: 1}}, false)
 	l.Ack(ev)
 	good, _ := l.Snapshot([]ClosedGroup{{PromptID: "q", Members: []string{"x", "y"}}}).Marshal()
 	f.Add(good)

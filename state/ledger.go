@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-
-	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // Phases of a close event: a group that expired before the record at Offset
@@ -17,14 +15,14 @@ const (
 
 // CloseEvent is one group closing at an input position.
 type CloseEvent struct {
-	Offset      int64      `json:"offset"`
-	Phase       string     `json:"phase"`
-	FirstOffset int64      `json:"first_offset"`
-	PromptID    string     `json:"prompt_id"`
-	Members     []string   `json:"members"`
-	Finalized   bool       `json:"finalized"` // a batch (samples emitted, EMA updated); false: dead-lettered as incomplete
-	BatchMean   float64    `json:"batch_mean"`
-	EMAAfter    credit.EMA `json:"ema_after"` // the baseline once this event is applied
+	Offset      int64    `json:"offset"`
+	Phase       string   `json:"phase"`
+	FirstOffset int64    `json:"first_offset"`
+	PromptID    string   `json:"prompt_id"`
+	Members     []string `json:"members"`
+	Finalized   bool     `json:"finalized"` // a batch (samples emitted, EMA updated); false: dead-lettered as incomplete
+	BatchMean   float64  `json:"batch_mean"`
+	EMAAfter    EMA      `json:"ema_after"` // the baseline once this event is applied
 
 	acked bool
 }
@@ -37,7 +35,7 @@ type Snapshot struct {
 	Topic       string        `json:"topic"`
 	Partition   int           `json:"partition"`
 	NextOffset  int64         `json:"next_offset"`
-	EMA         credit.EMA    `json:"ema"`
+	EMA         EMA           `json:"ema"`
 	WatermarkMs int64         `json:"watermark_ms"`
 	Closed      []ClosedGroup `json:"closed"`  // groups closed before NextOffset (bounded memory)
 	Emitted     []CloseEvent  `json:"emitted"` // groups closed at or after NextOffset, already acknowledged
@@ -76,7 +74,7 @@ type Ledger struct {
 	partition int
 	wm        *Watermark
 
-	baseEMA credit.EMA // as of the last pruned position
+	baseEMA EMA // as of the last pruned position
 	baseWM  int64
 	reads   []readEntry   // offsets >= last pruned position, in order
 	events  []*CloseEvent // closes at offsets >= last pruned position, in order
@@ -109,7 +107,7 @@ func NewLedger(topic string, partition int, start int64, snap *Snapshot) (*Ledge
 }
 
 // BaseEMA and BaseWatermark are the values restored from the snapshot.
-func (l *Ledger) BaseEMA() credit.EMA  { return l.baseEMA }
+func (l *Ledger) BaseEMA() EMA         { return l.baseEMA }
 func (l *Ledger) BaseWatermark() int64 { return l.baseWM }
 
 // Replays returns the closes, emitted before a restart, that happen at offset

@@ -2,8 +2,6 @@ package state
 
 import (
 	"math"
-
-	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // Action is what a Decision asks its caller to do.
@@ -78,7 +76,7 @@ type Decision[T, R any] struct {
 // result and the batch mean of the members' rewards. On error the
 // partition restores ema; a result returned with the error is passed on in
 // the Refused decision.
-type Compute[T, R any] func(g *Group[T], partial bool, ema *credit.EMA) (result R, batchMean float64, err error)
+type Compute[T, R any] func(g *Group[T], partial bool, ema *EMA) (result R, batchMean float64, err error)
 
 // Partition is the pure core of one input partition: its groups
 // (Groups), its ledger (Ledger: offsets in flight, closes, snapshots) and
@@ -93,7 +91,7 @@ type Compute[T, R any] func(g *Group[T], partial bool, ema *credit.EMA) (result 
 type Partition[T, R any] struct {
 	groups   *Groups[T]
 	ledger   *Ledger // nil: no offsets or snapshots are kept (NewBatch)
-	ema      credit.EMA
+	ema      EMA
 	compute  Compute[T, R]
 	windowed bool
 	next     int64 // the next input offset
@@ -136,7 +134,7 @@ func NewBatch[T, R any](compute Compute[T, R]) *Partition[T, R] {
 func (p *Partition[T, R]) Next() int64 { return p.next }
 
 // EMA is the baseline as of the decisions returned so far.
-func (p *Partition[T, R]) EMA() credit.EMA { return p.ema }
+func (p *Partition[T, R]) EMA() EMA { return p.ema }
 
 // Open is the number of open groups.
 func (p *Partition[T, R]) Open() int { return p.groups.Open() }

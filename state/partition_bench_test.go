@@ -3,8 +3,6 @@ package state
 import (
 	"fmt"
 	"testing"
-
-	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // BenchmarkPartitionHandle measures the core's own cost per record against
@@ -24,7 +22,7 @@ func BenchmarkPartitionHandle(b *testing.B) {
 		g := (i/(2*size))*2 + i%2 // two groups interleaved at a time
 		recs[i] = rec{fmt.Sprintf("p%06d", g), Member[int]{TrajectoryID: fmt.Sprintf("t%06d", i), Offset: int64(i), EventMs: int64(i), Value: i}}
 	}
-	compute := func(g *Group[int], _ bool, ema *credit.EMA) (int, float64, error) {
+	compute := func(g *Group[int], _ bool, ema *EMA) (int, float64, error) {
 		ema.Update(float64(len(g.Members)), 0.99)
 		return len(g.Members), 1, nil
 	}
@@ -33,7 +31,7 @@ func BenchmarkPartitionHandle(b *testing.B) {
 	b.Run("hand", func(b *testing.B) {
 		for b.Loop() {
 			groups, ledger := NewGroups[int](window), func() *Ledger { l, _ := NewLedger("t", 0, 0, nil); return l }()
-			var ema credit.EMA
+			var ema EMA
 			for _, r := range recs {
 				ledger.Read(r.m.Offset, r.m.EventMs)
 				groups.Observe(r.m.EventMs)

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-
-	"github.com/creditflow/creditflow/processors/credit"
 )
 
 // meanCompute is a Compute for tests: the result is the group's member
 // ids, the batch mean the mean of the values, and the EMA one update with
 // δ = 0.5. A group whose prompt is "bad" is refused.
-func meanCompute(g *Group[float64], _ bool, ema *credit.EMA) ([]string, float64, error) {
+func meanCompute(g *Group[float64], _ bool, ema *EMA) ([]string, float64, error) {
 	ids := make([]string, len(g.Members))
 	sum := 0.0
 	for i, m := range g.Members {
@@ -80,12 +78,12 @@ func TestStreamPartitionDecisions(t *testing.T) {
 		}
 	}
 	// EMA: a (mean 0.5), b (0.5), d (1): 0.5, 0.5, 0.75.
-	if ema := p.EMA(); ema != (credit.EMA{Value: 0.75, Count: 3}) {
+	if ema := p.EMA(); ema != (EMA{Value: 0.75, Count: 3}) {
 		t.Fatalf("EMA %+v, want 0.75 after 3 batches", ema)
 	}
 	// The refused group leaves the baseline as it was.
 	got := trace(p.Handle("bad", 1, member("x0", 10, 1130, 5)))
-	if !reflect.DeepEqual(got, []string{"refused:bad@10"}) || p.EMA() != (credit.EMA{Value: 0.75, Count: 3}) {
+	if !reflect.DeepEqual(got, []string{"refused:bad@10"}) || p.EMA() != (EMA{Value: 0.75, Count: 3}) {
 		t.Fatalf("refused group: %v, EMA %+v", got, p.EMA())
 	}
 	// Idle: e's window closes by processing time at the next offset.

@@ -4,8 +4,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
-
-	"github.com/creditflow/creditflow/processors/credit"
 )
 
 func TestWatermarkCommitsOnlyContiguousDone(t *testing.T) {
@@ -142,7 +140,7 @@ func TestLedgerSnapshotKeepsOnlyAckedClosesAhead(t *testing.T) {
 		l.Read(o, 1000+o)
 	}
 	a := l.Close(CloseEvent{Offset: 4, Phase: PhaseAfter, FirstOffset: 0, PromptID: "A", Members: []string{"a0", "a2", "a4"},
-		Finalized: true, BatchMean: 0.5, EMAAfter: credit.EMA{Value: 0.5, Count: 1}}, false)
+		Finalized: true, BatchMean: 0.5, EMAAfter: EMA{Value: 0.5, Count: 1}}, false)
 	l.Ack(a)
 	for _, o := range []int64{0, 2, 4, 5} {
 		l.Done(o)
@@ -197,7 +195,7 @@ func TestLedgerSnapshotKeepsOnlyAckedClosesAhead(t *testing.T) {
 		l2.Done(o)
 	}
 	s := l2.Snapshot(nil)
-	if s.NextOffset != 6 || s.EMA != (credit.EMA{Value: 0.5, Count: 1}) || len(s.Emitted) != 0 || s.WatermarkMs != 1005 {
+	if s.NextOffset != 6 || s.EMA != (EMA{Value: 0.5, Count: 1}) || len(s.Emitted) != 0 || s.WatermarkMs != 1005 {
 		t.Fatalf("final snapshot %+v", s)
 	}
 }
@@ -207,7 +205,7 @@ func TestLedgerUnackedCloseIsRecomputed(t *testing.T) {
 	l.Read(0, 1)
 	l.Read(1, 2)
 	l.Close(CloseEvent{Offset: 1, Phase: PhaseAfter, FirstOffset: 0, PromptID: "A", Members: []string{"x", "y"}, Finalized: true,
-		EMAAfter: credit.EMA{Value: 1, Count: 1}}, false)
+		EMAAfter: EMA{Value: 1, Count: 1}}, false)
 	s := l.Snapshot([]ClosedGroup{{PromptID: "A", Members: []string{"x", "y"}}})
 	if s.NextOffset != 0 || len(s.Emitted) != 0 || len(s.Closed) != 0 || s.EMA.Count != 0 {
 		t.Fatalf("unacked close must leave no trace: %+v", s)

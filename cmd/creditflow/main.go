@@ -7,7 +7,7 @@
 // configuration (a command line it refuses is a usage error: one line,
 // exit status 2) and runs it through the packages that do the work —
 // processors/stage, processors/replay, harness/demo, harness/learn,
-// monitor, internal/health, internal/settings, scorer/policyfollow.
+// monitor, processors/health, internal/settings, scorer/policyfollow.
 package main
 
 import (

@@ -2,6 +2,8 @@ package credit
 
 import (
 	"math"
+
+	"github.com/creditflow/creditflow/state"
 )
 
 // docs/method.md §3: AttnSR. Steps are indexed 0..K−1 here (docs/method.md writes 1..K); the
@@ -323,24 +325,10 @@ func ReweightedAdvantage(aOut, alpha, wTilde float64) float64 {
 }
 
 // EMA is the AttnSR outcome baseline R̄_t and t, the number of batches seen
-// (§3.3). The zero value is "no batch yet". It is state: the partition
-// snapshot of the advantage stage persists it as it is (package state).
-type EMA struct {
-	Value float64 `json:"value"`
-	Count int64   `json:"count"`
-}
-
-// Update folds in the mean outcome M_t of the next batch and returns the
-// new R̄_t: R̄_1 = M_1; R̄_t = δ · R̄_{t−1} + (1 − δ) · M_t.
-func (e *EMA) Update(batchMean, delta float64) float64 {
-	if e.Count == 0 {
-		e.Value = batchMean
-	} else {
-		e.Value = delta*e.Value + (1-delta)*batchMean
-	}
-	e.Count++
-	return e.Value
-}
+// (§3.3): R̄_1 = M_1; R̄_t = δ · R̄_{t−1} + (1 − δ) · M_t (EMA.Update). It is
+// state: the partition core owns it and its snapshot persists it as it is
+// (package state, which defines it).
+type EMA = state.EMA
 
 // Allocation is the per-trajectory result of §3.2: the fused allocation p
 // over the K−1 non-terminal steps and the confidence parts.
