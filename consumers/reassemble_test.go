@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/broker/brokertest"
@@ -152,7 +153,7 @@ func TestAssemblerBrokenSequences(t *testing.T) {
 	})
 	t.Run("bad headers", func(t *testing.T) {
 		bad := c[1]
-		bad.Headers = []producers.Header{{Key: producers.HeaderChunk, Value: []byte("7/3")}}
+		bad.Headers = []producers.Header{{Key: chunk.HeaderPosition, Value: []byte("7/3")}}
 		a := consumers.NewAssembler(consumers.ReassemblyConfig{})
 		_, broken := feed(a, log(bad))
 		if len(broken) != 1 || broken[0].Reason != consumers.ReasonChunkCorrupt {

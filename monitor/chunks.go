@@ -1,8 +1,8 @@
 package monitor
 
 import (
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/consumers"
-	"github.com/creditflow/creditflow/producers"
 )
 
 // maxOpenFirsts bounds the first-chunk offsets remembered per partition
@@ -27,7 +27,7 @@ func newChunks() *chunks {
 // completes, if any, and that record's first offset. Broken chunked
 // records are dropped (the stages dead-letter them when they read them).
 func (c *chunks) add(rec consumers.Record) (*consumers.Record, int64) {
-	info, chunked, err := producers.ParseChunk(rec.Headers)
+	info, chunked, err := chunk.Parse(rec.Headers)
 	if chunked && err == nil && info.Index == 0 {
 		if len(c.firsts) >= maxOpenFirsts {
 			clear(c.firsts)

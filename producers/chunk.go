@@ -4,24 +4,7 @@ import "github.com/creditflow/creditflow/chunk"
 
 // Chunking: a record too large for one Kafka message is written as chunk
 // messages in the chunk format (package chunk, docs/wire-format.md);
-// consumers.Assembler puts them back together. The names below are the
-// chunk package's, kept here for the producer's callers.
-const (
-	HeaderChunk      = chunk.HeaderPosition
-	HeaderChunkOf    = chunk.HeaderOf
-	HeaderChunkBytes = chunk.HeaderBytes
-)
-
-// DefaultChunkBytes is the value bytes carried per chunk (chunk.DefaultBytes).
-const DefaultChunkBytes = chunk.DefaultBytes
-
-// ChunkInfo describes one chunk message.
-type ChunkInfo = chunk.Info
-
-// ParseChunk reads the chunk headers of a message (chunk.Parse).
-func ParseChunk(headers []Header) (info ChunkInfo, ok bool, err error) {
-	return chunk.Parse(headers)
-}
+// consumers.Assembler puts them back together.
 
 // Split cuts m into chunk messages of at most chunkBytes value bytes each
 // (chunk.Split), with m's topic and key. It always chunks, even a value that
@@ -54,7 +37,7 @@ func (p *Producer) chunkBytes(m Message) int {
 	}
 	c := p.cfg.ChunkBytes
 	if c == 0 {
-		c = DefaultChunkBytes
+		c = chunk.DefaultBytes
 	}
 	overhead := messageSize(Message{Key: m.Key, Headers: m.Headers}) + 3*(8+24) + 64 + 8 + 32 + 512
 	if room := p.cfg.BatchBytes - overhead; int64(c) > room {

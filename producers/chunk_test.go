@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/creditflow/creditflow/chunk"
 )
 
 func TestSplitParseRoundTrip(t *testing.T) {
@@ -18,7 +20,7 @@ func TestSplitParseRoundTrip(t *testing.T) {
 	}
 	var joined []byte
 	for i, p := range parts {
-		info, ok, err := ParseChunk(p.Headers)
+		info, ok, err := chunk.Parse(p.Headers)
 		if !ok || err != nil || info.Index != i || info.Count != 3 || info.Bytes != 2500 || len(info.Of) != 64 {
 			t.Fatalf("chunk %d: %+v ok %v err %v", i, info, ok, err)
 		}
@@ -36,16 +38,16 @@ func TestSplitParseRoundTrip(t *testing.T) {
 			t.Fatal("Split is not deterministic")
 		}
 	}
-	if _, ok, _ := ParseChunk(m.Headers); ok {
+	if _, ok, _ := chunk.Parse(m.Headers); ok {
 		t.Fatal("a plain message parsed as a chunk")
 	}
 	for _, bad := range [][]Header{
-		{{Key: HeaderChunk, Value: []byte("3/3")}, {Key: HeaderChunkOf, Value: parts[0].Headers[2].Value}, {Key: HeaderChunkBytes, Value: []byte("2500")}},
-		{{Key: HeaderChunk, Value: []byte("0/3")}, {Key: HeaderChunkOf, Value: []byte("zz")}, {Key: HeaderChunkBytes, Value: []byte("2500")}},
-		{{Key: HeaderChunk, Value: []byte("0/3")}, {Key: HeaderChunkOf, Value: parts[0].Headers[2].Value}, {Key: HeaderChunkBytes, Value: []byte("-1")}},
-		{{Key: HeaderChunk, Value: []byte("0-3")}},
+		{{Key: chunk.HeaderPosition, Value: []byte("3/3")}, {Key: chunk.HeaderOf, Value: parts[0].Headers[2].Value}, {Key: chunk.HeaderBytes, Value: []byte("2500")}},
+		{{Key: chunk.HeaderPosition, Value: []byte("0/3")}, {Key: chunk.HeaderOf, Value: []byte("zz")}, {Key: chunk.HeaderBytes, Value: []byte("2500")}},
+		{{Key: chunk.HeaderPosition, Value: []byte("0/3")}, {Key: chunk.HeaderOf, Value: parts[0].Headers[2].Value}, {Key: chunk.HeaderBytes, Value: []byte("-1")}},
+		{{Key: chunk.HeaderPosition, Value: []byte("0-3")}},
 	} {
-		if _, ok, err := ParseChunk(bad); !ok || err == nil {
+		if _, ok, err := chunk.Parse(bad); !ok || err == nil {
 			t.Fatalf("malformed chunk headers %q accepted", bad[0].Value)
 		}
 	}

@@ -88,7 +88,7 @@ type Config struct {
 	// ChunkBytes is the value bytes per chunk when a record is too large for
 	// one message (over BatchBytes): such a record is written as chunks with
 	// the same key (see Split and docs/wire-format.md). Default
-	// DefaultChunkBytes, cut to fit BatchBytes; negative turns chunking off,
+	// chunk.DefaultBytes, cut to fit BatchBytes; negative turns chunking off,
 	// and Produce then rejects such a record.
 	ChunkBytes int
 	// AutoCreateTopics lets a produce to a missing topic create it with

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
@@ -174,7 +175,7 @@ func TestLargeRecordsBatchedUnderLimit(t *testing.T) {
 		t.Fatalf("2 MB record: %v", err)
 	}
 	recs = readAll(t, brokers, "big", 0)
-	if len(recs) != 43 || len(recs[40].Value) != producers.DefaultChunkBytes || string(recs[40].Headers[0].Value) != "0/3" {
+	if len(recs) != 43 || len(recs[40].Value) != chunk.DefaultBytes || string(recs[40].Headers[0].Value) != "0/3" {
 		t.Fatalf("2 MB record: %d messages on the topic, want 40 + 3 chunks", len(recs))
 	}
 	// ...and with chunking off it fails with a clear error, fast.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/internal/broker"
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
@@ -85,7 +86,7 @@ func TestOutsideReadersAndChunks(t *testing.T) {
 	if err := prod.Produce(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	chunks := (len(values[1]) + producers.DefaultChunkBytes - 1) / producers.DefaultChunkBytes
+	chunks := (len(values[1]) + chunk.DefaultBytes - 1) / chunk.DefaultBytes
 	addr := strings.Join(cfg.Brokers, ",")
 	topic := cfg.Topics.Samples
 
@@ -113,7 +114,7 @@ func TestOutsideReadersAndChunks(t *testing.T) {
 		if h := strings.TrimSpace(string(run("-o", "0", "-c", "1", "-f", "%h"))); h != schemas.HeaderSchema+"="+schemas.Samples().Name() {
 			t.Fatalf("kcat: headers of a plain record %q, want only the schema header", h)
 		}
-		if h := string(run("-o", "1", "-c", "1", "-f", "%h")); !strings.Contains(h, producers.HeaderChunk+"=0/"+strconv.Itoa(chunks)) {
+		if h := string(run("-o", "1", "-c", "1", "-f", "%h")); !strings.Contains(h, chunk.HeaderPosition+"=0/"+strconv.Itoa(chunks)) {
 			t.Fatalf("kcat: headers of the first chunk %q", h)
 		}
 	}

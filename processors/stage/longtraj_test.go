@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/chunk"
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/harness/synth"
 	"github.com/creditflow/creditflow/internal/broker"
@@ -182,7 +183,7 @@ func TestLongTrajectoryEndToEnd(t *testing.T) {
 			if len(r.Value) > 1<<20 {
 				t.Fatalf("%s: message of %d bytes", topic, len(r.Value))
 			}
-			if _, ok, _ := producers.ParseChunk(r.Headers); ok {
+			if _, ok, _ := chunk.Parse(r.Headers); ok {
 				chunks++
 			}
 		}
