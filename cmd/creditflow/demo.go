@@ -13,8 +13,8 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/harness/demo"
-	"github.com/creditflow/creditflow/processors/health"
 	"github.com/creditflow/creditflow/internal/kafkasec"
+	"github.com/creditflow/creditflow/processors/health"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/vocab"
 )

@@ -16,8 +16,8 @@ import (
 
 	"github.com/creditflow/creditflow/consumers"
 	"github.com/creditflow/creditflow/internal/gcpolicy"
-	"github.com/creditflow/creditflow/processors/health"
 	"github.com/creditflow/creditflow/policy"
+	"github.com/creditflow/creditflow/processors/health"
 	"github.com/creditflow/creditflow/processors/stage"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/scorer"
