@@ -14,7 +14,8 @@ is quick to discover; the rest on the full sequences. The loss is the cross-entr
 of the final action (ALFWorld), plus 0.03 x the cross-entropy of every other token.
 
 The network is a LlamaForCausalLM in plain PyTorch (creditflow.policy.Llama: RMSNorm,
-rotate_half RoPE, SwiGLU, untied head; parameter names as Hugging Face writes them), trained in float32 on the
+rotate_half RoPE, SwiGLU, untied head; parameter names as Hugging Face writes them), whose
+arithmetic is creditflow.llama, the forward the GPU scorer pod runs too; trained in float32 on the
 CPU with a fixed seed. Output: config.json, model.safetensors, tokenizer.json (the
 byte vocabulary and [DELETE]), loss.csv and loss.png (needs python3-matplotlib).
 """
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 try:
     from cfpod import safetensors
-    from creditflow.policy import Llama  # the same network the training loop's policy is
+    from creditflow.policy import Llama  # the training loop's policy, on creditflow.llama
 except ImportError:
     raise SystemExit("needs the creditflow and cfpod packages: pip install ./python ./scorer/gpupod "
                      "(from the repository root)")
@@ -64,7 +65,7 @@ TOKENIZER = ('{"added_tokens":[{"id":256,"content":"<bos>"},{"id":257,"content":
 
 
 def worlds(groups, seed):
-    root = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
     out = subprocess.run(["go", "run", "./harness/tinymodel/worlds", "--groups", str(groups), "--seed", str(seed)],
                          cwd=root, check=True, stdout=subprocess.PIPE).stdout
     return [json.loads(l) for l in out.splitlines()]
@@ -160,7 +161,7 @@ def reexec():
 def main():
     reexec()
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(HERE, "..", "tiny"))
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "scorer", "cpumodel", "tiny"))
     ap.add_argument("--groups", type=int, default=200)
     ap.add_argument("--warmup-steps", type=int, default=150, help="steps on the excerpts (curriculum)")
     ap.add_argument("--steps", type=int, default=300, help="steps on the full sequences")

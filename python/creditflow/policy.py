@@ -4,20 +4,21 @@ checkpoint folders, sample actions, compute token log-probabilities (docs/learn.
 The network is ``LlamaForCausalLM`` (RMSNorm, rotate_half RoPE, SwiGLU, untied head, grouped
 query attention) with Hugging Face's parameter names, so a folder written by `save` is read by
 creditflow's scorers (Go and the GPU pod) like any checkpoint, and the built-in tiny model's
-folder is read here. Float32 on the CPU; deterministic for a fixed seed and thread count.
+folder is read here. Its arithmetic is creditflow.llama, the forward the GPU scorer pod runs
+too. Float32 on the CPU; deterministic for a fixed seed and thread count.
 
 Needs torch (Debian: python3-torch); no numpy, no transformers.
 """
 
 import ctypes
 import json
-import math
 import os
 import struct
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from . import llama as L
 
 __all__ = ["Llama", "load", "save", "encode", "decode", "sample_actions", "token_logprobs",
            "read_safetensors", "write_safetensors", "BYTE_VOCAB", "PAD"]
@@ -26,111 +27,90 @@ BYTE_VOCAB = 256        # ids 0..255 are bytes; 256 <bos>, 257 <eos>, 258 <pad>,
 PAD = 258
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, n, eps):
+class _Norm(nn.Module):
+    def __init__(self, n):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(n))
-        self.eps = eps
-
-    def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
-def _rot(t):
-    half = t.shape[-1] // 2
-    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+def _linear(i, o):
+    return nn.Linear(i, o, bias=False)
 
 
-class Attention(nn.Module):
-    def __init__(self, c):
+class _Attention(nn.Module):
+    def __init__(self, s):
         super().__init__()
-        h, self.nh, self.nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-        self.hd = c.get("head_dim") or h // self.nh
-        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
-        self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
-
-    def forward(self, x, cos, sin, mask, kv=None):
-        b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.nkv, self.hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.nkv, self.hd).transpose(1, 2)
-        q, k = q * cos + _rot(q) * sin, k * cos + _rot(k) * sin
-        if kv is not None:  # cached keys and values of the earlier positions
-            k, v = torch.cat((kv[0], k), dim=2), torch.cat((kv[1], v), dim=2)
-        new = (k, v)
-        rep = self.nh // self.nkv
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.hd) + mask, dim=-1)
-        return self.o_proj((a @ v).transpose(1, 2).reshape(b, n, self.nh * self.hd)), new
+        self.q_proj = _linear(s.hidden, s.heads * s.head_dim)
+        self.k_proj = _linear(s.hidden, s.kv_heads * s.head_dim)
+        self.v_proj = _linear(s.hidden, s.kv_heads * s.head_dim)
+        self.o_proj = _linear(s.heads * s.head_dim, s.hidden)
 
 
-class MLP(nn.Module):
-    def __init__(self, c):
+class _MLP(nn.Module):
+    def __init__(self, s):
         super().__init__()
-        h, i = c["hidden_size"], c["intermediate_size"]
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        self.gate_proj = _linear(s.hidden, s.intermediate)
+        self.up_proj = _linear(s.hidden, s.intermediate)
+        self.down_proj = _linear(s.intermediate, s.hidden)
 
 
-class Layer(nn.Module):
-    def __init__(self, c):
+class _Layer(nn.Module):
+    def __init__(self, s):
         super().__init__()
-        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.self_attn = Attention(c)
-        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.mlp = MLP(c)
-
-    def forward(self, x, cos, sin, mask, kv=None):
-        h, new = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv)
-        x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x)), new
+        self.input_layernorm = _Norm(s.hidden)
+        self.self_attn = _Attention(s)
+        self.post_attention_layernorm = _Norm(s.hidden)
+        self.mlp = _MLP(s)
 
 
-class Inner(nn.Module):
-    def __init__(self, c):
+class _Inner(nn.Module):
+    def __init__(self, s):
         super().__init__()
-        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.embed_tokens = nn.Embedding(s.vocab, s.hidden)
+        self.layers = nn.ModuleList([_Layer(s) for _ in range(s.layers)])
+        self.norm = _Norm(s.hidden)
 
 
 class Llama(nn.Module):
-    """LlamaForCausalLM; forward(ids [B, N]) -> logits [B, N, vocab] (float32)."""
+    """LlamaForCausalLM; forward(ids [B, N]) -> logits [B, N, vocab] (float32).
+
+    The module holds the parameters under Hugging Face's names (for state_dict, optimizers
+    and checkpoints); the network it computes is creditflow.llama's, the one the GPU scorer
+    pod runs, over these parameters (gradients flow through it)."""
 
     def __init__(self, c):
         super().__init__()
         self.c = c
-        self.model = Inner(c)
-        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-        self.register_buffer("inv", 1.0 / (c.get("rope_theta", 10000.0) **
-                                           (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)), persistent=False)
+        self.shape = L.Shape(c)
+        self.model = _Inner(self.shape)
+        self.lm_head = _linear(self.shape.hidden, self.shape.vocab)
 
-    def forward(self, ids, pos=None, mask=None, cache=None):
-        """Logits of every position. Without `pos` and `mask`: one causal sequence per row
+    def net(self):
+        """The network over this module's parameters (a creditflow.llama.Llama)."""
+        m = self.model
+        return L.Llama(self.shape, m.embed_tokens.weight, m.norm.weight, self.lm_head.weight,
+                       [dict(layer.named_parameters()) for layer in m.layers])
+
+    def forward(self, ids, pos=None, allowed=None, cache=None):
+        """Logits of every position. Without `pos` and `allowed`: one causal sequence per row
         from position 0. With them (incremental decoding): `pos` [B, N] are the rows'
-        positions, `mask` [B, 1, N, K] the additive attention mask over the K = cached + N
-        keys, `cache` the per-layer (keys, values) of earlier calls; returns (logits, cache)."""
-        n = ids.shape[1]
+        positions, `allowed` [B, N, K] (bool) the keys each query sees among the K = cached + N,
+        `cache` the per-layer (keys, values) [B, cached, kv_heads, head_dim] of earlier calls
+        (None for none); returns (logits, cache)."""
+        b, n = ids.shape
         if pos is None:
-            pos = torch.arange(n)[None]
-            mask = torch.full((n, n), float("-inf")).triu(1)
-        freqs = pos.float()[..., None] * self.inv
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
-        cos, sin = emb.cos(), emb.sin()
-        x = self.model.embed_tokens(ids)
+            pos = torch.arange(n).expand(b, n)
+            allowed = torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n)
         new = []
-        for i, layer in enumerate(self.model.layers):
-            x, kv = layer(x, cos, sin, mask, None if cache is None else cache[i])
-            new.append(kv)
-        logits = self.lm_head(self.model.norm(x))
+
+        def attend(li, q, k, v):
+            if cache is not None and cache[li] is not None:
+                k, v = torch.cat((cache[li][0], k), dim=1), torch.cat((cache[li][1], v), dim=1)
+            new.append((k, v))
+            return L.attention(q, k, v, allowed)
+
+        net = self.net()
+        logits = net.logits(net.final_norm(net.decode(ids, pos, attend)))
         return logits if cache is None else (logits, new)
 
 
@@ -236,9 +216,7 @@ def sample_actions(model, contexts, stops, max_tokens=40, temperature=1.0, gener
     keyok = j[None] >= padn[:, None]                                   # [B, K]
     allowed = (j[None, :, None] >= j[None, None, :]) & keyok[:, None, :]  # causal, no padding keys
     allowed |= torch.eye(L, dtype=torch.bool)[None] & ~keyok[:, :, None]  # a padding row sees itself
-    neg = float("-inf")
-    mask = torch.zeros(b, 1, L, L).masked_fill(~allowed[:, None], neg)
-    logits, cache = model(ids, pos=pos, mask=mask, cache=[None] * len(model.model.layers))
+    logits, cache = model(ids, pos=pos, allowed=allowed, cache=[None] * len(model.model.layers))
     last = logits[:, -1]
     out = [([], []) for _ in range(b)]
     live = torch.ones(b, dtype=torch.bool)
@@ -261,8 +239,7 @@ def sample_actions(model, contexts, stops, max_tokens=40, temperature=1.0, gener
         if not live.any() or t == max_tokens - 1:
             break
         keyok = torch.cat((keyok, torch.ones(b, 1, dtype=torch.bool)), dim=1)
-        mask = torch.zeros(b, 1, 1, keyok.shape[1]).masked_fill(~keyok[:, None, None, :], neg)
-        logits, cache = model(tok[:, None], pos=(lens + t)[:, None], mask=mask, cache=cache)
+        logits, cache = model(tok[:, None], pos=(lens + t)[:, None], allowed=keyok[:, None, :], cache=cache)
         last = logits[:, -1]
     return out
 

@@ -48,6 +48,12 @@ if [ "$MODE" = cuda ] && ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda
   exit 1
 fi
 
+# The pod runs creditflow's Llama (python/creditflow/llama.py): the checkout's package unless
+# the interpreter has one installed.
+if ! "$PY" -c "import creditflow.llama" 2>/dev/null; then
+  export PYTHONPATH="$(cd ../../python && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
 failed=()
 # step NAME LIMIT_SECONDS COMMAND...: runs COMMAND into OUT/NAME.txt,
 # prints its last lines, appends "NAME ok|FAIL|TIMEOUT|SKIPPED rc=.. seconds=.." to OUT/steps.txt.

@@ -129,11 +129,14 @@ print(wire.codec("Sample").writers["aeddc48"].fingerprint.hex())`)
 	}
 }
 
-// TestPodWithoutNumpy: torch 2 wheels do not bring numpy, and the pod must not need it. A
-// fresh virtual environment sees every package of the project's environment but numpy
-// (through a folder of links to them, as above), installs the pod with pip, and runs the
-// pod's tests of everything that reads or writes checkpoints, serves, decodes bodies or
-// attends there, with the installed cfpod (the tests are copied out of the checkout).
+// TestPodWithoutNumpy: torch 2 wheels do not bring numpy, and the pod's code must not need
+// it. A fresh virtual environment sees every package of the project's environment but numpy
+// (through a folder of links to them, as above), installs the pod and the creditflow package
+// with pip without their dependencies (the environment has torch and uvicorn; creditflow's own
+// numpy is what must stay out: the pod imports only its torch Llama, creditflow.llama, which
+// needs torch alone), and runs the pod's tests of everything that reads or writes checkpoints,
+// serves, decodes bodies or attends there, with the installed cfpod (the tests are copied out
+// of the checkout).
 func TestPodWithoutNumpy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of CPU")
@@ -159,8 +162,8 @@ func TestPodWithoutNumpy(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "venv")
 	vpy := freshVenv(t, py, dir, links)
-	_, pod := sources(t)
-	pipInstall(t, vpy, pod)
+	pkg, pod := sources(t)
+	pipInstall(t, vpy, "--no-deps", pkg, pod)
 	out := runIn(t, vpy, "-c", `import torch
 try:
     import numpy

@@ -84,6 +84,8 @@ func startPod(t *testing.T, modelDir string, extra ...string) *pod {
 		"--threads", "2"}, extra...)
 	cmd := exec.Command(py, args...)
 	cmd.Dir = "." // scorer/gpupod, where the cfpod package lives
+	// The pod runs creditflow's Llama (python/creditflow/llama.py): the package from the checkout.
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"))
 	p := &pod{cmd: cmd, stderr: &syncBuffer{}}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {

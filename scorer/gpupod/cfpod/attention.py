@@ -17,7 +17,8 @@ Guarantees:
 - the reference path (CPU, or torch without SDPA) computes float32 scores and softmax in
   query blocks of at most 2^24 scores, whatever the dtype; it is the arithmetic the Go
   reference scorer does.
-- both paths return [T, Hq * D] in the dtype of q.
+- both paths return [T, Hq * D] in the dtype of q; no queries (T = 0, the last layer of a
+  tree pack without scored tokens) return an empty result without calling a kernel.
 """
 
 import math
@@ -100,6 +101,8 @@ def attend(q, K, V, causal=False, mask=None, use_sdpa=False, mask_from=0):
     group = Hq // Hkv
     if (mask is None) == (not causal):
         raise ValueError("attend takes causal=True or a mask, not both")
+    if T == 0:  # no queries (a tree pack whose tokens only fill the cache): nothing to attend
+        return q.new_empty(0, Hq * D)
     qh = q.permute(1, 0, 2)  # [Hq, T, D]
     if mask_from and use_sdpa:
         mask = torch.cat([torch.ones(T, mask_from, dtype=torch.bool, device=q.device), mask], 1)

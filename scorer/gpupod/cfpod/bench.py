@@ -33,6 +33,7 @@ from . import attention
 from .devinfo import full_float32
 from .model import Config, Counts, Model, dtype_from_name
 from .padded import READS_PER_BATCH, UPLOADS_PER_BATCH, padded_batches
+from .scoring import prepare
 
 SIZES = {
     # Qwen2.5-0.5B's shape: 24 layers, hidden 896, 14 query / 2 KV heads of 64, tied.
@@ -120,7 +121,7 @@ def plan_counts(m, trajs, budget):
         out[packing] = per_request(c, n)
     c, n = Counts(), 0
     for b in batches(trajs, budget):
-        prep, _ = m._prepare([row for t in b for row in t])
+        prep, _ = prepare(m.cfg, [row for t in b for row in t])
         for bt in padded_batches(prep, budget):
             c.calls += 1
             c.uploads += UPLOADS_PER_BATCH
@@ -178,9 +179,10 @@ def main(argv=None):
     t0 = time.perf_counter()
     m = Model.random(cfg, seed=a.seed, device=dev, dtype=dtype, on_device=a.init_on_device)
     sync(dev)
-    params = sum(t.numel() for t in [m.embed, m.norm] + [w for L in m.layer_w for w in L.values()])
+    net = m.net
+    params = sum(t.numel() for t in [net.embed, net.norm] + [w for L in net.layers for w in L.values()])
     if not cfg.tie_embeddings:
-        params += m.lm_head.numel()
+        params += net.lm_head.numel()
     res = Results(a.out, device=str(dev), dtype=str(dtype).replace("torch.", ""), size=a.size, params=params,
                   init_seconds=round(time.perf_counter() - t0, 2), torch=torch.__version__,
                   sdpa=attention.HAS_SDPA, enable_gqa=attention.HAS_GQA, lower_right_causal=attention.HAS_LOWER_RIGHT)

@@ -17,6 +17,8 @@ import os
 
 import torch
 
+from creditflow.llama import rope_inv_freq
+
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
@@ -153,12 +155,7 @@ class Config:
                              "sliding-window attention is not supported")
 
     def _rope(self, scaling, field="rope_scaling"):
-        d = self.head_dim
-        inv = []
-        for i in range(d // 2):
-            e = float(torch.tensor(2 * i, dtype=torch.float32) / torch.tensor(d, dtype=torch.float32))
-            inv.append(1.0 / math.pow(self.rope_theta, e))
-        inv = torch.tensor(inv, dtype=torch.float32)
+        inv = rope_inv_freq(self.head_dim, self.rope_theta)
         typ = ""
         if isinstance(scaling, dict):
             typ = scaling.get("rope_type") or scaling.get("type") or ""

@@ -1,4 +1,4 @@
-"""AttnSR step graphs: Model.step_graphs computes attention probabilities in query
+"""AttnSR step graphs (Model.graphs, a member of Model): step_graphs computes attention probabilities in query
 blocks of QUERY_BLOCK tokens, never an N x N matrix, and sums them in float64;
 step_graphs_dense is the naive baseline it is tested against."""
 
@@ -7,16 +7,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .cache import Cache
 from .config import InputError
 
 QUERY_BLOCK = 128
 
 
-class _StepGraphs:
-    """The step-graph methods of Model."""
+class StepGraphs:
+    """The attention reader of a model: step graphs from the rotated queries and cached keys
+    its forward passes (forward.Forward.cached) hand over layer by layer."""
 
-    # ----- AttnSR step graphs -------------------------------------------------------
+    def __init__(self, forward):
+        self.forward, self.cfg, self.device = forward, forward.cfg, forward.device
 
     def _validate_graph_input(self, tokens, steps, layers):
         N, c = len(tokens), self.cfg
@@ -100,9 +101,9 @@ class _StepGraphs:
             tri = torch.tril(torch.ones(K, K, dtype=torch.float64), -1)
             got[li] = ((acc[:, :K] * tri).tolist(), (acc[:, K:] * tri).tolist())
 
-        cache = Cache(self, N, deepest + 1)
+        cache = self.forward.cache(N, deepest + 1)
         toks = torch.tensor(tokens, dtype=torch.long, device=dev)
-        self.forward(cache, toks, layers=deepest + 1, on_q=on_q)
+        self.forward.cached(cache, toks, layers=deepest + 1, on_q=on_q)
         return [(l, [r[:] for r in got[l][0]], [r[:] for r in got[l][1]]) for l in layers]
 
     @torch.no_grad()
@@ -140,7 +141,7 @@ class _StepGraphs:
                         AO[j][k] /= n
             got[li] = (AA, AO)
 
-        cache = Cache(self, N, max(layers) + 1)
-        self.forward(cache, torch.tensor(tokens, dtype=torch.long, device=self.device),
+        cache = self.forward.cache(N, max(layers) + 1)
+        self.forward.cached(cache, torch.tensor(tokens, dtype=torch.long, device=self.device),
                      layers=max(layers) + 1, on_q=on_q)
         return [(l, got[l][0], got[l][1]) for l in layers]

@@ -1,12 +1,22 @@
-"""A compact Llama-family decoder (Llama, Qwen2, Qwen3) in torch, with the two scorer
-operations of creditflow: LAPO row scores (docs/method.md §2.1) and AttnSR step graphs (docs/method.md §3.1).
+"""The pod's model: a Llama-family checkpoint (Llama, Qwen2, Qwen3) loaded on one device, with
+the two scorer operations of creditflow: LAPO row scores (docs/method.md §2.1) and AttnSR
+step graphs (docs/method.md §3.1).
+
+Model is a composition of members, each in a file of its own:
+- net (creditflow.llama.Llama): the weights and the network's arithmetic, the one torch
+  Llama of creditflow's Python code, which the loop's policy (creditflow.policy) runs too;
+- forward (forward.Forward): the pod's forward passes over the key/value cache with its
+  attention kernels (attention.py);
+- head (scoring.Head): log-probabilities from the LM head in float32, softmax in float64;
+- scores (scoring.RowScorer): the row statistics (LAPO scores, entropy, kl);
+- plans (rowrun.PlanRunner): runs prefix-sharing plans (rowplan.py), counts device work;
+- padded (padded.PaddedScorer): the padded baseline the benchmarks compare with;
+- graphs (graphs.StepGraphs): the attention reader behind AttnSR's step graphs.
+Model itself loads checkpoints and answers the calls the server makes.
 
 Guarantees:
-- The arithmetic is the one of the Go reference model (scorer/cpumodel): RMSNorm with the weight
-  applied after normalization, rotate-half RoPE with float32 inverse frequencies (default,
-  linear and llama3 scaling), grouped-query attention, SwiGLU, optional q/k/v(/o) biases
-  (Qwen2, Llama attention_bias), per-head q/k RMSNorm before RoPE (Qwen3), tied or untied
-  embeddings. In float32 on CPU it agrees with the Go reference to float32 rounding.
+- The arithmetic is the one of the Go reference model (scorer/cpumodel; creditflow.llama
+  states it). In float32 on CPU it agrees with the Go reference to float32 rounding.
 - score_rows never pads: rows are merged into a radix tree over their full token
   sequences; every edge is forwarded once on top of its parent's key/value cache, so a
   prefix shared by several rows is computed once. Usage reports the tokens forwarded
@@ -20,55 +30,78 @@ import math
 import os
 
 import torch
-import torch.nn.functional as F
+
+from creditflow.llama import Llama
 
 from . import attention
 from . import safetensors as st
-from .cache import Cache
 from .config import (ARCHITECTURES, Config, InputError, ModelError, dtype_from_name,  # noqa: F401
                      find_placeholder, read_config, tensor_names)
-from .graphs import QUERY_BLOCK, _StepGraphs  # noqa: F401
-from .padded import _PaddedScoring
-from .rowrun import Counts, _PlanRunner  # noqa: F401
-from .scoring import Usage, _Node, _RowScoring  # noqa: F401
-
-# Model work runs without autograd bookkeeping (torch.inference_mode where torch has it).
-inference = torch.inference_mode if hasattr(torch, "inference_mode") else torch.no_grad
+from .forward import Forward, inference  # noqa: F401
+from .graphs import QUERY_BLOCK, StepGraphs  # noqa: F401
+from .padded import PaddedScorer
+from .rowrun import Counts, PlanRunner  # noqa: F401
+from .scoring import Head, RowScorer, Usage  # noqa: F401
 
 
-
-class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
-    """A loaded network on one device in one dtype. Calls are not thread-safe on a
-    shared device stream; the server serializes them."""
+class Model:
+    """A loaded network on one device in one dtype, as a composition of members (see above).
+    Calls are not thread-safe on a shared device stream; the server serializes them."""
 
     def __init__(self, cfg, get, device="cpu", dtype=torch.float32, name="", placeholder=None):
         self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
         self.name, self.placeholder = name, list(placeholder or [])
-        names = tensor_names(cfg)
-        w = {}
-        for n, shape in names.items():
-            w[n] = get(n, shape)
-        self.embed = w["model.embed_tokens.weight"]
-        self.norm = w["model.norm.weight"]
-        self.lm_head = self.embed if cfg.tie_embeddings else w["lm_head.weight"]
-        self.layer_w = []
+        w = {n: get(n, shape) for n, shape in tensor_names(cfg).items()}
+        layers = []
         for i in range(cfg.layers):
             p = f"model.layers.{i}."
-            L = {k[len(p):]: v for k, v in w.items() if k.startswith(p)}
-            self.layer_w.append(L)
-        half = cfg.head_dim // 2
-        self.inv_freq = cfg.inv_freq.to(self.device)
-        self._half = half
-        # Fused attention kernels on accelerators; the float32 reference path elsewhere
-        # (set_attention chooses either on any device).
-        self.use_sdpa = attention.HAS_SDPA and self.device.type == "cuda"
-        # How score_rows shares prefixes (see there). The walk does the least arithmetic and
-        # is bitwise equal to row-by-row scoring on CPU; tree packing makes fewer, larger
-        # calls of at most pack_tokens tokens, which keeps an accelerator busy.
-        self.packing = "tree" if self.device.type == "cuda" else "walk"
-        self.pack_tokens = 4096
-        self.counts = None  # a rowrun.Counts to count the device's work (cfpod.bench)
-        self._head32 = self._head32_of = None
+            layers.append({k[len(p):]: v for k, v in w.items() if k.startswith(p)})
+        embed = w["model.embed_tokens.weight"]
+        self.net = Llama(cfg, embed, w["model.norm.weight"], embed if cfg.tie_embeddings else w["lm_head.weight"],
+                         layers, cfg.inv_freq.to(self.device))
+        self.forward = Forward(self.net, self.device, dtype)
+        self.head = Head(self.net)
+        self.plans = PlanRunner(self.forward, self.head)
+        self.scores = RowScorer(self.forward, self.head, self.plans)
+        self.padded = PaddedScorer(self.forward, self.head, self.plans)
+        self.graphs = StepGraphs(self.forward)
+
+    # ----- settings (held by the member they steer) ------------------------------------
+
+    @property
+    def use_sdpa(self):
+        """Whether attention runs on the fused kernels (forward.Forward)."""
+        return self.forward.use_sdpa
+
+    @use_sdpa.setter
+    def use_sdpa(self, v):
+        self.forward.use_sdpa = v
+
+    @property
+    def packing(self):
+        """How score_rows shares prefixes, "walk" or "tree" (scoring.RowScorer)."""
+        return self.scores.packing
+
+    @packing.setter
+    def packing(self, v):
+        self.scores.packing = v
+
+    @property
+    def pack_tokens(self):
+        return self.scores.pack_tokens
+
+    @pack_tokens.setter
+    def pack_tokens(self, v):
+        self.scores.pack_tokens = v
+
+    @property
+    def counts(self):
+        """A rowrun.Counts that counts the device's work (cfpod.bench), or None."""
+        return self.plans.counts
+
+    @counts.setter
+    def counts(self, v):
+        self.plans.counts = v
 
     def set_attention(self, kind):
         """kind "sdpa": torch's scaled_dot_product_attention (grouped heads through enable_gqa,
@@ -80,6 +113,42 @@ class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
         if kind == "sdpa" and not attention.HAS_SDPA:
             raise ValueError(f"attention sdpa: torch {torch.__version__} has no scaled_dot_product_attention")
         self.use_sdpa = kind == "sdpa"
+
+    # ----- the calls (each answered by the member that computes it) ----------------------
+
+    def score_rows(self, rows, packing=None, pack_tokens=None):
+        """LAPO row scores with prefix sharing: scoring.RowScorer.score_rows."""
+        return self.scores.score_rows(rows, packing, pack_tokens)
+
+    def plan_rows(self, rows, packing=None, pack_tokens=None):
+        """The model-free part of score_rows (outside the model lock): RowScorer.plan_rows."""
+        return self.scores.plan_rows(rows, packing, pack_tokens)
+
+    def score_plan(self, planned):
+        """Scores a plan_rows result on the model (inside the model lock): RowScorer.score_plan."""
+        return self.scores.score_plan(planned)
+
+    def score_rows_naive(self, rows):
+        """Row-by-row scores without prefix sharing: RowScorer.score_rows_naive."""
+        return self.scores.score_rows_naive(rows)
+
+    def score_rows_statistic(self, rows, stat):
+        """The logprob, entropy or kl statistic of rows: RowScorer.score_rows_statistic."""
+        return self.scores.score_rows_statistic(rows, stat)
+
+    def score_rows_padded(self, rows, batch_tokens=65536):
+        """The padded baseline: padded.PaddedScorer.score_rows_padded."""
+        return self.padded.score_rows_padded(rows, batch_tokens)
+
+    def step_graphs(self, tokens, steps, layers, block=QUERY_BLOCK):
+        """AttnSR step graphs: graphs.StepGraphs.step_graphs."""
+        return self.graphs.step_graphs(tokens, steps, layers, block)
+
+    def step_graphs_dense(self, tokens, steps, layers):
+        """The step graphs from dense attention matrices (tests): StepGraphs.step_graphs_dense."""
+        return self.graphs.step_graphs_dense(tokens, steps, layers)
+
+    # ----- loading ----------------------------------------------------------------------
 
     @classmethod
     def load(cls, folder, device="cpu", dtype=torch.float32, placeholder_ids=None, name=None,
@@ -133,104 +202,8 @@ class Model(_RowScoring, _PlanRunner, _PaddedScoring, _StepGraphs):
             return t.to(device=device, dtype=dtype)
         return cls(cfg, get, device, dtype, name)
 
-    def head32(self):
-        """The LM head in float32 (log-probabilities are computed in float32 whatever the
-        model's dtype): the head itself in float32, else a float32 copy made once (vocab x
-        hidden x 4 bytes: 2.2 GB at Qwen2.5-7B's shape)."""
-        if self.lm_head.dtype == torch.float32:
-            return self.lm_head
-        if self._head32_of is not self.lm_head:
-            self._head32, self._head32_of = self.lm_head.float(), self.lm_head
-        return self._head32
-
     def info(self):
         c = self.cfg
         return {"name": self.name, "architecture": c.architecture, "layers": c.layers,
                 "vocab_size": c.vocab, "max_context": c.max_context,
                 "placeholder_ids": list(self.placeholder)}
-
-    # ----- the network ---------------------------------------------------------------
-
-    def _rms(self, x, w):
-        xf = x.float()
-        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.cfg.rms_norm_eps)
-        return w * (xf * r).to(self.dtype)
-
-    def _rope_tables(self, pos):
-        ang = pos.to(torch.float32)[:, None] * self.inv_freq[None, :]
-        cos = torch.cos(ang.double()).to(self.dtype)
-        sin = torch.sin(ang.double()).to(self.dtype)
-        return torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
-
-    def _rope(self, x, cos, sin):
-        h = self._half
-        rot = torch.cat([-x[..., h:], x[..., :h]], -1)
-        return x * cos[:, None, :] + rot * sin[:, None, :]
-
-    def _qkv(self, W, x, cos, sin):
-        """Queries [n, Hq, D], keys and values [n, Hkv, D] of layer weights W for the hidden
-        states x [n, hidden]: the input norm, the projections (biases where the checkpoint has
-        them), q/k norms (Qwen3) and RoPE on q and k."""
-        c = self.cfg
-        h = self._rms(x, W["input_layernorm.weight"])
-        n = h.shape[0]
-        k = F.linear(h, W["self_attn.k_proj.weight"], W.get("self_attn.k_proj.bias")).view(n, c.kv_heads, c.head_dim)
-        v = F.linear(h, W["self_attn.v_proj.weight"], W.get("self_attn.v_proj.bias")).view(n, c.kv_heads, c.head_dim)
-        q = F.linear(h, W["self_attn.q_proj.weight"], W.get("self_attn.q_proj.bias")).view(n, c.heads, c.head_dim)
-        if c.qk_norm:
-            q = self._rms(q, W["self_attn.q_norm.weight"])
-            k = self._rms(k, W["self_attn.k_norm.weight"])
-        return self._rope(q, cos, sin), self._rope(k, cos, sin), v
-
-    def _attend(self, q, K, V, causal=False, mask=None, mask_from=0):
-        """Attention of queries q [T, Hq, D] over keys and values [Hkv, S, D] (attention.attend):
-        causal (the queries are the last T of the S positions) or the keys mask [T, S] allows
-        (with mask_from: keys [0, mask_from) visible to all, mask over the rest)."""
-        return attention.attend(q, K, V, causal=causal, mask=mask, use_sdpa=self.use_sdpa, mask_from=mask_from)
-
-    @inference()
-    def forward(self, cache, toks, out_pos=None, layers=None, on_q=None):
-        """Appends toks (LongTensor [T]) to cache at positions cache.n, ... and returns the
-        final-norm hidden states of the chunk positions in out_pos (LongTensor of chunk
-        indices), or None. layers limits the decoder layers run; on_q(layer, q, cache) sees
-        every layer's rotated queries [T, heads, head_dim] once its keys are cached."""
-        c = self.cfg
-        T = int(toks.shape[0])
-        pos0 = cache.n
-        cache.ensure(pos0 + T)
-        cache.n = pos0 + T
-        nl = c.layers if layers is None else layers
-        pos = torch.arange(pos0, pos0 + T, device=self.device)
-        cos, sin = self._rope_tables(pos)
-        x = self.embed[toks]
-        qpos = pos
-        for li in range(nl):
-            W = self.layer_w[li]
-            q, k, v = self._qkv(W, x, cos, sin)
-            cache.k[li][:, pos0:pos0 + T] = k.permute(1, 0, 2)
-            cache.v[li][:, pos0:pos0 + T] = v.permute(1, 0, 2)
-            if on_q is not None:
-                on_q(li, q, cache)
-                if li == nl - 1 and out_pos is None:
-                    return None
-            if li == c.layers - 1 and on_q is None and out_pos is None:
-                break  # only the cache was wanted
-            if li == c.layers - 1 and on_q is None:
-                # Last layer: keys and values of every position are cached, but only the
-                # wanted positions need the rest of the layer.
-                x, q, qpos, cos, sin = x[out_pos], q[out_pos], pos[out_pos], cos[out_pos], sin[out_pos]
-                out_pos = torch.arange(x.shape[0], device=self.device)
-            if q.shape[0] == T:  # every position of the chunk: causal, lower-right aligned
-                a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T], causal=True)
-            else:  # the wanted positions only
-                keys = torch.arange(pos0 + T, device=self.device)
-                a = self._attend(q, cache.k[li][:, :pos0 + T], cache.v[li][:, :pos0 + T],
-                                 mask=keys[None, :] <= qpos[:, None])
-            x = x + F.linear(a, W["self_attn.o_proj.weight"], W.get("self_attn.o_proj.bias"))
-            h = self._rms(x, W["post_attention_layernorm.weight"])
-            gt = F.linear(h, W["mlp.gate_proj.weight"], W.get("mlp.gate_proj.bias"))
-            up = F.linear(h, W["mlp.up_proj.weight"], W.get("mlp.up_proj.bias"))
-            x = x + F.linear(F.silu(gt) * up, W["mlp.down_proj.weight"], W.get("mlp.down_proj.bias"))
-        if out_pos is None:
-            return None
-        return self._rms(x[out_pos], self.norm)

@@ -1,6 +1,8 @@
-"""LAPO row scores: Model.score_rows (prefix sharing planned in rowplan.py, run in
-rowrun.py, walk or packed), the row-by-row baseline it is tested and measured against, and
-the entropy and kl statistics of rows (score_rows_statistic)."""
+"""Row statistics, a member of Model (Model.scores): LAPO row scores (score_rows; prefix
+sharing planned in rowplan.py, run in rowrun.py, walk or packed), the row-by-row baseline it
+is tested and measured against, and the entropy and kl statistics of rows
+(score_rows_statistic); the row validation (prepare) and the log-probabilities (Head) they
+and the padded baseline share."""
 
 import math
 
@@ -8,9 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from . import rowplan
-from .cache import Cache
 from .config import InputError
-from .rowplan import Node as _Node  # noqa: F401
 
 
 class Usage:
@@ -22,16 +22,74 @@ class Usage:
         self.max_pack_tokens = 0  # tokens of the largest of them
 
 
-class _RowScoring:
-    """The row-scoring methods of Model."""
+def temperatures(rows):
+    """The temperature of every row: its optional 4th element (None or absent: 1), a finite
+    number > 0."""
+    out = []
+    for i, row in enumerate(rows):
+        t = row[3] if len(row) > 3 and row[3] is not None else 1.0
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise InputError(f"row {i}: temperature {t!r} must be a finite number > 0 (leave it out for 1)")
+        out.append(float(t))
+    return out
 
-    def _log_probs(self, hidden, toks, temps=None):
+
+def prepare(cfg, rows):
+    """rows: [(context, target, (a, b)[, temperature])] → [(seq, ctx_len, a, b)], Usage:
+    validated against the model's vocabulary and context, contexts cut from the left to fit."""
+    u = Usage()
+    V, MC = cfg.vocab, cfg.max_context
+    out = []
+    for i, row in enumerate(rows):
+        ctx, tgt, span = row[0], row[1], row[2]
+        a, b = span
+        if a < 0 or b > len(tgt) or a >= b:
+            raise InputError(f"row {i}: span [{a}, {b}) is not a non-empty range inside the "
+                             f"target ({len(tgt)} tokens)")
+        if len(tgt) > MC:
+            raise InputError(f"row {i}: target has {len(tgt)} tokens, more than the model's context ({MC})")
+        for what, seq in (("context", ctx), ("target", tgt)):
+            for j, t in enumerate(seq):
+                if not 0 <= t < V:
+                    raise InputError(f"row {i}: {what} token {j} is {t}, outside the vocabulary [0, {V})")
+        over = len(ctx) + len(tgt) - MC
+        if over > 0:
+            ctx = ctx[over:]
+            u.truncations += 1
+        if len(ctx) + a == 0:
+            raise InputError(f"row {i}: the first scored token has no preceding token to condition "
+                             "on (empty context and span starting at 0)")
+        seq = list(ctx) + list(tgt)
+        out.append((seq, len(ctx), a, b))
+        u.tokens_row_by_row += len(seq)
+    return out, u
+
+
+class Head:
+    """Log-probabilities from final-norm hidden states: the LM head in float32 whatever the
+    model's dtype, softmax in float64."""
+
+    def __init__(self, net):
+        self.net = net
+        self._head32 = self._head32_of = None
+
+    def head32(self):
+        """The LM head in float32: the head itself in float32, else a float32 copy made once
+        (vocab x hidden x 4 bytes: 2.2 GB at Qwen2.5-7B's shape)."""
+        lm_head = self.net.lm_head
+        if lm_head.dtype == torch.float32:
+            return lm_head
+        if self._head32_of is not lm_head:
+            self._head32, self._head32_of = lm_head.float(), lm_head
+        return self._head32
+
+    def log_probs(self, hidden, toks, temps=None):
         """log p(toks[i] | hidden[i]) = log_softmax(logits / temps[i])[toks[i]] with float32
-        logits (the LM head in float32 whatever the model's dtype: Model.head32) divided by
-        the temperature in float64 (exact for 1) and a float64 log-sum-exp, in blocks of rows
-        that hold at most 2^27 logits. temps: float64 tensor, one per row, or None for 1."""
+        logits (head32) divided by the temperature in float64 (exact for 1) and a float64
+        log-sum-exp, in blocks of rows that hold at most 2^27 logits. temps: float64 tensor,
+        one per row, or None for 1."""
         head = self.head32()
-        step = max(1, (1 << 27) // self.cfg.vocab)
+        step = max(1, (1 << 27) // self.net.cfg.vocab)
         out = []
         for s in range(0, hidden.shape[0], step):
             logits = F.linear(hidden[s:s + step].float(), head).double()
@@ -41,55 +99,28 @@ class _RowScoring:
             out.append(logits.gather(1, toks[s:s + step, None])[:, 0] - lse)
         return out[0] if len(out) == 1 else torch.cat(out)
 
-    @staticmethod
-    def _temperatures(rows):
-        """The temperature of every row: its optional 4th element (None or absent: 1), a
-        finite number > 0."""
-        out = []
-        for i, row in enumerate(rows):
-            t = row[3] if len(row) > 3 and row[3] is not None else 1.0
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-                raise InputError(f"row {i}: temperature {t!r} must be a finite number > 0 (leave it out for 1)")
-            out.append(float(t))
-        return out
+
+class RowScorer:
+    """The row statistics of a model (LAPO scores with prefix sharing, entropy, kl) from its
+    forward passes (forward.Forward), log-probabilities (Head) and plan runner (rowrun)."""
+
+    def __init__(self, forward, head, runner):
+        self.forward, self.head, self.runner = forward, head, runner
+        self.cfg, self.device = forward.cfg, forward.device
+        # How score_rows shares prefixes (see there). The walk does the least arithmetic and
+        # is bitwise equal to row-by-row scoring on CPU; tree packing makes fewer, larger
+        # calls of at most pack_tokens tokens, which keeps an accelerator busy.
+        self.packing = "tree" if self.device.type == "cuda" else "walk"
+        self.pack_tokens = 4096
 
     # ----- LAPO rows ----------------------------------------------------------------
-
-    def _prepare(self, rows):
-        """rows: [(context, target, (a, b)[, temperature])] → [(seq, ctx_len, a, b)], Usage."""
-        u = Usage()
-        V, MC = self.cfg.vocab, self.cfg.max_context
-        out = []
-        for i, row in enumerate(rows):
-            ctx, tgt, span = row[0], row[1], row[2]
-            a, b = span
-            if a < 0 or b > len(tgt) or a >= b:
-                raise InputError(f"row {i}: span [{a}, {b}) is not a non-empty range inside the "
-                                 f"target ({len(tgt)} tokens)")
-            if len(tgt) > MC:
-                raise InputError(f"row {i}: target has {len(tgt)} tokens, more than the model's context ({MC})")
-            for what, seq in (("context", ctx), ("target", tgt)):
-                for j, t in enumerate(seq):
-                    if not 0 <= t < V:
-                        raise InputError(f"row {i}: {what} token {j} is {t}, outside the vocabulary [0, {V})")
-            over = len(ctx) + len(tgt) - MC
-            if over > 0:
-                ctx = ctx[over:]
-                u.truncations += 1
-            if len(ctx) + a == 0:
-                raise InputError(f"row {i}: the first scored token has no preceding token to condition "
-                                 "on (empty context and span starting at 0)")
-            seq = list(ctx) + list(tgt)
-            out.append((seq, len(ctx), a, b))
-            u.tokens_row_by_row += len(seq)
-        return out, u
 
     def plan_rows(self, rows, packing=None, pack_tokens=None):
         """Everything of score_rows that needs no model (validation, the radix tree, the
         calls and their indices; rowplan.py): run it outside the model lock, then
         score_plan inside."""
-        prep, u = self._prepare(rows)
-        temps = self._temperatures(rows)
+        prep, u = prepare(self.cfg, rows)
+        temps = temperatures(rows)
         mode = packing or self.packing
         if mode not in ("walk", "tree"):
             raise ValueError(f"packing {mode!r} is not supported (want walk or tree)")
@@ -109,7 +140,7 @@ class _RowScoring:
         if plan is None:
             return [], u
         lp = [[0.0] * (b - a) for (_, _, a, b) in prep]
-        for (i, k), v in zip(plan.outs, self.run_plan(prep, plan)):
+        for (i, k), v in zip(plan.outs, self.runner.run_plan(prep, plan)):
             lp[i][k] = v
         return [math.fsum(v) / len(v) for v in lp], u
 
@@ -135,16 +166,16 @@ class _RowScoring:
     def score_rows_naive(self, rows):
         """Scores every row on its own from an empty cache (no prefix sharing): the
         baseline score_rows is tested and measured against."""
-        prep, u = self._prepare(rows)
-        temps = self._temperatures(rows)
+        prep, u = prepare(self.cfg, rows)
+        temps = temperatures(rows)
         out = []
         for (seq, cl, a, b), temp in zip(prep, temps):
-            cache = Cache(self, len(seq), self.cfg.layers)
+            cache = self.forward.cache(len(seq), self.cfg.layers)
             toks = torch.tensor(seq, dtype=torch.long, device=self.device)
             pos = torch.arange(cl + a - 1, cl + b - 1, device=self.device)
-            hid = self.forward(cache, toks, out_pos=pos)
+            hid = self.forward.cached(cache, toks, out_pos=pos)
             tt = torch.full((b - a,), temp, dtype=torch.float64, device=self.device)
-            out.append(math.fsum(self._log_probs(hid, toks[pos + 1], tt).tolist()) / (b - a))
+            out.append(math.fsum(self.head.log_probs(hid, toks[pos + 1], tt).tolist()) / (b - a))
             u.tokens_forwarded += len(seq)
         return out, u
 
@@ -154,11 +185,11 @@ class _RowScoring:
         """The log-distributions (float64 [b - a, vocab]) that predict target[a:b] of one
         prepared row: the whole sequence forwarded from an empty cache, float32 logits of the
         float32 LM head divided by the temperature in float64, log-softmax in float64."""
-        cache = Cache(self, len(seq), self.cfg.layers)
+        cache = self.forward.cache(len(seq), self.cfg.layers)
         toks = torch.tensor(seq, dtype=torch.long, device=self.device)
         pos = torch.arange(cl + a - 1, cl + b - 1, device=self.device)
-        hid = self.forward(cache, toks, out_pos=pos)
-        logits = F.linear(hid.float(), self.head32()).double() / temp
+        hid = self.forward.cached(cache, toks, out_pos=pos)
+        logits = F.linear(hid.float(), self.head.head32()).double() / temp
         return torch.log_softmax(logits, -1)
 
     @torch.no_grad()
@@ -173,14 +204,14 @@ class _RowScoring:
             return self.score_rows(rows)
         if stat not in ("entropy", "kl"):
             raise InputError(f"statistic {stat!r}: use logprob, entropy or kl")
-        prep, u = self._prepare(rows)
-        temps = self._temperatures(rows)
+        prep, u = prepare(self.cfg, rows)
+        temps = temperatures(rows)
         refs = None
         if stat == "kl":
             for i, row in enumerate(rows):
                 if len(row) < 5 or row[4] is None:
                     raise InputError(f"row {i}: the kl statistic needs a reference context")
-            refs, ru = self._prepare([(row[4], row[1], row[2]) for row in rows])
+            refs, ru = prepare(self.cfg, [(row[4], row[1], row[2]) for row in rows])
             u.truncations += ru.truncations
             u.tokens_row_by_row += ru.tokens_row_by_row
         out = []

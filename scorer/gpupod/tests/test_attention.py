@@ -200,6 +200,26 @@ class ModelOnTorchSdpaTest(unittest.TestCase):
                         for x, y in zip(sum(X, []), sum(Y, [])):
                             self.assertAlmostEqual(x, y, delta=1e-6)
 
+    def test_tree_packs_without_scored_tokens(self):
+        # Packs of at most 64 tokens split a subtree: the first pack holds a shared context and
+        # no scored token, so its last layer has no queries. The fused path attended over
+        # zero queries and failed (torch.cat of no chunks); it scores as the reference does.
+        r = random.Random(5)
+        rows = []
+        for _ in range(3):
+            ctx = [r.randrange(97) for _ in range(r.randrange(1, 40))]
+            for _ in range(4):
+                tgt = [r.randrange(97) for _ in range(r.randrange(2, 30))]
+                rows.append((ctx, tgt, (0, len(tgt))))
+        m, _ = model_from(small_config(), seed=3)
+        _, _, plan = m.plan_rows(rows, packing="tree", pack_tokens=64)
+        self.assertTrue(any(c[0] != "edge" and c[-1] is None for c in plan.calls), "no pack without scored tokens")
+        ref = m.score_rows(rows, packing="walk")[0]
+        m.set_attention("sdpa")
+        got = m.score_rows(rows, packing="tree", pack_tokens=64)[0]
+        for a, b in zip(got, ref):
+            self.assertAlmostEqual(a, b, delta=TOL)
+
     def test_set_attention_refuses_other_kinds(self):
         m, _ = model_from(small_config(), seed=1)
         with self.assertRaises(ValueError):

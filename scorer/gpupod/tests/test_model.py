@@ -138,7 +138,7 @@ class ScoreTest(unittest.TestCase):
         # An all-zero untied LM head gives uniform next-token probabilities: S = -log V.
         h = small_config(tie_word_embeddings=False)
         m, ts = model_from(h, seed=6)
-        m.lm_head = torch.zeros_like(m.lm_head)
+        m.net.lm_head = torch.zeros_like(m.net.lm_head)
         (s,), _ = m.score_rows([([1, 2, 3], [4, 5, 6], (0, 3))])
         self.assertAlmostEqual(s, -math.log(97), delta=1e-9)
 
@@ -232,7 +232,7 @@ class StepGraphTest(unittest.TestCase):
         # to each key <= q, so G_AA[j][k] = mean over q in A_j of |A_k| / (q + 1).
         h = small_config("Qwen2ForCausalLM")
         m, _ = model_from(h, seed=10)
-        for L in m.layer_w:
+        for L in m.net.layers:
             L["self_attn.q_proj.weight"] = torch.zeros_like(L["self_attn.q_proj.weight"])
             L["self_attn.q_proj.bias"] = torch.zeros_like(L["self_attn.q_proj.bias"])
         steps = [((3, 10), (10, 14)), ((14, 20), None), ((20, 300), (300, 310))]

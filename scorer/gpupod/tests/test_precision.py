@@ -15,13 +15,13 @@ class LogProbPrecisionTest(unittest.TestCase):
         g = torch.Generator().manual_seed(4)
         hid = (torch.rand(20, m.cfg.hidden, generator=g) * 6 - 3).to(DEVICE, torch.bfloat16)
         toks = torch.arange(20, device=DEVICE) * 3
-        got = m._log_probs(hid, toks).cpu()
-        exact = torch.log_softmax(hid.double() @ m.lm_head.double().T, -1).cpu()
+        got = m.head.log_probs(hid, toks).cpu()
+        exact = torch.log_softmax(hid.double() @ m.net.lm_head.double().T, -1).cpu()
         want = exact[torch.arange(20), toks.cpu()]
         err = float((got - want).abs().max())
         self.assertLess(err, 2e-5, "the LM head must run in float32")
-        self.assertIs(m.head32(), m.head32())  # converted once
-        self.assertEqual(m.head32().dtype, torch.float32)
+        self.assertIs(m.head.head32(), m.head.head32())  # converted once
+        self.assertEqual(m.head.head32().dtype, torch.float32)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import sys
 import unittest
 
 from cfpod import rowplan
+from cfpod.scoring import prepare
 from tests.test_model import search_rows
 from tests.util import TOL, model_from, small_config
 
@@ -51,7 +52,7 @@ class PlanTest(unittest.TestCase):
         rows = chained_rows(r, 1500)
         self.assertGreater(1500, sys.getrecursionlimit() // 2)
         m, _ = model_from(small_config(), seed=2)
-        prep, _ = m._prepare(rows)
+        prep, _ = prepare(m.cfg, rows)
         root = rowplan.build_tree(prep)
         depth, n = 0, root
         while n.children:

@@ -421,12 +421,12 @@ class ServerTest(unittest.TestCase):
 
     def test_nan_scores_travel_as_null(self):
         m = self.pod.current.model
-        saved = m.norm
-        m.norm = torch.full_like(saved, float("nan"))
+        saved = m.net.norm
+        m.net.norm = torch.full_like(saved, float("nan"))
         try:
             st, b, _ = self.call("POST", "/v1/score", self.score_body([[([1, 2], [3], (0, 1))]]))
         finally:
-            m.norm = saved
+            m.net.norm = saved
         self.assertEqual((st, b["results"][0]["scores"]), (200, [None]))
 
 
