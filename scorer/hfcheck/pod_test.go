@@ -62,7 +62,7 @@ func startPod(t *testing.T, py, modelDir, dtype string) string {
 	cmd := exec.Command(py, "-m", "cfpod", "--model", modelDir, "--addr", "127.0.0.1:0", "--port-file", portFile,
 		"--token-file", tokFile, "--admin-token-file", adminFile, "--device", "cpu", "--dtype", dtype, "--threads", "2",
 		"--max-context", strconv.Itoa(maxContext), "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+podDir)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+podDir+string(os.PathListSeparator)+filepath.Join(podDir, "..", "..", "python"))
 	exited, logs := startProcess(t, cmd, "pod")
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
