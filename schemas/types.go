@@ -64,7 +64,7 @@ type LayerGraph struct {
 // Scored is what the score stage publishes (topic "scored", key prompt_id).
 type Scored struct {
 	Trajectory          Trajectory
-	Method              string // "lapo" | "attnsr"
+	Method              string // a credit method's name (vocab.Method): lapo, attnsr or a registered one
 	Direction           string // "backward" | "forward" (lapo)
 	Turns               []TurnScore
 	Attention           []LayerGraph
@@ -111,7 +111,7 @@ type Sample struct {
 	SampleIndex      int32
 	PolicyVersion    int64
 	CreatedAtMs      int64
-	Method           string // "lapo" | "attnsr"
+	Method           string // a credit method's name (vocab.Method): lapo, attnsr or a registered one
 	Output           string // "advantages" (lapo, attnsr grpo) | "token_rewards" (attnsr ppo)
 	Partial          bool
 	Reward           float64
