@@ -23,7 +23,7 @@ _FROM = {
     "AUTO": "wire", "CURRENT": "wire", "LEGACY": "wire", "WireError": "wire", "decode_dead_letter": "wire",
     "decode_policy": "wire", "decode_sample": "wire", "decode_scored": "wire", "decode_trajectory": "wire",
     "encode_policy": "wire", "encode_trajectory": "wire",
-    "RolloutPublisher": "kafka", "SampleStream": "kafka", "PolicyWatcher": "kafka", "announce_policy": "kafka",
+    "RolloutPublisher": "kafka", "SampleStream": "stream", "PolicyWatcher": "kafka", "announce_policy": "kafka",
     "ensure_policy_topic": "kafka", "DeliveryError": "kafka", "murmur2": "kafka",
 }
 

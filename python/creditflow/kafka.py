@@ -1,5 +1,6 @@
 """Kafka ends of the loop, on confluent-kafka (librdkafka): RolloutPublisher for rollout
-workers, SampleStream for trainers, announce_policy / PolicyWatcher for policy versions.
+workers, announce_policy / PolicyWatcher for policy versions; SampleStream, the trainers'
+end, lives in stream.py (creditflow.SampleStream) and builds on this module.
 
 Guarantees:
 - RolloutPublisher keys every trajectory by its prompt_id and partitions with murmur2
@@ -25,7 +26,7 @@ from .trajectory import InvalidTrajectory, Limits, validate_trajectory
 
 log = logging.getLogger("creditflow")
 
-__all__ = ["RolloutPublisher", "SampleStream", "PolicyWatcher", "announce_policy", "ensure_policy_topic", "DeliveryError",
+__all__ = ["RolloutPublisher", "PolicyWatcher", "announce_policy", "ensure_policy_topic", "DeliveryError",
            "TOPIC_TRAJECTORIES", "TOPIC_SAMPLES", "TOPIC_POLICY", "POLICY_KEY"]
 
 TOPIC_TRAJECTORIES = "creditflow.trajectories"
@@ -316,10 +317,3 @@ class PolicyWatcher:
     def _on_read_error(self, err):
         """Called when reading the topic failed; the thread retries (subclasses log it)."""
 
-
-def __getattr__(name):
-    # SampleStream (trainers) lives in stream.py, which imports this module.
-    if name == "SampleStream":
-        from .stream import SampleStream
-        return SampleStream
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -105,7 +105,7 @@ class FakePolicy:
 class Stream(unittest.TestCase):
     def stream(self, msgs, **kw):
         with mock.patch.object(stream, "Consumer", ScriptedConsumer):
-            s = kafka.SampleStream("127.0.0.1:1", "g", idle_timeout=0.2, **kw)
+            s = stream.SampleStream("127.0.0.1:1", "g", idle_timeout=0.2, **kw)
         s._consumer.queue.extend(msgs)
         return s
 

@@ -38,7 +38,8 @@ import time
 import torch
 
 from .. import policy as P
-from ..kafka import SampleStream, announce_policy
+from ..kafka import announce_policy
+from ..stream import SampleStream
 from . import losses as L
 from . import rollout
 
