@@ -13,6 +13,7 @@ metric is replaced). Writes one JSON line per row, then a summary line.
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import queue
@@ -235,6 +236,16 @@ def check_trainer(brokers, samples):
     tiny_model(model_dir)
     args = AsyncGRPOConfig(output_dir=os.path.join(d, "out"), token_budget=0, per_device_train_batch_size=len(samples),
                            report_to=[], use_cpu=True, bf16=False, save_steps=1, max_steps=1)
+    # TRL's completion log prints one advantage per completion: refused at construction.
+    logging_args = copy.copy(args)
+    logging_args.log_completions = True
+    try:
+        CreditflowAsyncGRPOTrainer(model=model_dir, reward_funcs=[exact_match], args=logging_args,
+                                   creditflow=CreditflowSettings(brokers=brokers, run_id="trlrefused"))
+        sys.exit("the trainer accepted log_completions=True, which TRL cannot print per-token advantages for")
+    except ValueError as e:
+        if "log_completions" not in str(e):
+            raise
     trainer = CreditflowAsyncGRPOTrainer(
         model=model_dir, reward_funcs=[exact_match], args=args,
         train_dataset=Dataset.from_dict({"prompt": ["q"], "answer": [GOLD]}),

@@ -294,6 +294,12 @@ class CreditflowAsyncGRPOTrainer(AsyncGRPOTrainer):
     checkpoint is announced on the policy topic. Takes TRL's arguments plus ``creditflow``."""
 
     def __init__(self, *args, creditflow: CreditflowSettings, **kwargs):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if getattr(config, "log_completions", False):
+            # TRL prints each completion's advantage as one number ("%.2f"); creditflow's are
+            # per-token arrays, so the print would fail inside the rollout loop.
+            raise ValueError("log_completions=True is not supported with creditflow's per-token advantages: "
+                             "set log_completions=False (the samples topic and creditflow inspect show them)")
         self.creditflow = creditflow
 
         def worker(**kw):
