@@ -27,9 +27,10 @@ type ChaosOptions struct {
 	KillScorers   bool // SIGKILL and restart scorer processes too
 	BrokerOutages int  // broker cuts of OutageLength each
 	OutageLength  time.Duration
-	// StatePartitions of the state topic (default 1, what `creditflow run
-	// --create-topics` makes; operators' topics often get the cluster's
-	// default, say 4).
+	// StatePartitions of the state topic (default 1, what an older
+	// `creditflow run --create-topics` made; it now makes as many as the
+	// scored topic, and operators' topics often get the cluster's default,
+	// say 4).
 	StatePartitions int
 }
 

@@ -78,7 +78,7 @@ type env struct {
 	built   bool // bin was built for this run: removed by Close (the logs stay)
 	dir     string
 	parts   int
-	state   int // partitions of the state topic (1, what --create-topics makes)
+	state   int // partitions of the state topic (1 here; run --create-topics N makes N, like the scored topic)
 	log     zerolog.Logger
 	prod    *producers.Producer
 }

@@ -87,7 +87,7 @@ func EnsureTopics(ctx context.Context, brokers []string, sec kafkasec.Config, sp
 			var errs []error
 			for t, e := range resp.Errors {
 				if e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
-					errs = append(errs, fmt.Errorf("topic %s: %w", t, e))
+					errs = append(errs, fmt.Errorf("topic %s: %w%s", t, e, createHint(e)))
 				}
 			}
 			if len(errs) == 0 {
@@ -105,6 +105,17 @@ func EnsureTopics(ctx context.Context, brokers []string, sec kafkasec.Config, sp
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// createHint says what to do about a topic CreateTopics refused.
+func createHint(err error) string {
+	switch {
+	case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.ClusterAuthorizationFailed):
+		return " (this user may not create topics: grant it CREATE, or have an administrator create the topics with the settings docs/kafka.md lists)"
+	case errors.Is(err, kafka.InvalidReplicationFactor):
+		return " (the replication factor asked for exceeds the brokers available: lower --replication-factor, or 0 for the brokers' default)"
+	}
+	return ""
 }
 
 // PartitionFor returns the partition a keyed message lands in when the
@@ -157,12 +168,31 @@ func murmur2(data []byte) uint32 {
 // cluster (in the order given). It asks for metadata without allowing the
 // brokers to create topics automatically, so a check never creates one.
 func MissingTopics(ctx context.Context, brokers []string, sec kafkasec.Config, topics ...string) ([]string, error) {
+	found, err := PartitionCounts(ctx, brokers, sec, topics...)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, t := range topics {
+		if found[t] == 0 && !seen[t] {
+			missing = append(missing, t)
+		}
+		seen[t] = true
+	}
+	return missing, nil
+}
+
+// PartitionCounts returns the partition count of each of topics that
+// exists; a missing topic has no entry. Like MissingTopics it never
+// creates a topic.
+func PartitionCounts(ctx context.Context, brokers []string, sec kafkasec.Config, topics ...string) (map[string]int, error) {
 	if len(topics) == 0 {
-		return nil, nil
+		return map[string]int{}, nil
 	}
 	tr, err := sec.Transport()
 	if err != nil {
-		return nil, fmt.Errorf("producers: MissingTopics: %w", err)
+		return nil, fmt.Errorf("producers: topic metadata: %w", err)
 	}
 	defer tr.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
@@ -170,19 +200,11 @@ func MissingTopics(ctx context.Context, brokers []string, sec kafkasec.Config, t
 	if err != nil {
 		return nil, fmt.Errorf("producers: topic metadata: %w", err)
 	}
-	found := map[string]bool{}
+	found := map[string]int{}
 	for _, t := range resp.Topics {
 		if t.Error == nil && len(t.Partitions) > 0 {
-			found[t.Name] = true
+			found[t.Name] = len(t.Partitions)
 		}
 	}
-	var missing []string
-	seen := map[string]bool{}
-	for _, t := range topics {
-		if !found[t] && !seen[t] {
-			missing = append(missing, t)
-		}
-		seen[t] = true
-	}
-	return missing, nil
+	return found, nil
 }

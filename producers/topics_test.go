@@ -3,6 +3,7 @@ package producers_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,9 @@ func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
 	if err == nil || creates != 1 {
 		t.Fatalf("a missing topic without CREATE permission: err %v after %d requests, want the refusal after 1", err, creates)
 	}
+	if !strings.Contains(err.Error(), "new.c") || !strings.Contains(err.Error(), "grant it CREATE") {
+		t.Fatalf("refusal %q does not name the topic and say what to do", err)
+	}
 	missing, err := producers.MissingTopics(ctx, b.Addrs(), kafkasec.Config{}, "have.a", "new.c", "have.b", "new.c")
 	if err != nil || !slices.Equal(missing, []string{"new.c"}) {
 		t.Fatalf("MissingTopics: %v (%v), want [new.c]", missing, err)
@@ -64,7 +68,8 @@ func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
 }
 
 // TestEnsureTopicsReplicationFactor: 0 takes the brokers' default (3 on a
-// 3-broker cluster), a positive factor is used as given.
+// 3-broker cluster), a positive factor is used as given, and one above the
+// brokers' count is refused saying what to change.
 func TestEnsureTopicsReplicationFactor(t *testing.T) {
 	b, err := broker.Start(broker.WithBrokers(3))
 	if err != nil {
@@ -81,6 +86,10 @@ func TestEnsureTopicsReplicationFactor(t *testing.T) {
 	resp, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{"rf.default", "rf.two"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	err = producers.EnsureTopics(ctx, b.Addrs(), kafkasec.Config{}, producers.TopicSpec{Name: "rf.four", ReplicationFactor: 4})
+	if err == nil || !strings.Contains(err.Error(), "lower --replication-factor") {
+		t.Fatalf("4 replicas on 3 brokers: %v, want a refusal that says to lower --replication-factor", err)
 	}
 	want := map[string]int{"rf.default": 3, "rf.two": 2}
 	for _, tp := range resp.Topics {

@@ -47,7 +47,7 @@ func runReplay(args []string) error {
 	fs.inGroup(groupKafka, func() {
 		fs.StringVar(&cfg.GroupID, "group", fmt.Sprintf("creditflow-replay-%d", time.Now().Unix()), "consumer group of the replay")
 		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer, then exit non-zero")
-		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "replication factor of the output topics the replay creates (0: the brokers' default); existing topics are used as they are")
+		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "replication factor of the output topics the replay creates (0: the brokers' default; above 1 they also get min.insync.replicas 2); existing topics are used as they are")
 	})
 	fs.inGroup(groupTopics, func() {
 		fs.StringVar(&cfg.Topics.Scored, "topic-scored", cfg.Topics.Scored, "scored topic to replay")
@@ -69,6 +69,7 @@ func runReplay(args []string) error {
 	applyCredit := creditFlags(fs, &cfg.Credit)
 	applyWindow := windowFlags(fs, &cfg.Window)
 	kafkaSizeFlags(fs, &cfg)
+	topicRetentionFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
 		logLevel = fs.String("log-level", "warn", "log level (JSON logs on stderr)")
 	})

@@ -74,8 +74,8 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 	kf := addKafkaFlags(fs)
 	fs.inGroup(groupKafka, func() {
 		fs.StringVar(&cfg.GroupID, "group", cfg.GroupID, "consumer group prefix (<group>.score, <group>.advantage); a replay with new settings uses a new group")
-		create = fs.Int("create-topics", 0, "create missing topics with this many partitions (0: expect them to exist)")
-		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "with --create-topics: replication factor of the topics created (0: the brokers' default)")
+		create = fs.Int("create-topics", 0, "create missing topics as the chart's KafkaTopics declare them (needs CREATE): trajectories, scored, samples and the state topic with this many partitions, the state and policy topics compacted, the others with --retention (0: expect them to exist; docs/kafka.md)")
+		fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "with --create-topics: replication factor of the topics created (0: the brokers' default); above 1 the topics also get min.insync.replicas 2")
 		startup = fs.Duration("startup-timeout", 30*time.Second, "at start, wait at most this long for a broker to answer and for every topic used to exist, then exit non-zero (scorers are waited for without a limit, not ready meanwhile)")
 		fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "consumer group session timeout: how soon the partitions of a replica that died move to the others")
 		fs.DurationVar(&cfg.CommitInterval, "commit-interval", cfg.CommitInterval, "how often offsets and state snapshots are committed")
@@ -114,6 +114,7 @@ in-flight work, writes state, commits and exits. Docs: docs/stream.md, docs/meth
 		fs.IntVar(&cfg.Limits.MaxRecordBytes, "max-record-bytes", cfg.Limits.MaxRecordBytes, "dead-letter records larger than this")
 	})
 	kafkaSizeFlags(fs, &cfg)
+	topicRetentionFlags(fs, &cfg)
 	fs.inGroup(groupObservability, func() {
 		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9464", "serve /metrics, /readyz, /livez and /healthz here (empty: off; docs/stream.md)")
 		livenessStall = fs.Duration("liveness-stall", 5*time.Minute, "/livez fails when a partition's input has made no progress for this long: records waiting that the stage takes none of, or (score stage) records it took and does not commit (0: never)")

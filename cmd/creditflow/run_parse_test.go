@@ -28,6 +28,7 @@ func TestParseRunRefuses(t *testing.T) {
 		{[]string{"--scorers", "local", "--direction", "sideways"}, `direction "sideways"`},
 		{[]string{"--scorers", "local", "--brokers", ""}, "no brokers"},
 		{[]string{"--scorers", "local", "--replication-factor", "-1"}, "--replication-factor -1"},
+		{[]string{"--scorers", "local", "--retention", "500us"}, "--retention 500µs: Kafka keeps records for whole milliseconds"},
 		{[]string{"--scorers", "local", "--max-policy-lag", "2", "--topic-policy", ""}, "--max-policy-lag needs the policy topic"},
 		{[]string{"--scorers", "local", "--compression", "brotli"}, "brotli"},
 		{[]string{"--scorers", "local", "--ema-delta", "2"}, "ema_delta = 2 must lie in [0, 1]"},
@@ -69,6 +70,9 @@ func TestParseRunConfig(t *testing.T) {
 	}
 	if rc.createTopics != 4 || rc.shutdown != 7*time.Second || rc.metricsAddr != "" {
 		t.Errorf("create %d, shutdown %v, metrics %q", rc.createTopics, rc.shutdown, rc.metricsAddr)
+	}
+	if rc.stage.Retention != 7*24*time.Hour || rc.stage.DeadLetterRetention != 30*24*time.Hour {
+		t.Errorf("retention %v, dead letters %v; want the chart's 7 and 30 days", rc.stage.Retention, rc.stage.DeadLetterRetention)
 	}
 	if rc.stage.Logger.GetLevel().String() != "info" {
 		t.Errorf("log level %v", rc.stage.Logger.GetLevel())

@@ -122,7 +122,7 @@ func (rc *runConfig) waitForKafka(ctx context.Context, cfg stage.Config, hc *hea
 	go hc.WatchBrokers(ctx, cfg.Security, cfg.Brokers, 5*time.Second)
 	if rc.createTopics > 0 {
 		cctx, cancel := context.WithTimeout(ctx, rc.startup)
-		err := producers.EnsureTopics(cctx, cfg.Brokers, cfg.Security, cfg.TopicSpecs(rc.createTopics)...)
+		err := cfg.CreateTopics(cctx, rc.createTopics)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--create-topics at %s: %w", strings.Join(cfg.Brokers, ","), err)
@@ -130,7 +130,13 @@ func (rc *runConfig) waitForKafka(ctx context.Context, cfg stage.Config, hc *hea
 	}
 	// Every topic read or written must exist: found now, not when the first
 	// output is retried for ever.
-	return cfg.WaitTopics(ctx, rc.score, rc.advantage, rc.startup)
+	if err := cfg.WaitTopics(ctx, rc.score, rc.advantage, rc.startup); err != nil {
+		return err
+	}
+	if rc.advantage { // only logs; a failed look-up is not worth stopping for
+		_, _, _ = cfg.CheckStatePartitions(ctx)
+	}
+	return nil
 }
 
 // newScorer builds the score stage's scorer; with --scorer-follow-policy

@@ -28,19 +28,21 @@ import (
 // OutputTopics are the topics a replay of a scored topic with partitions
 // partitions writes: samples, dead letters, state and (with
 // --max-policy-lag) stale samples, and rescoreTo when it re-scores; with
-// the max.message.bytes --create-topics sets.
+// the settings `run --create-topics` gives them (stage.Config.TopicSpecs:
+// retention, compaction for the state topic, max.message.bytes,
+// min.insync.replicas), the state topic with as many partitions as the
+// scored topic.
 func OutputTopics(cfg stage.Config, partitions int, rescoreTo string) []producers.TopicSpec {
-	topicCfg := cfg.TopicSpecs(1)[0].Configs // max.message.bytes, as --create-topics sets it
 	specs := []producers.TopicSpec{
-		{Name: cfg.Topics.Samples, Partitions: partitions, ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg},
-		{Name: cfg.Topics.DeadLetters, Partitions: 1, ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg},
-		{Name: cfg.Topics.State, Partitions: 1, ReplicationFactor: cfg.ReplicationFactor, Compact: true, Configs: topicCfg},
+		cfg.DataTopicSpec(cfg.Topics.Samples, partitions),
+		cfg.DeadLetterTopicSpec(cfg.Topics.DeadLetters),
+		cfg.StateTopicSpec(cfg.Topics.State, partitions),
 	}
 	if cfg.MaxPolicyLag >= 0 {
-		specs = append(specs, producers.TopicSpec{Name: cfg.Topics.SamplesStale, Partitions: partitions, ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
+		specs = append(specs, cfg.DataTopicSpec(cfg.Topics.SamplesStale, partitions))
 	}
 	if rescoreTo != "" {
-		specs = append(specs, producers.TopicSpec{Name: rescoreTo, Partitions: partitions, ReplicationFactor: cfg.ReplicationFactor, Configs: topicCfg})
+		specs = append(specs, cfg.DataTopicSpec(rescoreTo, partitions))
 	}
 	return specs
 }

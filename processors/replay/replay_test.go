@@ -45,8 +45,8 @@ func TestCheckOutputsRefusesLiveAndSharedTopics(t *testing.T) {
 }
 
 // TestOutputTopics: the replay creates its samples (and re-scored, and
-// stale) topics with the scored topic's partitions, its state topic
-// compacted.
+// stale) topics and its state topic with the scored topic's partitions,
+// the state topic compacted, the others with retention.
 func TestOutputTopics(t *testing.T) {
 	cfg := stage.DefaultConfig()
 	cfg.Topics.Samples, cfg.Topics.State, cfg.Topics.DeadLetters, cfg.Topics.SamplesStale = "r", "r.state", "r.dl", "r.stale"
@@ -58,8 +58,11 @@ func TestOutputTopics(t *testing.T) {
 		if s.Compact != (s.Name == "r.state") {
 			t.Errorf("%s: compact %v", s.Name, s.Compact)
 		}
+		if _, ok := s.Configs["retention.ms"]; ok == s.Compact {
+			t.Errorf("%s: configs %v, want retention.ms on the topics that are not compacted", s.Name, s.Configs)
+		}
 	}
-	want := map[string]int{"r": 3, "r.dl": 1, "r.state": 1, "r.stale": 3, "r.scored": 3}
+	want := map[string]int{"r": 3, "r.dl": 1, "r.state": 3, "r.stale": 3, "r.scored": 3}
 	if len(got) != len(want) {
 		t.Fatalf("topics %v, want %v", got, want)
 	}

@@ -3,7 +3,6 @@ package stage
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/rs/zerolog"
 
@@ -78,13 +77,4 @@ func (c *Config) ProducerConfig() producers.Config {
 // whole message.
 func (c *Config) fetchBytes() int {
 	return max(1<<20, c.MaxMessageBytes)
-}
-
-// topicConfigs are the configs --create-topics sets on every topic.
-func (c *Config) topicConfigs() map[string]string {
-	m := c.MaxMessageBytes
-	if m <= 0 {
-		m = DefaultMaxMessageBytes
-	}
-	return map[string]string{"max.message.bytes": strconv.Itoa(m)}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/creditflow/creditflow/internal/kafkasec"
 	"github.com/creditflow/creditflow/policy"
 	"github.com/creditflow/creditflow/processors/credit"
-	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
 	"github.com/creditflow/creditflow/state"
 	"github.com/creditflow/creditflow/vocab"
@@ -78,8 +77,16 @@ type Config struct {
 	Compression     string // producer compression: lz4 (default), zstd, snappy, gzip or none
 	MaxMessageBytes int    // the topics' max.message.bytes (default 1048588, Kafka's); larger records are written as chunks
 	// ReplicationFactor of the topics TopicSpecs describes (0: the
-	// brokers' default, default.replication.factor).
+	// brokers' default, default.replication.factor). Above 1 the topics
+	// also get min.insync.replicas min(2, ReplicationFactor).
 	ReplicationFactor int
+	// Retention is the retention.ms of the trajectories, scored, samples
+	// and stale samples topics TopicSpecs describes, DeadLetterRetention
+	// the dead-letter topic's (DefaultConfig: 7 and 30 days, the chart's;
+	// 0: the brokers' default, log.retention.*; negative: kept for ever).
+	// The state and policy topics are compacted instead.
+	Retention           time.Duration
+	DeadLetterRetention time.Duration
 
 	Logger  zerolog.Logger
 	Metrics *Metrics
@@ -128,23 +135,25 @@ func (c Config) ScoreReadBuffer() int {
 // DefaultConfig is a complete configuration for the embedded default.
 func DefaultConfig() Config {
 	return Config{
-		GroupID:          "creditflow",
-		Topics:           DefaultTopics(),
-		Direction:        Backward,
-		LAPOStatistic:    credit.StatLogProb,
-		Credit:           credit.DefaultConfig(),
-		Window:           state.DefaultWindow(),
-		Limits:           schemas.DefaultLimits(),
-		MaxPolicyLag:     PolicyLagOff,
-		SuccessThreshold: 1.0,
-		MaxInFlight:      DefaultMaxInFlight,
-		MaxInFlightBytes: DefaultMaxInFlightBytes,
-		MaxUnackedBytes:  DefaultMaxUnackedBytes,
-		Compression:      DefaultCompression,
-		MaxMessageBytes:  DefaultMaxMessageBytes,
-		CommitInterval:   500 * time.Millisecond,
-		IdleAfter:        120 * time.Second,
-		Logger:           zerolog.Nop(),
+		GroupID:             "creditflow",
+		Topics:              DefaultTopics(),
+		Direction:           Backward,
+		LAPOStatistic:       credit.StatLogProb,
+		Credit:              credit.DefaultConfig(),
+		Window:              state.DefaultWindow(),
+		Limits:              schemas.DefaultLimits(),
+		MaxPolicyLag:        PolicyLagOff,
+		SuccessThreshold:    1.0,
+		MaxInFlight:         DefaultMaxInFlight,
+		MaxInFlightBytes:    DefaultMaxInFlightBytes,
+		MaxUnackedBytes:     DefaultMaxUnackedBytes,
+		Compression:         DefaultCompression,
+		MaxMessageBytes:     DefaultMaxMessageBytes,
+		Retention:           DefaultRetention,
+		DeadLetterRetention: DefaultDeadLetterRetention,
+		CommitInterval:      500 * time.Millisecond,
+		IdleAfter:           120 * time.Second,
+		Logger:              zerolog.Nop(),
 	}
 }
 
@@ -164,6 +173,9 @@ func (c *Config) Check() error {
 	}
 	if c.ReplicationFactor < 0 {
 		return fmt.Errorf("--replication-factor %d: use a positive factor, or 0 for the brokers' default", c.ReplicationFactor)
+	}
+	if err := c.checkRetention(); err != nil {
+		return err
 	}
 	if c.MaxPolicyLag < PolicyLagOff {
 		return fmt.Errorf("--max-policy-lag %d: want a number of versions >= 0, or %d for off", c.MaxPolicyLag, PolicyLagOff)
@@ -208,30 +220,4 @@ func (c *Config) Check() error {
 		c.Metrics = NewMetrics(nil)
 	}
 	return c.checkKafkaSizes()
-}
-
-// TopicSpecs are the topics the pipeline needs, for producers.EnsureTopics.
-func (c *Config) TopicSpecs(partitions int) []producers.TopicSpec {
-	specs := []producers.TopicSpec{
-		{Name: c.Topics.Trajectories, Partitions: partitions, ReplicationFactor: c.ReplicationFactor},
-		{Name: c.Topics.Scored, Partitions: partitions, ReplicationFactor: c.ReplicationFactor},
-		{Name: c.Topics.Samples, Partitions: partitions, ReplicationFactor: c.ReplicationFactor},
-		{Name: c.Topics.DeadLetters, Partitions: 1, ReplicationFactor: c.ReplicationFactor},
-		{Name: c.Topics.State, Partitions: 1, ReplicationFactor: c.ReplicationFactor, Compact: true},
-	}
-	specs = append(specs, producers.TopicSpec{Name: c.Topics.SamplesStale, Partitions: partitions, ReplicationFactor: c.ReplicationFactor})
-	if c.Topics.Policy != "" {
-		ps := policy.TopicSpec(c.Topics.Policy)
-		ps.ReplicationFactor = c.ReplicationFactor
-		specs = append(specs, ps)
-	}
-	for i := range specs {
-		if specs[i].Configs == nil {
-			specs[i].Configs = map[string]string{}
-		}
-		for k, v := range c.topicConfigs() {
-			specs[i].Configs[k] = v
-		}
-	}
-	return specs
 }
