@@ -20,7 +20,7 @@ func init() {
 
 func runLearn(args []string) (err error) {
 	o := learn.Defaults()
-	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr|ppo] [--seed S] [--json] [flags]
+	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr|ppo|oracle] [--seed S] [--json] [flags]
        creditflow learn --compare lapo,grpo --seeds 3 [--out docs/img/learn] [flags]
        creditflow learn --report docs/img/learn.json,...
 
@@ -39,7 +39,7 @@ given. The summary reports held-out success by version and what the loop proved 
 	var startup *time.Duration
 	var asJSON *bool
 	fs.inGroup(groupGeneral, func() {
-		fs.StringVar((*string)(&o.Method), "method", string(o.Method), "credit assignment: lapo, grpo (outcome advantages only: LAPO with λ = 0), attnsr, or ppo (the terminal reward only, with the critic of --attnsr-output ppo)")
+		fs.StringVar((*string)(&o.Method), "method", string(o.Method), "credit assignment: lapo, grpo (outcome advantages only: LAPO with λ = 0), attnsr, ppo (the terminal reward only, with the critic of --attnsr-output ppo), or oracle (GRPO plus ±λ on the turns the world labelled key or harmful: the control arm)")
 		fs.StringVar(&o.World, "world", "", "searchqa, widesearch, rumour, household or household-long (default: household for attnsr and ppo, searchqa otherwise; docs/learn.md)")
 		fs.IntVar(&o.Seed, "seed", o.Seed, "seed of the workers' episodes and the trainer")
 		fs.IntVar(&o.Steps, "steps", o.Steps, "trainer steps (each announces a new policy version)")
@@ -52,7 +52,7 @@ given. The summary reports held-out success by version and what the loop proved 
 		fs.IntVar(&o.Epochs, "ppo-epochs", o.Epochs, "the same as --epochs")
 		fs.Float64Var(&o.Clip, "clip", o.Clip, "ε of the clipped ratio to the policy before the update")
 		fs.Float64Var(&o.ISCap, "is-cap", o.ISCap, "C of the truncated importance weight against the rollout log-probs")
-		fs.Float64Var(&o.Lambda, "lambda", o.Lambda, "lapo: λ, weight of the process advantage")
+		fs.Float64Var(&o.Lambda, "lambda", o.Lambda, "lapo: λ, weight of the process advantage; oracle: the ±λ on the labelled turns")
 		fs.StringVar((*string)(&o.Direction), "direction", string(o.Direction), "lapo: backward (LAPO) or forward (IGPO's direction, the ablation)")
 		fs.BoolVar(&o.NoGate, "no-gate", false, "lapo: switch the sign gate off (the ablation)")
 		fs.StringVar(&o.AttnSROutput, "attnsr-output", o.AttnSROutput, "attnsr: grpo (the GRPO-reweighting variant, α = 0.25) or ppo (step rewards into GAE with a critic)")

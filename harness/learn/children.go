@@ -70,13 +70,17 @@ func (c *children) startProcessor() error {
 
 func (c *children) startTrainer() error {
 	o, t := c.o, c.o.Topics
-	p, err := startProc("trainer", c.dir, c.env, c.onLine, o.Python, "-m", "creditflow.learn.trainer",
-		"--brokers", c.brokers, "--samples-topic", t.Samples, "--policy-topic", t.Policy, "--group", o.GroupID+"-trainer",
+	args := []string{o.Python, "-m", "creditflow.learn.trainer",
+		"--brokers", c.brokers, "--samples-topic", t.Samples, "--policy-topic", t.Policy, "--group", o.GroupID + "-trainer",
 		"--init", c.init, "--out", filepath.Join(c.dir, "checkpoints"),
 		"--steps", strconv.Itoa(o.Steps), "--groups-per-step", strconv.Itoa(o.GroupsPerStep),
 		"--lr", ftoa(o.LR), "--seed", strconv.Itoa(o.Seed), "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
 		"--loss", o.loss(), "--epochs", strconv.Itoa(o.Epochs), "--clip", ftoa(o.Clip), "--is-cap", ftoa(o.ISCap),
-		"--gamma", ftoa(o.Gamma), "--gae-lambda", ftoa(o.GAELambda), "--critic-lr", ftoa(o.CriticLR))
+		"--gamma", ftoa(o.Gamma), "--gae-lambda", ftoa(o.GAELambda), "--critic-lr", ftoa(o.CriticLR)}
+	if o.Method == MethodOracle {
+		args = append(args, "--oracle-labels", c.labels(), "--oracle-lambda", ftoa(o.Lambda))
+	}
+	p, err := startProc("trainer", c.dir, c.env, c.onLine, args...)
 	c.trainer = p
 	return err
 }
@@ -94,14 +98,28 @@ func (c *children) startEvaluator() error {
 // worker k.
 func (c *children) startWorker(k, restart int) error {
 	o, t := c.o, c.o.Topics
-	p, err := startProc(fmt.Sprintf("worker-%d", k), c.dir, c.env, c.onLine, o.Python, "-m", "creditflow.learn.worker",
+	args := []string{o.Python, "-m", "creditflow.learn.worker",
 		"--brokers", c.brokers, "--topic", t.Trajectories, "--policy-topic", t.Policy, "--init", c.init, "--env", o.World,
 		"--run", fmt.Sprintf("s%d", o.Seed), "--worker", strconv.Itoa(k), "--workers", strconv.Itoa(o.Workers),
-		"--first-group", strconv.Itoa(restart*1_000_000), "--group-size", strconv.Itoa(o.GroupSize),
-		"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps-1), "--seed", strconv.Itoa(o.Seed),
-		"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64))
+		"--first-group", strconv.Itoa(restart * 1_000_000), "--group-size", strconv.Itoa(o.GroupSize),
+		"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps - 1), "--seed", strconv.Itoa(o.Seed),
+		"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64)}
+	if o.Method == MethodOracle { // each start its own file: a killed worker's last line may be cut
+		args = append(args, "--labels", filepath.Join(c.labels(), fmt.Sprintf("worker-%d-%d.jsonl", k, restart)))
+	}
+	p, err := startProc(fmt.Sprintf("worker-%d", k), c.dir, c.env, c.onLine, args...)
 	c.workers[k] = p
 	return err
+}
+
+// labels is the folder of the oracle arm's turn labels, written by the
+// workers and read by the trainer (absolute: the children run in c.dir).
+func (c *children) labels() string {
+	d, err := filepath.Abs(filepath.Join(c.dir, "labels"))
+	if err != nil {
+		return filepath.Join(c.dir, "labels")
+	}
+	return d
 }
 
 // stopWorkers lets the workers finish their batch in flight and stop.

@@ -60,7 +60,7 @@ func (o Options) quota(k int) int {
 // processorArgs are the credit flags of `creditflow run` for o's method.
 func (o Options) processorArgs() []string {
 	switch o.Method {
-	case MethodGRPO:
+	case MethodGRPO, MethodOracle: // the oracle's term is the trainer's
 		return []string{"--method", MethodLAPO, "--lambda", "0"}
 	case MethodPPO:
 		return []string{"--method", MethodAttnSR, "--attnsr-output", string(vocab.OutputPPO), "--beta", "0"}

@@ -16,17 +16,20 @@ import (
 
 // Methods: GRPO is outcome advantages only (LAPO's advantage with λ = 0);
 // PPO is the terminal reward only with the critic of AttnSR's ppo output
-// (AttnSR's token rewards with β = 0: no step rewards).
+// (AttnSR's token rewards with β = 0: no step rewards); Oracle is GRPO plus
+// ±λ on the action tokens of the turns the world labelled (the control arm,
+// docs/learn.md "The oracle-credit arm").
 const (
 	MethodLAPO   = string(vocab.LAPO)
 	MethodGRPO   = "grpo"
 	MethodAttnSR = string(vocab.AttnSR)
 	MethodPPO    = "ppo"
+	MethodOracle = "oracle"
 )
 
 // Options configure one run of the loop.
 type Options struct {
-	Method        string // lapo | grpo | attnsr | ppo
+	Method        string // lapo | grpo | attnsr | ppo | oracle
 	World         string // searchqa | widesearch | rumour | household | household-long ("" : household for attnsr and ppo, searchqa otherwise)
 	Seed          int
 	Workers       int
@@ -49,8 +52,9 @@ type Options struct {
 	Gamma     float64
 	GAELambda float64
 	CriticLR  float64
-	// Credit: LAPO's λ, direction and gate; AttnSR's output (grpo: the
-	// reweighted advantages; ppo: token rewards for the critic) and β.
+	// Credit: LAPO's λ (also the oracle arm's ±λ), direction and gate;
+	// AttnSR's output (grpo: the reweighted advantages; ppo: token rewards
+	// for the critic) and β.
 	Lambda       float64
 	Direction    string
 	NoGate       bool
@@ -108,9 +112,9 @@ func (o Options) loss() string {
 // `creditflow learn` to change; it looks at the options only.
 func (o Options) Validate() error {
 	switch o.Method {
-	case MethodLAPO, MethodGRPO, MethodAttnSR, MethodPPO:
+	case MethodLAPO, MethodGRPO, MethodAttnSR, MethodPPO, MethodOracle:
 	default:
-		return fmt.Errorf("--method %q: use lapo, grpo, attnsr or ppo", o.Method)
+		return fmt.Errorf("--method %q: use lapo, grpo, attnsr, ppo or oracle", o.Method)
 	}
 	if _, err := vocab.ParseOutput(o.AttnSROutput); err != nil {
 		return fmt.Errorf("--attnsr-output %q: use grpo or ppo", o.AttnSROutput)

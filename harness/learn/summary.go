@@ -43,6 +43,13 @@ type TrainerStep struct {
 	ValueLossAfter     *float64 `json:"value_loss_after,omitempty"`
 	StepRewardsNonzero *int     `json:"step_rewards_nonzero,omitempty"`
 	StepRewardsAbsSum  *float64 `json:"step_rewards_abs_sum,omitempty"`
+	// The oracle arm: the turns the batch's labels named (key, enabling,
+	// harmful) and the policy tokens its ±λ landed on.
+	OracleKeyTurns      *int `json:"oracle_key_turns,omitempty"`
+	OracleEnablingTurns *int `json:"oracle_enabling_turns,omitempty"`
+	OracleHarmfulTurns  *int `json:"oracle_harmful_turns,omitempty"`
+	OracleTokensPlus    *int `json:"oracle_tokens_plus,omitempty"`
+	OracleTokensMinus   *int `json:"oracle_tokens_minus,omitempty"`
 }
 
 // Summary is what a run measured. JSON names are stable.
@@ -102,7 +109,7 @@ type Settings struct {
 	Epochs           int     `json:"epochs"` // optimizer steps per batch
 	Clip             float64 `json:"clip"`
 	ISCap            float64 `json:"is_cap"`
-	Lambda           float64 `json:"lambda"`              // LAPO's λ (0: GRPO)
+	Lambda           float64 `json:"lambda"`              // LAPO's λ (0: GRPO); the oracle arm's ±λ
 	Direction        string  `json:"direction,omitempty"` // LAPO's: backward or forward
 	NoGate           bool    `json:"no_gate,omitempty"`
 	AttnSROutput     string  `json:"attnsr_output,omitempty"` // grpo or ppo
@@ -121,6 +128,8 @@ func settingsOf(o Options) *Settings {
 	switch o.Method {
 	case MethodLAPO:
 		s.Lambda, s.Direction, s.NoGate = o.Lambda, o.Direction, o.NoGate
+	case MethodOracle:
+		s.Lambda = o.Lambda
 	case MethodAttnSR:
 		s.AttnSROutput, s.Beta = o.AttnSROutput, o.Beta
 	case MethodPPO:

@@ -61,6 +61,7 @@ func TestMethodsToProcessorAndTrainer(t *testing.T) {
 		{MethodAttnSR, "grpo", "--method attnsr --attnsr-output grpo --beta 0.25", "pg"},
 		{MethodAttnSR, "ppo", "--method attnsr --attnsr-output ppo --beta 0.25", "ppo"},
 		{MethodPPO, "grpo", "--method attnsr --attnsr-output ppo --beta 0", "ppo"},
+		{MethodOracle, "grpo", "--method lapo --lambda 0", "pg"}, // GRPO's stream; the trainer adds ±λ
 	} {
 		o := Defaults()
 		o.Method, o.AttnSROutput = c.method, c.output
@@ -68,7 +69,21 @@ func TestMethodsToProcessorAndTrainer(t *testing.T) {
 			t.Errorf("%s/%s: %q, loss %s; want %q, %s", c.method, c.output, got, o.loss(), c.args, c.loss)
 		}
 	}
+	// The oracle arm records its λ, so that --from keeps runs of another λ apart.
 	o := Defaults()
+	o.Method, o.Lambda = MethodOracle, 0.25
+	if s := settingsOf(o); s.Lambda != 0.25 || s.Loss != "pg" {
+		t.Errorf("oracle settings %+v: want λ 0.25, loss pg", s)
+	}
+	other := o
+	other.Lambda = 0.5
+	if d := settingsOf(o).diff(*settingsOf(other)); d != "lambda 0.25, not 0.5" {
+		t.Errorf("oracle runs of λ 0.25 and 0.5 differ by %q", d)
+	}
+	if err := o.Validate(); err != nil {
+		t.Errorf("--method oracle: %v", err)
+	}
+	o = Defaults()
 	o.GroupsPerStep, o.Workers = 3, 2
 	if o.quota(0) != 2 || o.quota(1) != 1 {
 		t.Errorf("3 groups over 2 workers: %d and %d", o.quota(0), o.quota(1))

@@ -3,6 +3,7 @@
 usage: python3 -m creditflow.learn.trainer --brokers B --init DIR --out DIR [--steps N]
            [--groups-per-step K] [--loss pg|ppo] [--epochs E] [--lr LR] [--clip EPS]
            [--is-cap C] [--gamma G] [--gae-lambda L] [--critic-lr LR] [--max-policy-lag L]
+           [--oracle-labels DIR --oracle-lambda LAM]
 
 Reads whole groups from the samples topic (SampleStream.batches) and takes exactly
 --groups-per-step of them per step (the rest wait for the next step). Per batch it computes the
@@ -15,6 +16,10 @@ temperature, token mean over the policy tokens, Adam, gradient norm clipped at 1
 over the token rewards of AttnSR's ppo output with a critic (a value head, trained on the
 returns by its own Adam at --critic-lr) and normalizes the advantages over the batch. A sample
 without the field its loss needs stops the run with an error naming it.
+With --oracle-labels DIR (the oracle-credit arm, loss pg) it adds to each sample's advantages
++--oracle-lambda on the action tokens of the turns the world labelled key or enabling and
+−--oracle-lambda on those of its harmful turns (creditflow.learn.oracle: the labels the workers
+wrote to DIR); a sample without labels stops the run like a missing field.
 It writes the new weights as a Hugging Face checkpoint folder <out>/v<N>, announces version N
 on the policy topic and commits the consumed offsets (creditflow.learn.evaluate evaluates each
 announced version beside it).
@@ -41,6 +46,7 @@ from .. import policy as P
 from ..kafka import announce_policy
 from ..stream import SampleStream
 from . import losses as L
+from . import oracle as O
 from . import rollout
 
 MAX_GRAD_NORM = 1.0
@@ -74,9 +80,28 @@ def step_rewards_seen(batch):
     return n, total
 
 
-def train_batch(model, opt, critic, copt, batch, a):
+def add_oracle(b, batch, reader, lam):
+    """Adds the oracle term to b.adv (shifted as the batch's tensors are); returns the step's
+    counts of labelled turns and of the policy tokens the term touched, by sign."""
+    term = torch.zeros(b.ids.shape, dtype=torch.float32)
+    info = {"oracle_key_turns": 0, "oracle_enabling_turns": 0, "oracle_harmful_turns": 0,
+            "oracle_tokens_plus": 0, "oracle_tokens_minus": 0}
+    for i, s in enumerate(batch):
+        lab = reader.get(s["trajectory_id"])
+        t = O.oracle_term(s, lab, lam)
+        term[i, :len(t)] = torch.from_numpy(t)
+        for k in ("key", "enabling", "harmful"):
+            info["oracle_%s_turns" % k] += len(lab.get(k + "_turns") or [])
+        info["oracle_tokens_plus"] += int((t > 0).sum())
+        info["oracle_tokens_minus"] += int((t < 0).sum())
+    b.adv = b.adv + term[:, 1:] * b.mask
+    return info
+
+
+def train_batch(model, opt, critic, copt, batch, a, reader=None):
     """--epochs optimizer steps on one batch; returns the step's diagnostics."""
     b = L.Batch(batch)
+    oinfo = add_oracle(b, batch, reader, a.oracle_lambda) if reader is not None else {}
     model.eval()
     with torch.no_grad():
         old, _ = L.logprobs_entropy(model, b)
@@ -114,6 +139,7 @@ def train_batch(model, opt, critic, copt, batch, a):
            "grad_clip_hits": hits, "optimizer_steps": len(norms)}
     out.update({k: float("%.4g" % v) for k, v in diag.items()})  # four significant digits: a KL of 1e-7 shows
     out.update({k: round(v, 5) for k, v in info.items()})
+    out.update(oinfo)
     if vlosses:
         with torch.no_grad():
             after = float(L.value_loss(critic, b, returns))
@@ -143,10 +169,16 @@ def main(argv=None):
     ap.add_argument("--critic-lr", type=float, default=1e-3, help="--loss ppo: the critic's learning rate (Adam)")
     ap.add_argument("--max-policy-lag", type=int, default=None,
                     help="skip samples more than N versions behind the newest announced one (counted as stale)")
+    ap.add_argument("--oracle-labels", default=None,
+                    help="the oracle-credit arm: the folder of the workers' turn labels (loss pg)")
+    ap.add_argument("--oracle-lambda", type=float, default=0.5, help="the oracle term's size λ")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if a.epochs < 1:
         ap.error("--epochs must be at least 1")
+    if a.oracle_labels and a.loss != "pg":
+        ap.error("--oracle-labels adds to creditflow's advantages: it needs --loss pg")
+    reader = O.LabelReader(a.oracle_labels) if a.oracle_labels else None
     rollout.setup_torch()
     torch.manual_seed(a.seed)
     stop = []
@@ -189,7 +221,10 @@ def main(argv=None):
             wait += now - t_wait
             try:
                 L.check_fields(batch, a.loss)
-            except L.MissingField as e:
+                if reader is not None:
+                    for s in batch:
+                        O.oracle_term(s, reader.get(s["trajectory_id"]), a.oracle_lambda)
+            except (L.MissingField, O.MissingLabels) as e:
                 failed = str(e)
                 emit({"event": "error", "message": failed})
                 break
@@ -200,7 +235,7 @@ def main(argv=None):
                 if sv is not None and sv in announced and sv not in reload_s:
                     reload_s[sv] = now - announced[sv]
             trajectories += len(batch)
-            diag = train_batch(model, opt, critic, copt, batch, a)
+            diag = train_batch(model, opt, critic, copt, batch, a, reader)
             step += 1
             version = step
             folder = os.path.abspath(os.path.join(a.out, "v%d" % version))

@@ -3,6 +3,7 @@
 usage: python3 -m creditflow.learn.worker --brokers B --init DIR [--env searchqa|household]
            [--worker K --workers W] [--group-size G] [--groups-per-batch N]
            [--groups-per-version N] [--last-version V] [--seed S] [--temperature T] [--judge-noise Q]
+           [--labels FILE]
 
 Follows the policy topic (PolicyWatcher): whenever a newer version is announced it loads that
 checkpoint; it plays whole groups (G episodes of one question, sampled at --temperature from
@@ -15,6 +16,9 @@ trainer consumes. Under a version newer than --last-version (the trainer's last)
 nothing: no trainer step would read those groups.
 With --judge-noise Q the published reward is a flaky judge's verdict, wrong with probability Q
 (creditflow.envs.judge); the held-out evaluation still counts true answers.
+With --labels FILE it appends each episode's turn labels (the world's key, enabling and harmful
+turns; creditflow.learn.oracle) to FILE, one JSON line per trajectory, before publishing it: the
+oracle-credit arm's trainer reads them.
 Prompt ids are <run>-g<NNNNNN> with the worker's own residue class of group numbers, so workers
 (and a restarted worker with another --first-group) never collide. One JSON line per batch on
 stdout; SIGTERM ends it after the batch in flight is acknowledged.
@@ -31,7 +35,7 @@ import torch
 from .. import envs as E
 from .. import policy as P
 from ..kafka import PolicyWatcher, RolloutPublisher
-from . import rollout
+from . import oracle, rollout
 
 
 def main(argv=None):
@@ -55,6 +59,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--judge-noise", type=float, default=0.0,
                     help="publish a flaky judge's reward: wrong with this probability (creditflow.envs.judge)")
+    ap.add_argument("--labels", default=None,
+                    help="append each trajectory's turn labels to this JSON-lines file before publishing it")
     a = ap.parse_args(argv)
     rollout.setup_torch()
     stop = []
@@ -65,6 +71,7 @@ def main(argv=None):
     model, version = P.load(a.init), 0
     watcher = PolicyWatcher(a.brokers, topic=a.policy_topic).start()
     pub = RolloutPublisher(a.brokers, topic=a.topic)
+    labels = oracle.LabelWriter(a.labels) if a.labels else None
     local, under_version, waited_since = a.first_group, 0, None
     try:
         while not stop:
@@ -98,6 +105,8 @@ def main(argv=None):
                 pid = "%s-g%06d" % (a.run, g)
                 tid = "%s-%d" % (pid, i)
                 ep.reward = E.judge(ep, a.judge_noise, tid)
+                if labels is not None:
+                    labels.write(tid, ep)
                 pub.publish(rollout.to_trajectory(env, ep, turns, trajectory_id=tid, prompt_id=pid,
                                                   group_size=a.group_size, sample_index=i, policy_version=version,
                                                   temperature=a.temperature, source=env.name))
@@ -112,6 +121,8 @@ def main(argv=None):
     finally:
         pub.close(30)
         watcher.close()
+        if labels is not None:
+            labels.close()
     return 0
 
 
