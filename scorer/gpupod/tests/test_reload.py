@@ -41,11 +41,14 @@ class ReloadFailureTest(unittest.TestCase):
     def test_watched_reload_survives_out_of_memory(self):
         real = podmod.Model.load
         calls = []
+        retry = threading.Event()  # the retried load waits until the old model was checked
+        self.addCleanup(retry.set)
 
         def failing(*a, **k):  # CUDA running out of memory while the new copy is built
             calls.append(a)
             if len(calls) == 1:
                 raise RuntimeError("CUDA out of memory. Tried to allocate 14.00 GiB")
+            retry.wait(30)
             return real(*a, **k)
         podmod.Model.load = failing
         self.addCleanup(setattr, podmod.Model, "load", real)
@@ -61,6 +64,7 @@ class ReloadFailureTest(unittest.TestCase):
         self.assertTrue(any(l.get("message", "").startswith("model load failed") and "out of memory" in l.get("error", "")
                             for l in lines), self.log.getvalue())
         # The next poll tries again (the file still says 4) and succeeds.
+        retry.set()
         self.wait(lambda: self.pod.current.policy_version == 4, "the retried reload")
         self.assertEqual(self.pod.m_loads.value("ok"), 2)
         self.assertTrue(t.is_alive())
