@@ -239,6 +239,7 @@ func TestRenderRefusals(t *testing.T) {
 		{[]string{"secrets.scorerToken=same", "secrets.adminToken=same"}, "adminToken must differ"},
 		{[]string{"secrets.create=false"}, "scorer.auth.enabled needs the tokens' Secret"},
 		{[]string{"strimzi.enabled=true", "strimzi.users.enabled=true"}, "needs kafka.tls.enabled"},
+		{[]string{"scorer.livenessProbe.timeoutSeconds=5"}, "must exceed scorer.health.canaryTimeoutSeconds"},
 	}
 	for _, c := range cases {
 		args := []string{"template", "cf", chartDir}

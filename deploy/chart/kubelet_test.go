@@ -80,6 +80,22 @@ func writeVolume(t *testing.T, dir string, src map[string][]byte, items []corev1
 	}
 }
 
+// writeClaim fills a PersistentVolumeClaim's volume with files (paths
+// relative to its root), as a writer job running as root leaves it:
+// directories 0755, files 0644.
+func writeClaim(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // openDir is a temporary directory every user may traverse (the processes
 // run as uid 65532).
 func openDir(t *testing.T) string {

@@ -3,6 +3,7 @@ package chart
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -24,8 +25,20 @@ type proc struct {
 	done      chan struct{}
 	err       error
 	ready     string        // readiness URL
+	live      string        // liveness URL ("": not checked)
+	base      string        // the probe port's URL, without a path
+	port      int           // the first container port's local port
+	uid       int           // the uid it must run as (-1: not checked)
+	client    *http.Client  // for HTTPS probes (nil: http.DefaultClient)
 	grace     time.Duration // terminationGracePeriodSeconds
 	stdout    *bufio.Scanner
+}
+
+func (p *proc) httpClient() *http.Client {
+	if p.client != nil {
+		return p.client
+	}
+	return http.DefaultClient
 }
 
 // start runs cmd with env (and PATH) as cred (nil: this process's user);
@@ -116,7 +129,7 @@ func (p *proc) waitReady(t *testing.T, d time.Duration) {
 		if p.exited() {
 			t.Fatalf("%s exited before it was ready (%v):\n%s", p.name, p.err, p.logTail())
 		}
-		resp, err := http.Get(p.ready)
+		resp, err := p.httpClient().Get(p.ready)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -132,6 +145,43 @@ func (p *proc) waitReady(t *testing.T, d time.Duration) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("%s: %s not 200 within %v (last: %s):\n%s", p.name, p.ready, d, last, p.logTail())
+}
+
+// waitLive waits for the liveness probe's URL to answer 200.
+func (p *proc) waitLive(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := ""
+	for time.Now().Before(deadline) {
+		resp, err := p.httpClient().Get(p.live)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status + " " + string(b)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s not 200 within %v (last: %s):\n%s", p.name, p.live, d, last, p.logTail())
+}
+
+// get is the body of path on the probe port; it fails the test unless 200.
+func (p *proc) get(t *testing.T, path string) string {
+	t.Helper()
+	resp, err := p.httpClient().Get(p.base + path)
+	if err != nil {
+		t.Fatalf("%s: GET %s: %v", p.name, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: GET %s: %s %v", p.name, path, resp.Status, err)
+	}
+	return string(b)
 }
 
 func (p *proc) stop(t *testing.T) {

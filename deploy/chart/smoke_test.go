@@ -3,7 +3,9 @@ package chart
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/creditflow/creditflow/internal/testpki"
 	"github.com/creditflow/creditflow/producers"
 	"github.com/creditflow/creditflow/schemas"
+	"github.com/creditflow/creditflow/scorer/cpumodel"
 )
 
 // readyPathEnv overrides the processor's readiness path read from the
@@ -37,15 +40,20 @@ const binaryEnv = "CREDITFLOW_SMOKE_BINARY"
 
 // TestSmokeRenderedChart renders the chart with SASL, mutual TLS, scorer TLS,
 // chart-made secrets, the monitor and two replicas of each stage, then runs
-// every rendered processor and monitor container as Kubernetes would: its
-// args, as the rendered uid/gid with fsGroup as a supplementary group, with
-// its ConfigMap and Secret volumes laid out the way the kubelet writes them
-// (timestamped directory, ..data link, one link per key; mode from
-// defaultMode, group fsGroup, group-read added) against a `creditflow broker`
-// (TLS + SCRAM) and a `creditflow scorer` (HTTPS, bearer token). Every
-// process must answer its readiness probe with 200, the stages must turn
-// trajectories into samples, and each process must exit cleanly within its
-// terminationGracePeriodSeconds after SIGTERM.
+// the rendered scorer, processor and monitor containers as Kubernetes would:
+// their command and args, as the rendered uid/gid with fsGroup as a
+// supplementary group, with ConfigMap and Secret volumes laid out the way the
+// kubelet writes them (timestamped directory, ..data link, one link per key;
+// mode from defaultMode, group fsGroup, group-read added) against a
+// `creditflow broker` (TLS + SCRAM). The scorer is the Python pod (`python3
+// -m cfpod`, HTTPS, bearer tokens) on the tiny model in its model volume, run
+// with the project's Python environment (scorerpod_test.go); where that
+// environment cannot be had outside CI, `creditflow scorer` stands in (under
+// CI=true that is a failure). Every process must answer its readiness and
+// liveness probes with 200, the stages must turn trajectories into samples
+// through the scorer, the monitor must export the processor's group lag
+// once every processor has stopped, and each process must exit cleanly
+// within its terminationGracePeriodSeconds after SIGTERM.
 func TestSmokeRenderedChart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker, a scorer and five creditflow processes")
@@ -83,6 +91,7 @@ func TestSmokeRenderedChart(t *testing.T) {
 		"--sasl-user="+user, "--sasl-mechanism=SCRAM-SHA-512"), []string{"CREDITFLOW_SASL_PASSWORD=" + password}, nil, true)
 	addr := brk.firstLine(t, 30*time.Second)
 
+	py := findPodPython(t)
 	discovery := "" // the chart's default
 	if d := os.Getenv(discoveryEnv); d != "" {
 		discovery = "discovery: " + d
@@ -101,6 +110,9 @@ secrets: {create: true, saslPassword: %s}
 scorer:
   %s
   tls: {existingSecret: scorer-tls}
+  # What a machine without an accelerator needs; everything else as rendered by default.
+  device: cpu
+  dtype: float32
 monitor: {enabled: true, from: earliest}
 `, addr, user, password, discovery), 0o644)
 	objs := render(t, "-f", values)
@@ -135,19 +147,39 @@ monitor: {enabled: true, from: earliest}
 		t.Fatalf("chart secret: scorer token %q, admin token %q", token, data["cf-creditflow-secrets"]["admin-token"])
 	}
 
-	// The scorer the chart's Service names, served on localhost (its certificate's name).
-	scorerPort := freePort(t)
-	tokenFile := filepath.Join(pki, "token")
-	writeFile(t, tokenFile, token, 0o600)
-	start(t, work, "scorer", exec.Command(bin, "scorer", fmt.Sprintf("--listen=127.0.0.1:%d", scorerPort),
-		"--tls-cert="+scorerCert, "--tls-key="+scorerKey, "--token-file="+tokenFile), nil, nil, false)
-	hosts := map[string]string{"cf-creditflow-scorer.ns.svc:8080": fmt.Sprintf("localhost:%d", scorerPort),
-		"cf-creditflow-scorer-headless.ns.svc:8080": fmt.Sprintf("localhost:%d", scorerPort)}
+	// The model volume (the PersistentVolumeClaim scorer.model.existingClaim): the tiny model
+	// at scorer.model.path, written by root as a weights job would.
+	model := filepath.Join(work, "model")
+	if err := cpumodel.WriteTiny(model); err != nil {
+		t.Fatal(err)
+	}
+	data["pvc/creditflow-models"] = map[string][]byte{}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json"} {
+		data["pvc/creditflow-models"]["policy/"+f] = readFile(t, filepath.Join(model, f))
+	}
+	env := podEnv{bin: bin, py: py, data: data, ca: ca.Pool()}
+	templates := podTemplates(t, objs)
+
+	// The scorer the chart's Services name, served on localhost (its certificate's name).
+	var scorer *proc
+	if py != nil {
+		scorer = runPod(t, work, "scorer-0", templates["Deployment/cf-creditflow-scorer"], env)
+		scorer.waitReady(t, 3*time.Minute) // importing torch takes a while on a small machine
+	} else {
+		t.Log("the project's Python environment is missing: `creditflow scorer` stands in for the scorer pod")
+		tokenFile := filepath.Join(pki, "token")
+		writeFile(t, tokenFile, token, 0o600)
+		port := freePort(t)
+		scorer = start(t, work, "scorer", exec.Command(bin, "scorer", fmt.Sprintf("--listen=127.0.0.1:%d", port),
+			"--tls-cert="+scorerCert, "--tls-key="+scorerKey, "--token-file="+tokenFile), nil, nil, false)
+		scorer.port = port
+	}
+	env.hosts = map[string]string{"cf-creditflow-scorer.ns.svc:8080": fmt.Sprintf("localhost:%d", scorer.port),
+		"cf-creditflow-scorer-headless.ns.svc:8080": fmt.Sprintf("localhost:%d", scorer.port)}
 
 	// Every processor and monitor pod, replicas times.
 	var pods []*proc
 	ids := []string{}
-	templates := podTemplates(t, objs)
 	for id := range templates {
 		ids = append(ids, id)
 	}
@@ -163,7 +195,7 @@ monitor: {enabled: true, from: earliest}
 			replicas = 2
 		}
 		for r := 0; r < replicas; r++ {
-			pods = append(pods, runPod(t, work, bin, fmt.Sprintf("%s-%d", strings.ToLower(strings.ReplaceAll(id, "/", "-")), r), tmpl, data, hosts))
+			pods = append(pods, runPod(t, work, fmt.Sprintf("%s-%d", strings.ToLower(strings.ReplaceAll(id, "/", "-")), r), tmpl, env))
 		}
 	}
 	if len(pods) != 5 {
@@ -217,16 +249,61 @@ monitor: {enabled: true, from: earliest}
 	if samples < want || dead != 0 {
 		t.Fatalf("samples %d (want %d), dead letters %d", samples, want, dead)
 	}
-	for _, p := range pods {
+	if py != nil { // the rendered scorer pod served them
+		m := regexp.MustCompile(`(?m)^creditflow_scorer_server_items_total\{op="score"\} ([0-9.e+]+)$`).FindStringSubmatch(scorer.get(t, "/metrics"))
+		if m == nil || m[1] == "0" {
+			t.Errorf("the scorer pod served no score request (%v)", m)
+		}
+	}
+	var monitor *proc
+	for _, p := range append(pods, scorer) {
 		if p.exited() {
 			t.Fatalf("%s exited while processing:\n%s", p.name, p.logTail())
 		}
+		if p.live != "" {
+			p.waitLive(t, 30*time.Second) // the scorer's /livez runs its canary when it has been idle
+		}
+		if p.uid >= 0 {
+			if got := procUID(t, p.cmd.Process.Pid); got != p.uid {
+				t.Errorf("%s runs as uid %d, rendered %d", p.name, got, p.uid)
+			}
+		}
+		if strings.Contains(p.name, "monitor") {
+			monitor = p
+		}
 	}
 
-	// SIGTERM: each exits cleanly within its grace period.
+	// SIGTERM: each exits cleanly within its grace period; the processors first. With none
+	// left, the monitor still exports their groups' lag from the brokers (the lag alerts).
 	for _, p := range pods {
-		p.stop(t)
+		if p != monitor {
+			p.stop(t)
+		}
 	}
+	metrics := monitor.get(t, "/metrics")
+	for _, g := range []string{"smoke.score", "smoke.advantage"} {
+		if !strings.Contains(metrics, `creditflow_consumer_group_lag_records{group="`+g+`"`) {
+			t.Errorf("with every processor stopped the monitor exports no lag of group %s", g)
+		}
+	}
+	monitor.stop(t)
+	if py != nil {
+		scorer.stop(t)
+	}
+}
+
+// podEnv is what runPod needs besides the pod: the creditflow binary (the
+// processor image's entrypoint), the Python environment for a `python3 -m
+// cfpod` container, the volumes' contents (ConfigMaps and Secrets by name,
+// PersistentVolumeClaims as "pvc/<claim>" with file paths), the cluster DNS
+// (rendered host:port to a local one) and the CA the pods' HTTPS probes
+// trust.
+type podEnv struct {
+	bin   string
+	py    *podPython
+	data  map[string]map[string][]byte
+	hosts map[string]string
+	ca    *x509.CertPool
 }
 
 // runPod starts tmpl's first container as the kubelet would on a node
@@ -234,8 +311,9 @@ monitor: {enabled: true, from: earliest}
 // remapped to free loopback ports (each pod has its own network namespace
 // in a cluster; here they share one). hosts maps rendered host:port pairs
 // to local ones (the cluster DNS).
-func runPod(t *testing.T, work, bin, name string, tmpl corev1.PodTemplateSpec, data map[string]map[string][]byte, hosts map[string]string) *proc {
+func runPod(t *testing.T, work, name string, tmpl corev1.PodTemplateSpec, pe podEnv) *proc {
 	t.Helper()
+	data, hosts := pe.data, pe.hosts
 	spec := tmpl.Spec
 	c := spec.Containers[0]
 	psc := spec.SecurityContext
@@ -266,6 +344,12 @@ func runPod(t *testing.T, work, bin, name string, tmpl corev1.PodTemplateSpec, d
 				t.Fatalf("%s: volume %s: secret %s unknown to the test", name, v.Name, v.Secret.SecretName)
 			}
 			writeVolume(t, dir, src, v.Secret.Items, v.Secret.DefaultMode, fsGroup)
+		case v.PersistentVolumeClaim != nil:
+			src, ok := data["pvc/"+v.PersistentVolumeClaim.ClaimName]
+			if !ok {
+				t.Fatalf("%s: volume %s: claim %s unknown to the test", name, v.Name, v.PersistentVolumeClaim.ClaimName)
+			}
+			writeClaim(t, dir, src)
 		default:
 			t.Fatalf("%s: volume %s of a kind the smoke test cannot lay out", name, v.Name)
 		}
@@ -305,27 +389,86 @@ func runPod(t *testing.T, work, bin, name string, tmpl corev1.PodTemplateSpec, d
 	}
 	env := []string{"TMPDIR=" + tmp}
 	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
+		v := e.Value
+		for _, m := range mounts {
+			if v == m.from {
+				v = m.to // e.g. HOME=/tmp: the pod's own /tmp volume
+			}
+		}
+		env = append(env, e.Name+"="+v)
 	}
+	// The program: the processor image's entrypoint (creditflow) unless the container
+	// names a command; the scorer image's python3 is the project's Python environment.
+	prog := pe.bin
+	if len(c.Command) > 0 {
+		if c.Command[0] != "python3" || pe.py == nil {
+			t.Fatalf("%s: command %v: the smoke test runs creditflow and python3 only", name, c.Command)
+		}
+		prog, args = pe.py.python, args[1:]
+		env = append(env, pe.py.env()...)
+	}
+	argv := append([]string{prog}, args...)
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		cred = &syscall.Credential{Uid: uint32(*psc.RunAsUser), Gid: uint32(*psc.RunAsGroup)}
 		if fsGroup != nil {
 			cred.Groups = []uint32{uint32(*fsGroup)}
 		}
+		if prog != pe.bin && !pe.py.readableBy(t, cred.Uid, cred.Gid, cred.Groups) {
+			wrapped, err := pe.py.asUser(work, cred.Uid, cred.Gid, cred.Groups, argv)
+			if err != nil {
+				t.Fatalf("%s: cannot run the Python environment as uid %d: %v", name, cred.Uid, err)
+			}
+			argv, cred = wrapped, nil
+			t.Logf("%s: the Python environment is shown to uid %d through bind mounts in a mount namespace of its own", name, *psc.RunAsUser)
+		}
 	} else {
 		t.Logf("%s: not root, so it runs as uid %d instead of %d", name, os.Geteuid(), *psc.RunAsUser)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = root
 	p := start(t, work, name, cmd, env, cred, false)
+	p.uid = -1
+	if os.Geteuid() == 0 {
+		p.uid = int(*psc.RunAsUser)
+	}
+	url := func(probe *corev1.HTTPGetAction, path string) string {
+		scheme, host := "http", "127.0.0.1"
+		if probe.Scheme == corev1.URISchemeHTTPS {
+			scheme, host = "https", "localhost" // the name the certificate holds
+			p.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+				TLSClientConfig: &tls.Config{RootCAs: pe.ca, MinVersion: tls.VersionTLS12}}}
+		}
+		return fmt.Sprintf("%s://%s:%d%s", scheme, host, ports[probe.Port.String()], path)
+	}
 	probe := c.ReadinessProbe.HTTPGet
 	path := probe.Path
 	if o := os.Getenv(readyPathEnv); o != "" && tmpl.Labels["app.kubernetes.io/component"] == "processor" {
 		path = o
 	}
-	p.ready = fmt.Sprintf("http://127.0.0.1:%d%s", ports[probe.Port.String()], path)
+	p.ready = url(probe, path)
+	if lp := c.LivenessProbe; lp != nil && lp.HTTPGet != nil && os.Getenv(readyPathEnv) == "" {
+		p.live = url(lp.HTTPGet, lp.HTTPGet.Path)
+	}
+	p.base = url(probe, "")
+	if len(c.Ports) > 0 {
+		p.port = ports[fmt.Sprint(c.Ports[0].ContainerPort)]
+	}
 	p.grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 	t.Logf("%s: %s (uid %d, ready at %s)", name, strings.ReplaceAll(strings.Join(args, " "), root+"/volumes", "<volumes>"), *psc.RunAsUser, p.ready)
 	return p
+}
+
+// procUID is the real uid of a running process.
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	for _, l := range strings.Split(string(readFile(t, fmt.Sprintf("/proc/%d/status", pid))), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
+			var uid int
+			fmt.Sscan(f[1], &uid)
+			return uid
+		}
+	}
+	t.Fatalf("no Uid in /proc/%d/status", pid)
+	return -1
 }

@@ -274,3 +274,24 @@ securityContext: {{ toYaml .Values.podSecurityContext | nindent 2 }}
 imagePullSecrets: {{ toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The processor's consumer groups and the topic each reads, as a JSON list of [group, topic]
+pairs (no duplicates): per stage, its group (processor.config.group, or the stage's own
+config.group) with ".score" on the trajectories topic unless it is an advantage stage, and
+".advantage" on the scored topic unless it is a score stage, as `creditflow run` derives
+them from --group. With the processor disabled, the one process of processor.config.
+*/}}
+{{- define "creditflow.stageGroups" -}}
+{{- $t := include "creditflow.topics" . | fromJson -}}
+{{- $stages := list (dict "stage" "both") -}}
+{{- if .Values.processor.enabled }}{{ $stages = .Values.processor.stages }}{{ end -}}
+{{- $pairs := list -}}
+{{- range $st := $stages -}}
+{{- $c := mergeOverwrite (deepCopy $.Values.processor.config) (default dict $st.config) -}}
+{{- $group := default "creditflow" (index $c "group") -}}
+{{- if ne $st.stage "advantage" }}{{ $pairs = append $pairs (list (printf "%s.score" $group) $t.trajectories) }}{{ end -}}
+{{- if ne $st.stage "score" }}{{ $pairs = append $pairs (list (printf "%s.advantage" $group) $t.scored) }}{{ end -}}
+{{- end -}}
+{{- toJson (uniq $pairs) -}}
+{{- end -}}

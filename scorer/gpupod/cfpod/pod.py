@@ -4,6 +4,7 @@ one-at-a-time model lock every request's model work goes through."""
 
 import hmac
 import os
+import random
 import threading
 import time
 
@@ -47,6 +48,19 @@ def read_policy_version(folder):
         return int(text)
     except ValueError:
         raise ModelError(f"{p} must hold one integer (the policy version), got {text[:40]!r}") from None
+
+
+# Each wait of the policy_version watcher is interval times a uniform draw from
+# [WATCH_JITTER_LOW, WATCH_JITTER_HIGH]: on average one poll per interval, at most 1.5
+# intervals between a write and its reload. Fresh draws every wait, rather than one random
+# first offset, keep pods apart for good: pods that a rollout started together, or whose
+# reloads waited on the same volume and ended together, drift apart again at the next waits.
+WATCH_JITTER_LOW, WATCH_JITTER_HIGH = 0.5, 1.5
+
+
+def watch_wait(interval, rng):
+    """Seconds until the watcher's next poll (see WATCH_JITTER_LOW)."""
+    return interval * rng.uniform(WATCH_JITTER_LOW, WATCH_JITTER_HIGH)
 
 
 class Pod:
@@ -177,12 +191,15 @@ class Pod:
         self.log.info("reloaded", reason=reason)
         return True
 
-    def watch(self, interval, stop):
+    def watch(self, interval, stop, rng=None):
         """Polls the current folder's policy_version file; reloads when it changes. A failed
         reload keeps the old model and is tried again at the next poll; nothing stops the
-        watcher but stop."""
+        watcher but stop. Each wait is drawn anew (watch_wait), so that pods started together
+        (and pods whose reloads queued on the same volume) do not poll and reload in step."""
+        rng = rng or random.Random()  # seeded from the OS: every pod draws its own waits
+
         def run():
-            while not stop.wait(interval):
+            while not stop.wait(watch_wait(interval, rng)):
                 try:
                     cur = self.current
                     try:

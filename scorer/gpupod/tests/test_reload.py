@@ -41,11 +41,14 @@ class ReloadFailureTest(unittest.TestCase):
     def test_watched_reload_survives_out_of_memory(self):
         real = podmod.Model.load
         calls = []
+        retry = threading.Event()  # the retried load waits until the old model was checked
+        self.addCleanup(retry.set)
 
         def failing(*a, **k):  # CUDA running out of memory while the new copy is built
             calls.append(a)
             if len(calls) == 1:
                 raise RuntimeError("CUDA out of memory. Tried to allocate 14.00 GiB")
+            retry.wait(30)
             return real(*a, **k)
         podmod.Model.load = failing
         self.addCleanup(setattr, podmod.Model, "load", real)
@@ -61,6 +64,7 @@ class ReloadFailureTest(unittest.TestCase):
         self.assertTrue(any(l.get("message", "").startswith("model load failed") and "out of memory" in l.get("error", "")
                             for l in lines), self.log.getvalue())
         # The next poll tries again (the file still says 4) and succeeds.
+        retry.set()
         self.wait(lambda: self.pod.current.policy_version == 4, "the retried reload")
         self.assertEqual(self.pod.m_loads.value("ok"), 2)
         self.assertTrue(t.is_alive())
@@ -86,3 +90,55 @@ class ReloadFailureTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class _Waits(threading.Event):
+    """A stop event that records the watcher's waits and stops it after n of them."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n, self.waits = n, []
+        self.done = threading.Event()
+
+    def wait(self, timeout=None):
+        if self.is_set():
+            return True
+        self.waits.append(timeout)
+        if len(self.waits) >= self.n:
+            self.set()
+            self.done.set()
+            return True
+        return False
+
+
+class WatchSpreadTest(unittest.TestCase):
+    """Pods started together must not poll the shared volume (and reload) in step: every wait
+    of the policy_version watcher is drawn from [0.5, 1.5] x the interval, independently per
+    pod."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        folder = os.path.join(self.dir, "m")
+        write_checkpoint(folder, small_config(), seed=1, placeholder=96)
+        self.pods = [Pod(folder, device=DEVICE, log=Logger("info", io.StringIO())) for _ in range(2)]
+
+    def waits(self, pod, interval=30.0, n=300):
+        stop = _Waits(n)
+        t = pod.watch(interval, stop)
+        self.assertTrue(stop.done.wait(30), "the watcher did not poll")
+        t.join(5)
+        return [w / interval for w in stop.waits]
+
+    def test_waits_are_spread(self):
+        a, b = (self.waits(p) for p in self.pods)
+        for w in (a, b):
+            self.assertTrue(all(0.5 <= x <= 1.5 for x in w), f"a wait outside [0.5, 1.5] intervals: {min(w)}..{max(w)}")
+            self.assertLess(min(w), 0.7)  # 300 draws: each bound missed with probability 0.8**300
+            self.assertGreater(max(w), 1.3)
+            self.assertAlmostEqual(sum(w) / len(w), 1.0, delta=0.1)  # one poll per interval on average
+        # Two pods started together: their polls drift apart at once.
+        self.assertNotEqual(a[:5], b[:5])
+        ta = [sum(a[:i + 1]) for i in range(len(a))]
+        tb = [sum(b[:i + 1]) for i in range(len(b))]
+        self.assertGreater(max(abs(x - y) for x, y in zip(ta, tb)), 0.5)
