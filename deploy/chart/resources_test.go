@@ -141,25 +141,7 @@ func TestPodMonitorVerifiesTLS(t *testing.T) {
 // section of docs/operations.md, and every creditflow_ series they query is
 // defined in the project's source (Go or the scorer pod's Python).
 func TestPrometheusRule(t *testing.T) {
-	objs := render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml"))
-	pr := byKind(objs, "PrometheusRule")
-	if len(pr) != 1 {
-		t.Fatalf("%d PrometheusRules", len(pr))
-	}
-	var rule struct {
-		Spec struct {
-			Groups []struct {
-				Rules []struct {
-					Alert       string            `json:"alert"`
-					Expr        string            `json:"expr"`
-					Annotations map[string]string `json:"annotations"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(pr[0].YAML, &rule); err != nil {
-		t.Fatal(err)
-	}
+	rules := alertRules(t, render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml")))
 	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -174,22 +156,20 @@ func TestPrometheusRule(t *testing.T) {
 	defined := sourceMetricNames(t)
 	series := regexp.MustCompile(`creditflow_[a-z0-9_]+`)
 	var alerts []string
-	for _, g := range rule.Spec.Groups {
-		for _, r := range g.Rules {
-			alerts = append(alerts, r.Alert)
-			url := r.Annotations["runbook_url"]
-			i := strings.LastIndex(url, "#")
-			if !strings.HasPrefix(url, "https://github.com/creditflow/creditflow/blob/main/docs/operations.md#") || i < 0 || !anchors[url[i+1:]] {
-				t.Errorf("%s: runbook_url %q has no section in docs/operations.md", r.Alert, url)
+	for _, r := range rules {
+		alerts = append(alerts, r.Alert)
+		url := r.Annotations["runbook_url"]
+		i := strings.LastIndex(url, "#")
+		if !strings.HasPrefix(url, "https://github.com/creditflow/creditflow/blob/main/docs/operations.md#") || i < 0 || !anchors[url[i+1:]] {
+			t.Errorf("%s: runbook_url %q has no section in docs/operations.md", r.Alert, url)
+		}
+		for _, s := range series.FindAllString(r.Expr, -1) {
+			if !defined[s] {
+				t.Errorf("%s queries %s, which no source defines", r.Alert, s)
 			}
-			for _, s := range series.FindAllString(r.Expr, -1) {
-				if !defined[s] {
-					t.Errorf("%s queries %s, which no source defines", r.Alert, s)
-				}
-			}
-			if !strings.Contains(r.Expr, `namespace="ns"`) {
-				t.Errorf("%s: not limited to the release's namespace", r.Alert)
-			}
+		}
+		if !strings.Contains(r.Expr, `namespace="ns"`) {
+			t.Errorf("%s: not limited to the release's namespace", r.Alert)
 		}
 	}
 	sort.Strings(alerts)

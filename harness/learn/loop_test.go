@@ -57,12 +57,7 @@ func TestLearnLoopRaisesSuccess(t *testing.T) {
 		t.Skip("a few minutes of CPU")
 	}
 	py := pyenvtest.Python(t)
-	bin := filepath.Join(t.TempDir(), "creditflow")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/creditflow")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/creditflow: %v\n%s", err, out)
-	}
+	bin := buildCreditflow(t)
 	const steps = learnSteps
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -120,3 +115,15 @@ const (
 	learnSteps  = 10
 	learnMargin = 0.2
 )
+
+// buildCreditflow builds the creditflow command into a temporary folder and returns its path.
+func buildCreditflow(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "creditflow")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/creditflow")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/creditflow: %v\n%s", err, out)
+	}
+	return bin
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +24,7 @@ func TestLearnOracleArm(t *testing.T) {
 		t.Skip("a minute of CPU")
 	}
 	py := pyenvtest.Python(t)
-	bin := filepath.Join(t.TempDir(), "creditflow")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/creditflow")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/creditflow: %v\n%s", err, out)
-	}
+	bin := buildCreditflow(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "learn", "--method", "oracle", "--world", "rumour", "--lambda", "0.5",
