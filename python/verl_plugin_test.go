@@ -16,10 +16,19 @@ import (
 )
 
 type verlRow struct {
-	TrajectoryID *string   `json:"trajectory_id"`
-	InputIDs     []int     `json:"input_ids"`
-	Mask         []int     `json:"mask"`
-	Advantage    []float64 `json:"advantage"`
+	TrajectoryID  *string   `json:"trajectory_id"`
+	InputIDs      []int     `json:"input_ids"`
+	Mask          []int     `json:"mask"`
+	Advantage     []float64 `json:"advantage"`
+	PolicyVersion int       `json:"policy_version"`
+	Published     *struct {
+		PolicyVersion   int      `json:"policy_version"`
+		Reward          float64  `json:"reward"`
+		GoldAnswers     []string `json:"gold_answers"`
+		GroupSize       int      `json:"group_size"`
+		Turns           int      `json:"turns"`
+		RolloutLogprobs int      `json:"rollout_logprobs"`
+	} `json:"published"`
 }
 
 type verlSummary struct {
@@ -34,6 +43,7 @@ type verlSummary struct {
 		Version    int    `json:"version"`
 		Checkpoint string `json:"checkpoint"`
 	} `json:"announced"`
+	Refused map[string]*string `json:"refused"`
 }
 
 // TestVerlPlugin: `import verl` registers creditflow.integrations.verl's trainer through the
@@ -134,6 +144,7 @@ func TestVerlPlugin(t *testing.T) {
 		if len(distinct) > 1 {
 			perToken++
 		}
+		checkPublished(t, id, r)
 		compared++
 	}
 	if compared != groups*4 || unpublished != groups {
@@ -145,6 +156,11 @@ func TestVerlPlugin(t *testing.T) {
 	if sum.Missing == nil || len(sum.Missing.IDs) != 4 || !strings.Contains(sum.Missing.Message, sum.Missing.IDs[0]) {
 		t.Errorf("timeout: %+v, want the 4 trajectory ids named", sum.Missing)
 	}
+	for _, k := range []string{"use_kl_in_reward", "hf_model"} {
+		if msg := sum.Refused[k]; msg == nil || !strings.Contains(*msg, k) {
+			t.Errorf("a config with %s: the trainer was built (%v), want a ValueError naming it", k, msg)
+		}
+	}
 	if sum.Hook != "AnnouncePolicy" {
 		t.Errorf("the trainer's checkpoint callback is %s, want AnnouncePolicy", sum.Hook)
 	}
@@ -153,4 +169,35 @@ func TestVerlPlugin(t *testing.T) {
 	}
 	t.Logf("%d trajectories equal to compute (%d with several advantage values, %d tool tokens at 0); _compute_advantage per group: %.3f s",
 		compared, perToken, toolTokens, sum.WaitS)
+}
+
+// checkPublished: the trajectory the plug-in published for a row carries the policy version
+// of the row's min_global_steps tag, the reward from rm_scores, the gold answer from
+// reward_model.ground_truth, the group of its uid (4 members with a policy token), one turn
+// per run of response_mask 1s and a rollout log-prob per policy token.
+func checkPublished(t *testing.T, id string, r verlRow) {
+	t.Helper()
+	p := r.Published
+	if p == nil {
+		t.Errorf("%s: not found on the trajectories topic", id)
+		return
+	}
+	wantReward := 0.0
+	if strings.HasSuffix(id, "_0_0") || strings.HasSuffix(id, "_2_0") { // the two right answers
+		wantReward = 1
+	}
+	policy, runs := 0, 0
+	for i, m := range r.Mask {
+		if m == 1 {
+			policy++
+			if i == 0 || r.Mask[i-1] == 0 {
+				runs++
+			}
+		}
+	}
+	if p.PolicyVersion != r.PolicyVersion || p.Reward != wantReward || !slices.Equal(p.GoldAnswers, []string{"Paris"}) ||
+		p.GroupSize != 4 || p.Turns != runs || p.RolloutLogprobs != policy {
+		t.Errorf("%s published %+v; want policy version %d, reward %v, gold [Paris], group of 4, %d turns, %d log-probs",
+			id, *p, r.PolicyVersion, wantReward, runs, policy)
+	}
 }

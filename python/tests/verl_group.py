@@ -112,25 +112,18 @@ def main():
     import ray
     import torch
     import transfer_queue as tq
-    from hydra import compose, initialize_config_dir
 
     from creditflow.integrations.verl import AnnouncePolicy, MissingSamples
 
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)  # logical CPUs: TQ's actors take one each
     tq.init()
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                               version_base=None):
-        config = compose("ppo_trainer", overrides=[
-            "trainer.v1.trainer_mode=creditflow", "+trainer.v1.creditflow.brokers=" + a.brokers,
-            "+trainer.v1.creditflow.run_id=verltest", "+trainer.v1.creditflow.timeout=%g" % a.timeout,
-            "+trainer.v1.creditflow.tokenize=creditflow:byte_tokenizer",
-            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-            "actor_rollout_ref.rollout.n=5"])
-    trainer = cls(config)
+    trainer = cls(compose_config(verl, a, []))
 
     lines, waits = [], []
     for g in range(a.groups):
-        meta = put_group(g, version=g, partition="train")
+        # the generating weights' step (the min_global_steps tag) differs from global_steps - 1,
+        # as in an asynchronous trainer
+        meta = put_group(g, version=10 + g, partition="train")
         trainer.global_steps = g + 1
         metrics = {}
         t0 = time.monotonic()
@@ -149,7 +142,7 @@ def main():
                 sys.exit("%s: returns differ from advantages" % key)
             lines.append({"trajectory_id": "verltest-s%d-%s" % (g + 1, key) if 1 in m else None,
                           "input_ids": p + r, "mask": [0] * len(p) + m,
-                          "advantage": [0.0] * len(p) + adv.tolist(), "policy_version": g,
+                          "advantage": [0.0] * len(p) + adv.tolist(), "policy_version": 10 + g,
                           "wait_s": metrics["creditflow/wait_s"]})
 
     # the timeout names what is missing: samples read from a topic nobody writes
@@ -172,14 +165,70 @@ def main():
     hook.on_save(trainer=trainer, global_step=4, checkpoint_dir=step_dir, async_save=False)
     announced = read_policy(a.brokers)
 
+    # what was published for each trajectory, read back from the trajectories topic
+    published = read_trajectories(a.brokers, "verltest-")
+    for line in lines:
+        t = published.get(line["trajectory_id"])
+        if t is not None:
+            line["published"] = {"policy_version": t["policy_version"], "reward": t["reward"],
+                                 "gold_answers": [str(x) for x in (t["gold_answers"] if t["gold_answers"] is not None else [])], "group_size": t["group_size"],
+                                 "prompt_id": t["prompt_id"], "turns": len(t["turns"]),
+                                 "rollout_logprobs": len(t["rollout_logprobs"]) if t["rollout_logprobs"] is not None else 0}
+
+    # settings the trainer refuses when it is built
+    refused = {}
+    for name, override in (("use_kl_in_reward", "algorithm.use_kl_in_reward=true"),
+                           ("hf_model", "actor_rollout_ref.actor.checkpoint.save_contents=[model]")):
+        try:
+            cls(compose_config(verl, a, [override]))
+            refused[name] = None
+        except ValueError as e:
+            refused[name] = str(e)
+
     with open(a.out, "w") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
         f.write(json.dumps({"summary": True, "registered": registered, "wait_s": waits, "missing": missing,
                             "hook": type(hook).__name__ if isinstance(hook, AnnouncePolicy) else repr(hook),
-                            "announced": announced}) + "\n")
+                            "announced": announced, "refused": refused}) + "\n")
     tq.close()
     ray.shutdown()
+
+
+def compose_config(verl, a, extra):
+    """verl's ppo_trainer config (hydra) with the creditflow trainer selected."""
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                               version_base=None):
+        return compose("ppo_trainer", overrides=[
+            "trainer.v1.trainer_mode=creditflow", "+trainer.v1.creditflow.brokers=" + a.brokers,
+            "+trainer.v1.creditflow.run_id=verltest", "+trainer.v1.creditflow.timeout=%g" % a.timeout,
+            "+trainer.v1.creditflow.tokenize=creditflow:byte_tokenizer",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+            "actor_rollout_ref.rollout.n=5"] + extra)
+
+
+def read_trajectories(brokers, prefix):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from creditflow import decode_trajectory
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "verl-trajectory-check", "enable.auto.commit": False})
+    meta = c.list_topics("creditflow.trajectories", timeout=10)
+    parts = list(meta.topics["creditflow.trajectories"].partitions)
+    c.assign([TopicPartition("creditflow.trajectories", p, 0) for p in parts])
+    out, idle = {}, time.monotonic() + 5
+    try:
+        while time.monotonic() < idle:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            t = decode_trajectory(m.value())
+            if t["trajectory_id"].startswith(prefix):
+                out[t["trajectory_id"]] = t
+            idle = time.monotonic() + 2
+    finally:
+        c.close()
+    return out
 
 
 def read_policy(brokers):
