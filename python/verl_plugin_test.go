@@ -43,7 +43,8 @@ type verlSummary struct {
 		Version    int    `json:"version"`
 		Checkpoint string `json:"checkpoint"`
 	} `json:"announced"`
-	Refused map[string]*string `json:"refused"`
+	Refused       map[string]*string `json:"refused"`
+	LayoutChecked int                `json:"layout_checked"`
 }
 
 // TestVerlPlugin: `import verl` registers creditflow.integrations.verl's trainer through the
@@ -53,7 +54,8 @@ type verlSummary struct {
 // it writes back to TransferQueue equal `creditflow compute` on the scored records on
 // response_mask's 1s and are 0 on tool tokens; returns equal advantages; a timeout names the
 // trajectories without samples; a saved checkpoint's global_step_N/actor/huggingface is
-// announced on the policy topic. python/tests/verl_group.py says what runs for real.
+// announced on the policy topic; the advantages have the layout verl's own colocate_async
+// trainer writes. python/tests/verl_group.py says what runs for real.
 func TestVerlPlugin(t *testing.T) {
 	py := verlPython(t)
 	brokers := startBroker(t)
@@ -160,6 +162,9 @@ func TestVerlPlugin(t *testing.T) {
 		if msg := sum.Refused[k]; msg == nil || !strings.Contains(*msg, k) {
 			t.Errorf("a config with %s: the trainer was built (%v), want a ValueError naming it", k, msg)
 		}
+	}
+	if sum.LayoutChecked != 5 {
+		t.Errorf("compared the layout of %d rows with verl's own colocate_async trainer, want 5", sum.LayoutChecked)
 	}
 	if sum.Hook != "AnnouncePolicy" {
 		t.Errorf("the trainer's checkpoint callback is %s, want AnnouncePolicy", sum.Hook)

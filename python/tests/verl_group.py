@@ -145,6 +145,23 @@ def main():
                           "advantage": [0.0] * len(p) + adv.tolist(), "policy_version": 10 + g,
                           "wait_s": metrics["creditflow/wait_s"]})
 
+    # verl's own colocated asynchronous trainer (GRPO) on the same records: the plug-in's output
+    # has the layout verl writes (one float32 per response token, 0 where response_mask is 0)
+    stock = get_trainer_cls("colocate_async")(compose_config(verl, a, [
+        "trainer.v1.trainer_mode=colocate_async", "algorithm.adv_estimator=grpo"]))
+    smeta = put_group(a.groups - 1, 10 + a.groups - 1, "stock")  # the last group again, same keys
+    stock._compute_advantage(smeta, {})
+    ours = tq.kv_batch_get(keys=smeta.keys, partition_id="train", select_fields=["advantages"])
+    theirs = tq.kv_batch_get(keys=smeta.keys, partition_id="stock", select_fields=["advantages", "response_mask"])
+    layout = 0
+    for i in range(len(smeta.keys)):
+        o, t, m = ours["advantages"][i], theirs["advantages"][i], theirs["response_mask"][i]
+        if o.shape != t.shape or o.dtype != t.dtype:
+            sys.exit("row %d: advantages %s %s, verl's own %s %s" % (i, tuple(o.shape), o.dtype, tuple(t.shape), t.dtype))
+        if bool((t[m == 0] != 0).any()) or bool((o[m == 0] != 0).any()):
+            sys.exit("row %d: a non-zero advantage where response_mask is 0" % i)
+        layout += 1
+
     # the timeout names what is missing: samples read from a topic nobody writes
     trainer.creditflow = dataclasses.replace(trainer.creditflow, timeout=3, run_id="verlmissing",
                                              samples_topic="creditflow.samples.nobody")
@@ -190,7 +207,8 @@ def main():
             f.write(json.dumps(line) + "\n")
         f.write(json.dumps({"summary": True, "registered": registered, "wait_s": waits, "missing": missing,
                             "hook": type(hook).__name__ if isinstance(hook, AnnouncePolicy) else repr(hook),
-                            "announced": announced, "refused": refused}) + "\n")
+                            "announced": announced, "refused": refused,
+                            "layout_checked": layout}) + "\n")
     tq.close()
     ray.shutdown()
 
