@@ -8,7 +8,8 @@ own `__init__` from verl's `ppo_trainer` config (hydra); the records are verl's
 `AgentLoopOutput.as_dict()` put into a real TransferQueue (local Ray, CPU) the way
 `AgentLoopWorkerTQ._agent_loop_postprocess` puts them; `_compute_advantage` runs on the
 `KVBatchMeta` that put returns and its output is read back from TransferQueue; the checkpoint
-hook is the one the trainer installed, called as `_save_checkpoint` calls it. Writes one JSON
+hook is the one the trainer installed, called as `_save_checkpoint` calls it; verl's own
+`colocate_async` trainer runs on the same records for the layout. Writes one JSON
 line per trajectory, then a summary line.
 """
 
