@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import math
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from trl.experimental.async_grpo.async_grpo_trainer import AsyncGRPOTrainer, Dat
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, RolloutSample, _AsyncRolloutLoop
 
 from ..trajectory import DEFAULT_TEMPLATE, build_trajectory
+from .bridge import Bridge, gold_answers, hf_tokenize
 from .rows import MissingSamples, align_advantages, split_turns
 
 __all__ = ["CreditflowSettings", "CreditflowRolloutLoop", "CreditflowRolloutWorker", "PerTokenAdvantageCollator",
@@ -77,59 +77,14 @@ class CreditflowSettings:
     client_config: dict = field(default_factory=dict)
 
 
-def _hf_tokenize(tokenizer):
-    def tokenize(text):
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return enc["input_ids"], enc["offset_mapping"]
-    return tokenize
+_hf_tokenize, _gold_answers = hf_tokenize, gold_answers
 
 
-def _gold_answers(value):
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
-
-
-class _Bridge:
-    """The loop's connection to creditflow: a publisher and a sample reader, opened on first
-    use (in the loop's process), and the samples read but not yet claimed."""
+class _Bridge(Bridge):
+    """The loop's Bridge (consumer group ``creditflow-trl-<run_id>`` unless set)."""
 
     def __init__(self, settings):
-        from ..kafka import RolloutPublisher
-        from ..stream import SampleStream
-        s = settings
-        self.settings = s
-        self.publisher = RolloutPublisher(s.brokers, topic=s.trajectories_topic, **s.client_config)
-        self.stream = SampleStream(s.brokers, s.group_id or "creditflow-trl-" + s.run_id, topic=s.samples_topic,
-                                   **s.client_config)
-        self.received = {}
-        self.prefix = s.run_id + "-"
-        self.lock = threading.Lock()
-
-    def exchange(self, trajectories):
-        """Publishes the trajectories and returns their samples by trajectory id."""
-        want = {t["trajectory_id"] for t in trajectories}
-        with self.lock:
-            for t in trajectories:
-                self.publisher.publish(t)
-            self.publisher.flush(self.settings.timeout)
-            deadline = time.monotonic() + self.settings.timeout
-            while not want.issubset(self.received):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise MissingSamples(want - set(self.received), self.settings.timeout, self.settings.samples_topic)
-                s = self.stream.poll(min(left, 0.5))
-                # keep this run's samples only: the topic also carries other runs' and trainers'
-                if s is not None and s["trajectory_id"].startswith(self.prefix):
-                    self.received[s["trajectory_id"]] = s
-            self.stream.commit()
-            return {tid: self.received.pop(tid) for tid in want}
-
-    def close(self):
-        self.stream.close()
-        self.publisher.close()
+        super().__init__(settings, "creditflow-trl-")
 
 
 class CreditflowRolloutLoop(_AsyncRolloutLoop):
