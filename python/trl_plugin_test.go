@@ -1,18 +1,10 @@
 package python_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
-	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 type trlRow struct {
@@ -50,43 +42,9 @@ type trlSummary struct {
 // the policy topic. python/tests/trl_group.py says what runs for real.
 func TestTRLAsyncGRPOPlugin(t *testing.T) {
 	py := trlPython(t)
-	brokers := startBroker(t)
-	run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4",
-		"--log-level", "warn", "--commit-interval", "200ms", "--metrics-addr=", "--scorers", "local")
 	const groups = 3
-	out := filepath.Join(t.TempDir(), "trl.jsonl")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "python/tests/trl_group.py", "--brokers", brokers, "--groups", itoa(groups),
-		"--out", out)
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(pyEnv(t), "TRL_EXPERIMENTAL_SILENCE=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("trl_group.py: %v\n%s\nprocessor:\n%s", err, b, run.out.String())
-	}
-
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []trlRow
-	var sum trlSummary
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		if bytes.Contains(sc.Bytes(), []byte(`"summary": true`)) {
-			if err := json.Unmarshal(sc.Bytes(), &sum); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		var r trlRow
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, r)
-	}
-
+	brokers, out := runPluginScript(t, py, "python/tests/trl_group.py", groups, "TRL_EXPERIMENTAL_SILENCE=1")
+	rows, sum := readPluginOutput[trlRow, trlSummary](t, out)
 	ref := computeAdvantages(t, brokers)
 	compared, unscored, toolTokens, perToken := 0, 0, 0, 0
 	for _, r := range rows {
@@ -95,44 +53,16 @@ func TestTRLAsyncGRPOPlugin(t *testing.T) {
 		}
 		if r.TrajectoryID == nil { // TRL could not score it: advantage 0, as in TRL
 			unscored++
-			for i, a := range r.Advantage {
-				if a != 0 {
-					t.Errorf("unscored row: advantage %v at token %d, want 0", a, i)
-					break
-				}
-			}
+			checkZero(t, r.Advantage)
 			continue
 		}
 		id := *r.TrajectoryID
-		want, ok := ref[id]
+		tool, several, ok := compareWithCompute(t, ref, id, r.Advantage, r.CompletionMask, "handed to TRL")
 		if !ok {
-			t.Errorf("compute has no result for %s", id)
 			continue
 		}
-		if len(want) != len(r.InputIDs) {
-			t.Errorf("%s: compute gives %d advantages for %d tokens", id, len(want), len(r.InputIDs))
-			continue
-		}
-		first := slices.Index(r.CompletionMask, 1)
-		distinct := map[float64]bool{}
-		for i, m := range r.CompletionMask {
-			if m == 0 {
-				if i > first {
-					toolTokens++
-				}
-				if r.Advantage[i] != 0 {
-					t.Errorf("%s token %d (mask 0): advantage %v, want 0", id, i, r.Advantage[i])
-				}
-				continue
-			}
-			wf := float64(float32(want[i]))
-			if math.Abs(r.Advantage[i]-wf) > 1e-6*math.Max(1, math.Abs(wf)) {
-				t.Errorf("%s token %d: advantage %v handed to TRL, compute %v", id, i, r.Advantage[i], want[i])
-				break
-			}
-			distinct[r.Advantage[i]] = true
-		}
-		if len(distinct) > 1 {
+		toolTokens += tool
+		if several {
 			perToken++
 		}
 		if !strings.HasPrefix(id, "trltest-g"+itoa(r.ModelVersion)+"-") {

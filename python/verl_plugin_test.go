@@ -1,18 +1,9 @@
 package python_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
-	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 type verlRow struct {
@@ -58,46 +49,12 @@ type verlSummary struct {
 // trainer writes. python/tests/verl_group.py says what runs for real.
 func TestVerlPlugin(t *testing.T) {
 	py := verlPython(t)
-	brokers := startBroker(t)
-	run := startProc(t, os.Environ(), creditflowBin(t), "run", "--brokers", brokers, "--create-topics", "4",
-		"--log-level", "warn", "--commit-interval", "200ms", "--metrics-addr=", "--scorers", "local")
 	const groups = 3
-	out := filepath.Join(t.TempDir(), "verl.jsonl")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "python/tests/verl_group.py", "--brokers", brokers, "--groups", itoa(groups),
-		"--out", out)
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(pyEnv(t), "RAY_USAGE_STATS_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("verl_group.py: %v\n%s\nprocessor:\n%s", err, b, run.out.String())
-	}
-
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []verlRow
-	var sum verlSummary
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		if bytes.Contains(sc.Bytes(), []byte(`"summary": true`)) {
-			if err := json.Unmarshal(sc.Bytes(), &sum); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		var r verlRow
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, r)
-	}
+	brokers, out := runPluginScript(t, py, "python/tests/verl_group.py", groups, "RAY_USAGE_STATS_ENABLED=0")
+	rows, sum := readPluginOutput[verlRow, verlSummary](t, out)
 	if sum.Registered != "creditflow.integrations.verl.CreditflowTrainer" {
 		t.Errorf("get_trainer_cls(\"creditflow\") after import verl: %q, want the plug-in's trainer", sum.Registered)
 	}
-
 	ref := computeAdvantages(t, brokers)
 	compared, unpublished, toolTokens, perToken := 0, 0, 0, 0
 	for _, r := range rows {
@@ -106,44 +63,16 @@ func TestVerlPlugin(t *testing.T) {
 		}
 		if r.TrajectoryID == nil { // no policy token: not published, advantage 0
 			unpublished++
-			for i, a := range r.Advantage {
-				if a != 0 {
-					t.Errorf("unpublished row: advantage %v at token %d, want 0", a, i)
-					break
-				}
-			}
+			checkZero(t, r.Advantage)
 			continue
 		}
 		id := *r.TrajectoryID
-		want, ok := ref[id]
+		tool, several, ok := compareWithCompute(t, ref, id, r.Advantage, r.Mask, "written to TransferQueue")
 		if !ok {
-			t.Errorf("compute has no result for %s", id)
 			continue
 		}
-		if len(want) != len(r.InputIDs) {
-			t.Errorf("%s: compute gives %d advantages for %d tokens", id, len(want), len(r.InputIDs))
-			continue
-		}
-		first := slices.Index(r.Mask, 1)
-		distinct := map[float64]bool{}
-		for i, m := range r.Mask {
-			if m == 0 {
-				if i > first {
-					toolTokens++
-				}
-				if r.Advantage[i] != 0 {
-					t.Errorf("%s token %d (response_mask 0): advantage %v, want 0", id, i, r.Advantage[i])
-				}
-				continue
-			}
-			wf := float64(float32(want[i]))
-			if math.Abs(r.Advantage[i]-wf) > 1e-6*math.Max(1, math.Abs(wf)) {
-				t.Errorf("%s token %d: advantage %v written to TransferQueue, compute %v", id, i, r.Advantage[i], want[i])
-				break
-			}
-			distinct[r.Advantage[i]] = true
-		}
-		if len(distinct) > 1 {
+		toolTokens += tool
+		if several {
 			perToken++
 		}
 		checkPublished(t, id, r)
