@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creditflow/creditflow/internal/syncbuf"
+
 	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
@@ -98,22 +100,8 @@ func runPy(t *testing.T, py string, timeout time.Duration, args ...string) []byt
 	return out
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a child process's output, read while it runs.
+type syncBuffer = syncbuf.Buffer
 
 // proc is a background process killed at the end of the test.
 type proc struct {

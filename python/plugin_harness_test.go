@@ -18,6 +18,18 @@ import (
 // with the in-process tiny scorer, a framework script that writes one JSON line per row and
 // a summary line, and the row-by-row comparison with `creditflow compute`.
 
+// pluginMissing is the script's MissingSamples: the ids without samples and its message.
+type pluginMissing struct {
+	IDs     []string `json:"ids"`
+	Message string   `json:"message"`
+}
+
+// pluginAnnounced is the announcement the script read back from the policy topic.
+type pluginAnnounced struct {
+	Version    int    `json:"version"`
+	Checkpoint string `json:"checkpoint"`
+}
+
 // runPluginScript starts `creditflow broker` and `creditflow run`, runs script (a path under
 // the repository) with the framework's interpreter py and returns the brokers and the
 // script's output file.

@@ -17,19 +17,13 @@ type trlRow struct {
 }
 
 type trlSummary struct {
-	WaitS              []float64 `json:"wait_s"`
-	PackedTermsChecked int       `json:"packed_terms_checked"`
-	Missing            *struct {
-		IDs     []string `json:"ids"`
-		Message string   `json:"message"`
-	} `json:"missing"`
-	Announced *struct {
-		Version    int    `json:"version"`
-		Checkpoint string `json:"checkpoint"`
-	} `json:"announced"`
-	CheckpointFiles    []string `json:"checkpoint_files"`
-	Collator           string   `json:"collator"`
-	TrainerPackedTerms int      `json:"trainer_packed_terms"`
+	WaitS              []float64        `json:"wait_s"`
+	PackedTermsChecked int              `json:"packed_terms_checked"`
+	Missing            *pluginMissing   `json:"missing"`
+	Announced          *pluginAnnounced `json:"announced"`
+	CheckpointFiles    []string         `json:"checkpoint_files"`
+	Collator           string           `json:"collator"`
+	TrainerPackedTerms int              `json:"trainer_packed_terms"`
 }
 
 // TestTRLAsyncGRPOPlugin: groups built by TRL's own AsyncGRPO pieces (rows from its turn

@@ -23,17 +23,11 @@ type verlRow struct {
 }
 
 type verlSummary struct {
-	Registered string    `json:"registered"`
-	WaitS      []float64 `json:"wait_s"`
-	Hook       string    `json:"hook"`
-	Missing    *struct {
-		IDs     []string `json:"ids"`
-		Message string   `json:"message"`
-	} `json:"missing"`
-	Announced *struct {
-		Version    int    `json:"version"`
-		Checkpoint string `json:"checkpoint"`
-	} `json:"announced"`
+	Registered    string             `json:"registered"`
+	WaitS         []float64          `json:"wait_s"`
+	Hook          string             `json:"hook"`
+	Missing       *pluginMissing     `json:"missing"`
+	Announced     *pluginAnnounced   `json:"announced"`
 	Refused       map[string]*string `json:"refused"`
 	LayoutChecked int                `json:"layout_checked"`
 }

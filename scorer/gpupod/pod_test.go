@@ -14,10 +14,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creditflow/creditflow/internal/syncbuf"
 
 	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 	"github.com/creditflow/creditflow/scorer"
@@ -49,22 +50,8 @@ type pod struct {
 	stderr *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a child process's output, read while it runs.
+type syncBuffer = syncbuf.Buffer
 
 // startPod runs `python -m cfpod` on 127.0.0.1 with a free port, float32 on CPU.
 func startPod(t *testing.T, modelDir string, extra ...string) *pod {

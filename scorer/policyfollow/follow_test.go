@@ -1,7 +1,6 @@
 package policyfollow
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/creditflow/creditflow/internal/syncbuf"
 
 	"github.com/rs/zerolog"
 
@@ -149,22 +150,8 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 // syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a child process's output, read while it runs.
+type syncBuffer = syncbuf.Buffer
 
 // TestScorerLogsAFailedCheckpointOnce: a checkpoint that does not load is
 // logged once per announced version, whether it was announced before the
