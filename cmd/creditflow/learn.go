@@ -62,11 +62,14 @@ given. The summary reports held-out success by version and what the loop proved 
 		fs.Float64Var(&o.CriticLR, "critic-lr", o.CriticLR, "with a critic: its learning rate (Adam)")
 		fs.IntVar(&o.EvalEpisodes, "eval-episodes", o.EvalEpisodes, "held-out episodes evaluated per version")
 		fs.Float64Var(&o.JudgeNoise, "judge-noise", 0, "publish a flaky judge's outcome reward, wrong with this probability (held-out success counts true answers; docs/learn.md)")
+		fs.StringVar(&o.Reward, "reward", o.Reward, "the outcome reward the workers publish: judge (the judge's verdict), likelihood (the gold answer's likelihood given the pre-answer context) or gold-bonus (the verdict plus --gold-bonus when the gold appears in an observation): the noisy-judge controls")
+		fs.Float64Var(&o.GoldBonus, "gold-bonus", o.GoldBonus, "with --reward gold-bonus: the bonus")
+		fs.BoolVar(&o.LabelNoise, "label-noise", false, "lapo: give the scorer the gold the judge believes, wrong exactly where the judge errs (a noisy-judge control)")
 		fs.BoolVar(&o.Chaos, "chaos", false, "SIGKILL the processor (a third of the way) and worker 0 (half way); both are restarted")
 		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up a run after this long")
 		dir = fs.String("dir", "", "keep checkpoints and process logs in this folder (default: a temporary folder, removed)")
 		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
-		compare = fs.String("compare", "", "run each of these methods (comma-separated) on each seed and write a picture and a table")
+		compare = fs.String("compare", "", "run each of these arms (comma-separated: a method, or METHOD+VARIANT with variants forward, no-gate, label-noise, likelihood, gold-bonus) on each seed and write a picture and a table")
 		seeds = fs.Int("seeds", 3, "with --compare: seeds 1..N")
 		out = fs.String("out", "docs/img/learn", "with --compare: write <out>.svg, <out>.md and <out>.json")
 		from = fs.String("from", "", "with --compare: take the runs of these files (a comparison's .json, or what learn --json printed; comma-separated) that were made with the same method, seed and settings, instead of running them again")
@@ -96,9 +99,7 @@ given. The summary reports held-out success by version and what the loop proved 
 		return asUsage(err)
 	}
 	for _, m := range splitList(*compare) {
-		oo := o
-		oo.Method = m
-		if err := oo.Validate(); err != nil {
+		if _, err := learn.WithArm(o, m); err != nil {
 			return usagef("--compare: %w", err)
 		}
 	}

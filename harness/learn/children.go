@@ -104,6 +104,7 @@ func (c *children) startWorker(k, restart int) error {
 		"--first-group", strconv.Itoa(restart * 1_000_000), "--group-size", strconv.Itoa(o.GroupSize),
 		"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps - 1), "--seed", strconv.Itoa(o.Seed),
 		"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64)}
+	args = append(args, o.workerArgs()...)
 	if o.Method == MethodOracle { // each start its own file: a killed worker's last line may be cut
 		args = append(args, "--labels", filepath.Join(c.labels(), fmt.Sprintf("worker-%d-%d.jsonl", k, restart)))
 	}

@@ -37,7 +37,7 @@ func RunWithProgress(ctx context.Context, o Options, stderr io.Writer) (Summary,
 // CompareRuns is a comparison of methods over seeds (`creditflow learn
 // --compare`, docs/learn.md).
 type CompareRuns struct {
-	Methods []string
+	Methods []string  // arms: METHOD[+VARIANT...] (arms.go)
 	Seeds   int       // seeds 1..Seeds of each method
 	Earlier []Summary // runs to take instead of running them again, when made with the same method, seed and settings
 	Out     string    // write <Out>.json, <Out>.svg and <Out>.md
@@ -54,11 +54,14 @@ func (r CompareRuns) Run(ctx context.Context, o Options, stdout, stderr io.Write
 	for _, m := range r.Methods {
 	seed:
 		for s := 1; s <= r.Seeds; s++ {
-			oo := o
-			oo.Method, oo.Seed = m, s
+			oo, err := WithArm(o, m)
+			if err != nil {
+				return err
+			}
+			oo.Seed = s
 			for _, e := range r.Earlier {
 				ok, why := e.Matches(oo)
-				if !ok && e.Method == m && e.Seed == s {
+				if !ok && e.Arm() == m && e.Seed == s {
 					fmt.Fprintf(stderr, "%s seed %d: not taken from --from: %s\n", m, s, why)
 				}
 				if ok {

@@ -74,6 +74,19 @@ func (o Options) processorArgs() []string {
 	return a
 }
 
+// workerArgs are the reward flags of the workers for o's arm (none for the
+// judge's verdict with the true gold).
+func (o Options) workerArgs() []string {
+	var a []string
+	if o.Reward != "" && o.Reward != RewardJudge {
+		a = append(a, "--reward", o.Reward, "--gold-bonus", ftoa(o.GoldBonus))
+	}
+	if o.LabelNoise {
+		a = append(a, "--label-noise")
+	}
+	return a
+}
+
 func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // run is the state of one run.

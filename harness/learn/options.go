@@ -27,6 +27,13 @@ const (
 	MethodOracle = "oracle"
 )
 
+// Rewards the workers can publish (Options.Reward).
+const (
+	RewardJudge      = "judge"
+	RewardLikelihood = "likelihood"
+	RewardGoldBonus  = "gold-bonus"
+)
+
 // Options configure one run of the loop.
 type Options struct {
 	Method        string // lapo | grpo | attnsr | ppo | oracle
@@ -72,6 +79,15 @@ type Options struct {
 	// JudgeNoise is the probability that the outcome reward the workers
 	// publish is wrong (a flaky judge; held-out success counts true answers).
 	JudgeNoise float64
+	// Reward is what the workers publish as the outcome reward: judge (the
+	// judge's verdict), likelihood (the gold answer's likelihood given the
+	// pre-answer context) or gold-bonus (the verdict plus GoldBonus when the
+	// gold string appears in an observation); LabelNoise gives the scorer
+	// the gold the judge believes, wrong exactly where it errs. The controls
+	// of the noisy-judge comparison (docs/learn.md).
+	Reward     string
+	GoldBonus  float64
+	LabelNoise bool
 	Timeout    time.Duration
 	Logger     zerolog.Logger
 	// OnEval, when set, sees each version's evaluation as it arrives.
@@ -82,7 +98,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Method: MethodLAPO, Seed: 1, Workers: 2, Steps: 16, GroupsPerStep: 8, GroupSize: 5,
 		MaxPolicyLag: 1, LR: 2e-4, Epochs: 1, Clip: 0.2, ISCap: 2, Gamma: 1, GAELambda: 0.95, CriticLR: 1e-3,
-		Lambda: 0.5, Direction: string(vocab.Backward), AttnSROutput: string(vocab.OutputGRPO), Beta: 0.25, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
+		Lambda: 0.5, Direction: string(vocab.Backward), AttnSROutput: string(vocab.OutputGRPO), Beta: 0.25, Reward: RewardJudge, GoldBonus: 0.5, EvalEpisodes: 128, Partitions: 2, Topics: stage.DefaultTopics(),
 		GroupID: "creditflow-learn", Timeout: 20 * time.Minute, Logger: zerolog.Nop()}
 }
 
@@ -96,6 +112,15 @@ func (o Options) resolved() Options {
 		}
 	}
 	return o
+}
+
+// searchWorld says whether o's world has a gold answer for LAPO's scorer.
+func (o Options) searchWorld() bool {
+	switch o.resolved().World {
+	case "searchqa", "widesearch", "rumour":
+		return true
+	}
+	return false
 }
 
 // loss is the trainer's loss: ppo (GAE with a critic over token rewards)
@@ -135,6 +160,18 @@ func (o Options) Validate() error {
 	}
 	if o.JudgeNoise < 0 || o.JudgeNoise >= 0.5 || math.IsNaN(o.JudgeNoise) {
 		return fmt.Errorf("--judge-noise %v: want a probability in [0, 0.5) (at 0.5 the reward says nothing)", o.JudgeNoise)
+	}
+	switch o.Reward {
+	case "", RewardJudge:
+	case RewardLikelihood, RewardGoldBonus:
+		if !o.searchWorld() {
+			return fmt.Errorf("--reward %s needs a world with a gold answer (searchqa, widesearch or rumour), not %s", o.Reward, o.resolved().World)
+		}
+	default:
+		return fmt.Errorf("--reward %q: use judge, likelihood or gold-bonus", o.Reward)
+	}
+	if o.LabelNoise && (o.Method != MethodLAPO || !o.searchWorld()) {
+		return fmt.Errorf("--label-noise is for --method lapo on a world with a gold answer (searchqa, widesearch or rumour)")
 	}
 	if o.Partitions < 1 {
 		return fmt.Errorf("--partitions %d: want at least 1", o.Partitions)

@@ -19,7 +19,7 @@ func (c Comparison) methods() []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, r := range c.Runs {
-		k := r.Method + "/" + r.World
+		k := r.Arm() + "/" + r.World
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, k)
@@ -31,7 +31,7 @@ func (c Comparison) methods() []string {
 func (c Comparison) of(key string) []Summary {
 	var out []Summary
 	for _, r := range c.Runs {
-		if r.Method+"/"+r.World == key {
+		if r.Arm()+"/"+r.World == key {
 			out = append(out, r)
 		}
 	}
@@ -131,7 +131,7 @@ func (c Comparison) Markdown() string {
 		if s := stepsTo(r, 0.8); s >= 0 {
 			st = fmt.Sprint(s)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.3f | %.3f | %+.3f | %.3f | %s | %d | %.0f |\n", r.Method, r.World, r.Seed,
+		fmt.Fprintf(&b, "| %s | %s | %d | %.3f | %.3f | %+.3f | %.3f | %s | %d | %.0f |\n", r.Arm(), r.World, r.Seed,
 			r.InitialSuccess, r.FinalSuccess, r.FinalSuccess-r.InitialSuccess, auc(r), st, r.TrainerTrajectories, r.Seconds)
 	}
 	b.WriteString("\n| method | world | seeds | final success (mean ± sd) | gain (mean ± sd) | AUC (mean ± sd) | reached 0.8 | its first step (median of those that did) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
@@ -198,18 +198,23 @@ func (c Comparison) curve(key string, byTrajectories bool) []point {
 	return out
 }
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"}
+var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"}
 
 // SVG draws held-out success against trainer steps (left) and against
 // trajectories consumed (right): each method's mean over seeds as a line,
 // its min–max band shaded. Self-contained (no fonts or scripts to fetch).
 func (c Comparison) SVG(title string) string {
-	const W, H, pw, ph, top, left = 980, 420, 400, 280, 50, 60
+	const W, pw, ph, top, left = 980, 400, 280, 50, 60
+	keys := c.methods()
+	H := 420 + 16*max(0, (len(keys)-1)/2) // the legend: two arms a row
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
-	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, esc(title))
-	keys := c.methods()
+	fs := 15.0 // a long title (many arms) in a smaller font, within the picture
+	if n := len([]rune(title)); n > 110 {
+		fs = max(9, math.Round(16500/float64(n))/10)
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="%g" font-weight="bold">%s</text>`+"\n", left, fs, esc(title))
 	for panel, byTraj := range []bool{false, true} {
 		x0 := left + panel*(pw+90)
 		xmax := 1.0
@@ -257,8 +262,8 @@ func (c Comparison) SVG(title string) string {
 	for i, k := range keys {
 		col := palette[i%len(palette)]
 		n := len(c.of(k))
-		y := top + ph + 50 + 0*i
-		x := left + i*400
+		y := top + ph + 50 + 16*(i/2)
+		x := left + (i%2)*400
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s (mean of %d seeds, band: min–max)</text>`+"\n",
 			x, y-4, col, x+20, y, esc(strings.Replace(k, "/", " on ", 1)), n)
 	}

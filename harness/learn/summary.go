@@ -117,6 +117,11 @@ type Settings struct {
 	Gamma            float64 `json:"gamma,omitempty"`         // ppo loss: GAE's γ
 	GAELambda        float64 `json:"gae_lambda,omitempty"`
 	CriticLR         float64 `json:"critic_lr,omitempty"`
+	// The noisy-judge controls: the published reward when not the judge's
+	// verdict (likelihood, gold-bonus), the bonus, and the label-noise arm.
+	Reward     string  `json:"reward,omitempty"`
+	GoldBonus  float64 `json:"gold_bonus,omitempty"`
+	LabelNoise bool    `json:"label_noise,omitempty"`
 }
 
 // settingsOf is what o records in a summary (o with its defaults resolved).
@@ -135,6 +140,13 @@ func settingsOf(o Options) *Settings {
 	case MethodPPO:
 		s.AttnSROutput = string(vocab.OutputPPO)
 	}
+	if o.Reward != "" && o.Reward != RewardJudge {
+		s.Reward = o.Reward
+		if o.Reward == RewardGoldBonus {
+			s.GoldBonus = o.GoldBonus
+		}
+	}
+	s.LabelNoise = o.LabelNoise
 	if s.Loss == "ppo" {
 		s.Gamma, s.GAELambda, s.CriticLR = o.Gamma, o.GAELambda, o.CriticLR
 	}

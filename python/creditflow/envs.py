@@ -42,7 +42,7 @@ Only the standard library is used here.
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["SearchQA", "WideSearch", "Rumour", "Household", "LongHousehold", "Episode", "NAMES", "make_env", "judge", "ENVS"]
+__all__ = ["SearchQA", "WideSearch", "Rumour", "Household", "LongHousehold", "Episode", "NAMES", "make_env", "judge", "judge_errs", "ENVS"]
 
 #: Gold answers and codes: the 26 made-up names of creditflow's synthetic worlds (one per
 #: initial, in capital letters; every other word the worlds write is lowercase), which the
@@ -388,8 +388,13 @@ def judge(ep: Episode, noise: float, key: str) -> float:
         raise ValueError("judge noise %r: want 0 <= noise < 0.5" % (noise,))
     if not ep.done:
         raise ValueError("the episode is not over")
-    wrong = noise > 0 and random.Random("judge/" + key).random() < noise
-    return 1.0 if ep.correct != wrong else 0.0
+    return 1.0 if ep.correct != judge_errs(noise, key) else 0.0
+
+
+def judge_errs(noise: float, key: str) -> bool:
+    """The judge's draw for trajectory `key`: True where its verdict is wrong (probability
+    `noise`, deterministic in `key`)."""
+    return noise > 0 and random.Random("judge/" + key).random() < noise
 
 
 ENVS = {"searchqa": SearchQA, "widesearch": WideSearch, "rumour": Rumour, "household": Household, "household-long": LongHousehold}

@@ -37,12 +37,12 @@ def play(model, env, seeds, temperature=1.0, generator=None):
 
 
 def to_trajectory(env, episode, turns, *, trajectory_id, prompt_id, group_size, sample_index, policy_version,
-                  temperature, source=None):
+                  temperature, source=None, gold=None):
     """The trajectory record of a played episode (RolloutPublisher.publish takes it). The
-    search worlds carry their gold answer (LAPO's gold target, byte tokens); every world's
-    trajectory carries the outcome reward."""
+    search worlds carry their gold answer (LAPO's gold target, byte tokens; `gold` in place of
+    the episode's: the label-noise arm's); every world's trajectory carries the outcome reward."""
     lps = [lp for t in turns for lp in t[2]]
-    gold = [episode.gold] if env.info_kind == "search" else []
+    gold = [gold or episode.gold] if env.info_kind == "search" else []
     return build_trajectory(
         trajectory_id=trajectory_id, prompt_id=prompt_id, group_size=group_size, sample_index=sample_index,
         prompt_ids=P.encode(episode.prompt),

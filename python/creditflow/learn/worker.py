@@ -3,7 +3,7 @@
 usage: python3 -m creditflow.learn.worker --brokers B --init DIR [--env searchqa|household]
            [--worker K --workers W] [--group-size G] [--groups-per-batch N]
            [--groups-per-version N] [--last-version V] [--seed S] [--temperature T] [--judge-noise Q]
-           [--labels FILE]
+           [--labels FILE] [--reward judge|likelihood|gold-bonus] [--gold-bonus B] [--label-noise]
 
 Follows the policy topic (PolicyWatcher): whenever a newer version is announced it loads that
 checkpoint; it plays whole groups (G episodes of one question, sampled at --temperature from
@@ -16,6 +16,11 @@ trainer consumes. Under a version newer than --last-version (the trainer's last)
 nothing: no trainer step would read those groups.
 With --judge-noise Q the published reward is a flaky judge's verdict, wrong with probability Q
 (creditflow.envs.judge); the held-out evaluation still counts true answers.
+With --reward likelihood the published reward is the gold answer's likelihood given the
+pre-answer context under the playing policy; with --reward gold-bonus, the judge's verdict plus B
+when the gold string appears in an observation; with --label-noise the gold given to the scorer
+is what the judge believes, wrong exactly where the judge errs (creditflow.learn.rewards: the
+controls of the noisy-judge comparison, docs/learn.md).
 With --labels FILE it appends each episode's turn labels (the world's key, enabling and harmful
 turns; creditflow.learn.oracle) to FILE, one JSON line per trajectory, before publishing it: the
 oracle-credit arm's trainer reads them.
@@ -35,7 +40,7 @@ import torch
 from .. import envs as E
 from .. import policy as P
 from ..kafka import PolicyWatcher, RolloutPublisher
-from . import oracle, rollout
+from . import oracle, rewards, rollout
 
 
 def main(argv=None):
@@ -59,6 +64,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--judge-noise", type=float, default=0.0,
                     help="publish a flaky judge's reward: wrong with this probability (creditflow.envs.judge)")
+    ap.add_argument("--reward", default="judge", choices=rewards.REWARDS,
+                    help="the published reward: the judge's verdict, the gold answer's likelihood, or the verdict plus a gold-in-observation bonus")
+    ap.add_argument("--gold-bonus", type=float, default=0.5, help="with --reward gold-bonus: the bonus")
+    ap.add_argument("--label-noise", action="store_true",
+                    help="give the scorer the gold the judge believes (wrong exactly where the judge errs)")
     ap.add_argument("--labels", default=None,
                     help="append each trajectory's turn labels to this JSON-lines file before publishing it")
     a = ap.parse_args(argv)
@@ -104,12 +114,14 @@ def main(argv=None):
                 g, i = groups[idx // a.group_size], idx % a.group_size
                 pid = "%s-g%06d" % (a.run, g)
                 tid = "%s-%d" % (pid, i)
-                ep.reward = E.judge(ep, a.judge_noise, tid)
+                ep.reward = rewards.reward_of(a.reward, ep, turns, tid, noise=a.judge_noise, bonus=a.gold_bonus,
+                                              model=model, temperature=a.temperature)
+                gold = rewards.scorer_gold(ep, a.judge_noise, tid) if a.label_noise else None
                 if labels is not None:
                     labels.write(tid, ep)
                 pub.publish(rollout.to_trajectory(env, ep, turns, trajectory_id=tid, prompt_id=pid,
                                                   group_size=a.group_size, sample_index=i, policy_version=version,
-                                                  temperature=a.temperature, source=env.name))
+                                                  temperature=a.temperature, source=env.name, gold=gold))
                 wins += ep.correct
                 ids.append(tid)
             pub.flush(60)
