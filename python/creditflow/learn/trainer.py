@@ -135,7 +135,7 @@ def train_batch(model, opt, critic, copt, batch, a, reader=None):
             torch.nn.utils.clip_grad_norm_(critic.parameters(), MAX_GRAD_NORM)
             copt.step()
             vlosses.append(float(vl))
-    out = {"loss": round(float(loss), 5), "grad_norm": round(norms[-1], 5), "grad_norm_max": round(max(norms), 5),
+    out = {"loss": round(float(loss.detach()), 5), "grad_norm": round(norms[-1], 5), "grad_norm_max": round(max(norms), 5),
            "grad_clip_hits": hits, "optimizer_steps": len(norms)}
     out.update({k: float("%.4g" % v) for k, v in diag.items()})  # four significant digits: a KL of 1e-7 shows
     out.update({k: round(v, 5) for k, v in info.items()})
