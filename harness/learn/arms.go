@@ -3,7 +3,7 @@ package learn
 // Arms: a comparison's arms are methods with the variants that set them
 // apart. An arm is written METHOD[+VARIANT...]: lapo+forward (IGPO's
 // direction), lapo+no-gate, lapo+label-noise, grpo+likelihood,
-// grpo+gold-bonus (docs/learn.md, "Comparing methods"). A run's arm is read
+// grpo+gold-bonus, grpo+likelihood-bonus (docs/learn.md, "Comparing methods"). A run's arm is read
 // back from its recorded settings, so runs made with the flags
 // (--direction forward, --reward likelihood, …) and runs made with the arm's
 // name are the same arm.
@@ -17,11 +17,12 @@ import (
 
 // Variants an arm can name, in the order Arm writes them.
 const (
-	VariantForward    = "forward"
-	VariantNoGate     = "no-gate"
-	VariantLikelihood = RewardLikelihood
-	VariantGoldBonus  = RewardGoldBonus
-	VariantLabelNoise = "label-noise"
+	VariantForward         = "forward"
+	VariantNoGate          = "no-gate"
+	VariantLikelihood      = RewardLikelihood
+	VariantGoldBonus       = RewardGoldBonus
+	VariantLikelihoodBonus = RewardLikelihoodBonus
+	VariantLabelNoise      = "label-noise"
 )
 
 // WithArm is o with the method and variants of arm applied (the other
@@ -37,10 +38,10 @@ func WithArm(o Options, arm string) (Options, error) {
 			o.NoGate = true
 		case VariantLabelNoise:
 			o.LabelNoise = true
-		case VariantLikelihood, VariantGoldBonus:
+		case VariantLikelihood, VariantGoldBonus, VariantLikelihoodBonus:
 			o.Reward = v
 		default:
-			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus", arm, v)
+			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus", arm, v)
 		}
 	}
 	if err := o.Validate(); err != nil {

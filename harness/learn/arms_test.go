@@ -24,6 +24,7 @@ func TestArmsRoundTrip(t *testing.T) {
 		{"lapo+label-noise", "--label-noise", "--method lapo --lambda 0.5 --direction backward"},
 		{"grpo+likelihood", "--reward likelihood --gold-bonus 0.5", "--method lapo --lambda 0"},
 		{"grpo+gold-bonus", "--reward gold-bonus --gold-bonus 0.5", "--method lapo --lambda 0"},
+		{"grpo+likelihood-bonus", "--reward likelihood-bonus --gold-bonus 0.5", "--method lapo --lambda 0"},
 		{"lapo+forward+no-gate", "", "--method lapo --lambda 0.5 --direction forward --no-gate"},
 	} {
 		o, err := WithArm(base, c.arm)

@@ -32,6 +32,9 @@ const (
 	RewardJudge      = "judge"
 	RewardLikelihood = "likelihood"
 	RewardGoldBonus  = "gold-bonus"
+	// RewardLikelihoodBonus is the verdict plus GoldBonus times the gold
+	// answer's likelihood: LAPO's two signals added per episode.
+	RewardLikelihoodBonus = "likelihood-bonus"
 )
 
 // Options configure one run of the loop.
@@ -82,7 +85,8 @@ type Options struct {
 	// Reward is what the workers publish as the outcome reward: judge (the
 	// judge's verdict), likelihood (the gold answer's likelihood given the
 	// pre-answer context) or gold-bonus (the verdict plus GoldBonus when the
-	// gold string appears in an observation); LabelNoise gives the scorer
+	// gold string appears in an observation) or likelihood-bonus (the verdict
+	// plus GoldBonus times the likelihood); LabelNoise gives the scorer
 	// the gold the judge believes, wrong exactly where it errs. The controls
 	// of the noisy-judge comparison (docs/learn.md).
 	Reward     string
@@ -163,12 +167,12 @@ func (o Options) Validate() error {
 	}
 	switch o.Reward {
 	case "", RewardJudge:
-	case RewardLikelihood, RewardGoldBonus:
+	case RewardLikelihood, RewardGoldBonus, RewardLikelihoodBonus:
 		if !o.searchWorld() {
 			return fmt.Errorf("--reward %s needs a world with a gold answer (searchqa, widesearch or rumour), not %s", o.Reward, o.resolved().World)
 		}
 	default:
-		return fmt.Errorf("--reward %q: use judge, likelihood or gold-bonus", o.Reward)
+		return fmt.Errorf("--reward %q: use judge, likelihood, gold-bonus or likelihood-bonus", o.Reward)
 	}
 	if o.LabelNoise && (o.Method != MethodLAPO || !o.searchWorld()) {
 		return fmt.Errorf("--label-noise is for --method lapo on a world with a gold answer (searchqa, widesearch or rumour)")

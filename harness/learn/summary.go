@@ -142,7 +142,7 @@ func settingsOf(o Options) *Settings {
 	}
 	if o.Reward != "" && o.Reward != RewardJudge {
 		s.Reward = o.Reward
-		if o.Reward == RewardGoldBonus {
+		if o.Reward == RewardGoldBonus || o.Reward == RewardLikelihoodBonus {
 			s.GoldBonus = o.GoldBonus
 		}
 	}

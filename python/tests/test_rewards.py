@@ -40,6 +40,13 @@ class Likelihood(unittest.TestCase):
             self.assertAlmostEqual(got, math.exp(s), delta=1e-5 * math.exp(s))
             self.assertTrue(0 < got <= 1)
 
+    def test_likelihood_bonus_is_the_verdict_plus_the_scaled_likelihood(self):
+        for i, (ep, turns) in enumerate(self.played[:5]):
+            key = "s1-g%06d-%d" % (i, 0)
+            want = E.judge(ep, 0.3, key) + 0.5 * R.gold_likelihood(self.model, ep, turns)
+            got = R.reward_of("likelihood-bonus", ep, turns, key, noise=0.3, bonus=0.5, model=self.model)
+            self.assertAlmostEqual(got, want, places=12)
+
     def test_higher_when_the_evidence_was_seen(self):
         # The start policy copies a name it has seen: the gold's likelihood is higher in episodes
         # whose observations held it (a property of the trained start, not of the code; on 40

@@ -10,6 +10,9 @@ for the noisy judge").
   through the same clean likelihood LAPO reads, but only per episode, never per turn.
 - ``gold-bonus``: the judge's verdict plus ``bonus`` when the gold string appears in any
   observation of the episode (a retrieval bonus per episode).
+- ``likelihood-bonus``: the judge's verdict plus ``bonus`` times the ``likelihood`` above: the
+  same clean likelihood LAPO reads and the same noisy verdict, added per episode instead of
+  split per turn (LAPO's ``A_out + λ·A_proc`` without the turns).
 
 ``scorer_gold`` is the label-noise arm's gold: the answer the judge believes. Where the judge
 errs (the same draw as ``judge``), it is the policy's own answer when that answer was wrong (the
@@ -28,7 +31,7 @@ from ..trajectory import DEFAULT_TEMPLATE, byte_tokenizer, gold_target
 
 __all__ = ["REWARDS", "pre_answer_context", "gold_likelihood", "gold_in_observation", "scorer_gold", "reward_of"]
 
-REWARDS = ("judge", "likelihood", "gold-bonus")
+REWARDS = ("judge", "likelihood", "gold-bonus", "likelihood-bonus")
 
 
 def pre_answer_context(ep, turns):
@@ -78,4 +81,6 @@ def reward_of(kind, ep, turns, key, *, noise=0.0, bonus=0.5, model=None, tempera
         return gold_likelihood(model, ep, turns, temperature)
     if kind == "gold-bonus":
         return E.judge(ep, noise, key) + (bonus if gold_in_observation(ep) else 0.0)
+    if kind == "likelihood-bonus":
+        return E.judge(ep, noise, key) + bonus * gold_likelihood(model, ep, turns, temperature)
     raise ValueError("reward %r: use one of %s" % (kind, ", ".join(REWARDS)))

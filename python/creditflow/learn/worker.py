@@ -3,7 +3,7 @@
 usage: python3 -m creditflow.learn.worker --brokers B --init DIR [--env searchqa|household]
            [--worker K --workers W] [--group-size G] [--groups-per-batch N]
            [--groups-per-version N] [--last-version V] [--seed S] [--temperature T] [--judge-noise Q]
-           [--labels FILE] [--reward judge|likelihood|gold-bonus] [--gold-bonus B] [--label-noise]
+           [--labels FILE] [--reward judge|likelihood|gold-bonus|likelihood-bonus] [--gold-bonus B] [--label-noise]
 
 Follows the policy topic (PolicyWatcher): whenever a newer version is announced it loads that
 checkpoint; it plays whole groups (G episodes of one question, sampled at --temperature from
@@ -18,7 +18,8 @@ With --judge-noise Q the published reward is a flaky judge's verdict, wrong with
 (creditflow.envs.judge); the held-out evaluation still counts true answers.
 With --reward likelihood the published reward is the gold answer's likelihood given the
 pre-answer context under the playing policy; with --reward gold-bonus, the judge's verdict plus B
-when the gold string appears in an observation; with --label-noise the gold given to the scorer
+when the gold string appears in an observation; with --reward likelihood-bonus, the verdict
+plus B times the likelihood; with --label-noise the gold given to the scorer
 is what the judge believes, wrong exactly where the judge errs (creditflow.learn.rewards: the
 controls of the noisy-judge comparison, docs/learn.md).
 With --labels FILE it appends each episode's turn labels (the world's key, enabling and harmful
@@ -65,7 +66,7 @@ def main(argv=None):
     ap.add_argument("--judge-noise", type=float, default=0.0,
                     help="publish a flaky judge's reward: wrong with this probability (creditflow.envs.judge)")
     ap.add_argument("--reward", default="judge", choices=rewards.REWARDS,
-                    help="the published reward: the judge's verdict, the gold answer's likelihood, or the verdict plus a gold-in-observation bonus")
+                    help="the published reward: the judge's verdict, the gold answer's likelihood, or the verdict plus a gold-in-observation or likelihood bonus")
     ap.add_argument("--gold-bonus", type=float, default=0.5, help="with --reward gold-bonus: the bonus")
     ap.add_argument("--label-noise", action="store_true",
                     help="give the scorer the gold the judge believes (wrong exactly where the judge errs)")
