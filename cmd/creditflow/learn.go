@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ func runLearn(args []string) (err error) {
 	o := learn.Defaults()
 	fs := newFlagSet("learn", `usage: creditflow learn [--method lapo|grpo|attnsr|ppo|oracle] [--seed S] [--json] [flags]
        creditflow learn --compare lapo,grpo --seeds 3 [--out docs/img/learn] [flags]
+       creditflow learn --compare lapo,grpo --noise-sweep 0,0.1,0.2,0.3,0.4 --seeds 4 [--from FILES] [flags]
        creditflow learn --report docs/img/learn.json,...
 
 Closes the training loop on this machine (docs/learn.md): --workers Python rollout workers play
@@ -34,7 +36,7 @@ the scorer load each new version. Everything runs on the embedded broker unless 
 given. The summary reports held-out success by version and what the loop proved on the way;
 --json ends with one JSON object. Runs the Python ends with the project's Python environment
 (creditflow pyenv; built on first use, a few minutes once), or $CREDITFLOW_PYTHON when set.`)
-	var brokers, compare, out, logLevel, dir, from, report *string
+	var brokers, compare, out, logLevel, dir, from, report, sweep *string
 	var seeds *int
 	var startup *time.Duration
 	var asJSON *bool
@@ -71,6 +73,7 @@ given. The summary reports held-out success by version and what the loop proved 
 		asJSON = fs.Bool("json", false, "end with one JSON object on the last line of stdout")
 		compare = fs.String("compare", "", "run each of these arms (comma-separated: a method, or METHOD+VARIANT with variants forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus) on each seed and write a picture and a table")
 		seeds = fs.Int("seeds", 3, "with --compare: seeds 1..N")
+		sweep = fs.String("noise-sweep", "", "with --compare: run every arm at each of these judge noises (comma-separated, e.g. 0,0.1,0.2,0.3,0.4) instead of --judge-noise; arms are compared at one level")
 		out = fs.String("out", "docs/img/learn", "with --compare: write <out>.svg, <out>.md and <out>.json")
 		from = fs.String("from", "", "with --compare: take the runs of these files (a comparison's .json, or what learn --json printed; comma-separated) that were made with the same method, seed and settings, instead of running them again")
 		report = fs.String("report", "", "run nothing: write <name>.md and <name>.svg again from each comparison <name>.json given (comma-separated)")
@@ -102,6 +105,22 @@ given. The summary reports held-out success by version and what the loop proved 
 		if _, err := learn.WithArm(o, m); err != nil {
 			return usagef("--compare: %w", err)
 		}
+	}
+	var noises []float64
+	for _, q := range splitList(*sweep) {
+		x, err := strconv.ParseFloat(q, 64)
+		oo := o
+		oo.JudgeNoise = x
+		if err == nil {
+			err = oo.Validate()
+		}
+		if err != nil {
+			return usagef("--noise-sweep %s: %w", q, err)
+		}
+		noises = append(noises, x)
+	}
+	if *sweep != "" && *compare == "" {
+		return usagef("--noise-sweep needs --compare")
 	}
 	if *compare != "" && *seeds < 1 {
 		return usagef("--seeds %d: want at least 1", *seeds)
@@ -139,7 +158,7 @@ given. The summary reports held-out success by version and what the loop proved 
 			}
 			earlier = append(earlier, rs...)
 		}
-		c := learn.CompareRuns{Methods: splitList(*compare), Seeds: *seeds, Earlier: earlier, Out: *out, Dir: *dir, JSON: *asJSON}
+		c := learn.CompareRuns{Methods: splitList(*compare), Noises: noises, Seeds: *seeds, Earlier: earlier, Out: *out, Dir: *dir, JSON: *asJSON}
 		return c.Run(ctx, o, os.Stdout, os.Stderr)
 	}
 	var monitorURL string

@@ -91,3 +91,78 @@ func withSettings(s Summary, o Options) Summary {
 	s.Settings = settingsOf(o)
 	return s
 }
+
+// TestNoiseSweepKeepsLevelsApart: a comparison holding runs of several judge noises (a
+// sweep) has one arm per method and level, and compares methods only at one level.
+func TestNoiseSweepKeepsLevelsApart(t *testing.T) {
+	at := func(s Summary, q float64) Summary {
+		o := Defaults()
+		o.Method, o.World, o.JudgeNoise = s.Method, "searchqa", q
+		s.Settings = settingsOf(o)
+		return s
+	}
+	var runs []Summary
+	for _, q := range []float64{0, 0.3} {
+		runs = append(runs, at(run3("lapo", 1, 0.4, 0.6, 0.9), q), at(run3("lapo", 2, 0.4, 0.7, 0.8), q),
+			at(run3("grpo", 1, 0.4, 0.5, 0.6), q), at(run3("grpo", 2, 0.4, 0.5, 0.5), q))
+	}
+	c := Comparison{Runs: runs}
+	if k := c.methods(); len(k) != 4 || k[0] != "lapo/searchqa, judge noise 0" || k[3] != "grpo/searchqa, judge noise 0.3" {
+		t.Fatalf("keys %q", k)
+	}
+	d := c.Differences()
+	if len(d) != 2*len(measures) {
+		t.Fatalf("%d differences, want lapo against grpo at each of 2 levels (%d)", len(d), 2*len(measures))
+	}
+	for _, x := range d {
+		if world(x.A) != world(x.B) {
+			t.Errorf("compared across levels: %s against %s", x.A, x.B)
+		}
+	}
+	if !strings.Contains(c.Title(), "several noise levels") {
+		t.Errorf("title %q", c.Title())
+	}
+	// One level: keys as before.
+	if k := (Comparison{Runs: runs[:4]}).methods(); k[0] != "lapo/searchqa" {
+		t.Errorf("one level: keys %q", k)
+	}
+}
+
+// TestNoiseSweepFromEarlierRuns: `--compare lapo,grpo --noise-sweep 0,0.3 --from …` builds
+// the sweep from runs made before (nothing runs when every arm, level and seed is there), in
+// the order level, arm, seed, and refuses none of them.
+func TestNoiseSweepFromEarlierRuns(t *testing.T) {
+	var earlier []Summary
+	for _, q := range []float64{0.3, 0} {
+		for _, m := range []string{"grpo", "lapo"} {
+			for s := 1; s <= 2; s++ {
+				o := Defaults()
+				o.Method, o.Seed, o.JudgeNoise = m, s, q
+				r := run3(m, s, 0.4, 0.5+q/10)
+				r.Settings = settingsOf(o.resolved())
+				earlier = append(earlier, r)
+			}
+		}
+	}
+	out := t.TempDir() + "/sweep"
+	var stdout, stderr strings.Builder
+	c := CompareRuns{Methods: []string{"lapo", "grpo"}, Noises: []float64{0, 0.3}, Seeds: 2, Earlier: earlier, Out: out}
+	if err := c.Run(t.Context(), Defaults(), &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "not taken") || strings.Count(stderr.String(), "taken from --from") != 8 {
+		t.Errorf("want all 8 runs taken:\n%s", stderr.String())
+	}
+	runs, err := LoadRuns(out + ".json")
+	if err != nil || len(runs) != 8 {
+		t.Fatalf("%d runs, %v", len(runs), err)
+	}
+	if runs[0].Settings.JudgeNoise != 0 || runs[0].Method != "lapo" || runs[7].Settings.JudgeNoise != 0.3 || runs[7].Method != "grpo" {
+		t.Errorf("order: first %s at %v, last %s at %v", runs[0].Method, runs[0].Settings.JudgeNoise, runs[7].Method, runs[7].Settings.JudgeNoise)
+	}
+	for _, want := range []string{"| lapo | searchqa, judge noise 0 | 2 |", "| grpo | searchqa, judge noise 0.3 | 2 |"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}

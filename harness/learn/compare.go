@@ -38,6 +38,7 @@ func RunWithProgress(ctx context.Context, o Options, stderr io.Writer) (Summary,
 // --compare`, docs/learn.md).
 type CompareRuns struct {
 	Methods []string  // arms: METHOD[+VARIANT...] (arms.go)
+	Noises  []float64 // a noise sweep: each arm at each of these judge noises (nil: the options' noise)
 	Seeds   int       // seeds 1..Seeds of each method
 	Earlier []Summary // runs to take instead of running them again, when made with the same method, seed and settings
 	Out     string    // write <Out>.json, <Out>.svg and <Out>.md
@@ -50,7 +51,24 @@ type CompareRuns struct {
 // stderr.
 func (r CompareRuns) Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	var c Comparison
-	out, dir := r.Out, r.Dir
+	noises := r.Noises
+	if len(noises) == 0 {
+		noises = []float64{o.JudgeNoise}
+	}
+	for _, q := range noises {
+		o := o
+		o.JudgeNoise = q
+		if err := r.runArms(ctx, o, &c, len(r.Noises) > 0, stderr); err != nil {
+			return err
+		}
+	}
+	return r.write(c, r.Out, stdout, stderr)
+}
+
+// runArms runs (or takes from Earlier) every arm on seeds 1..Seeds with o,
+// adding the runs to c; in a sweep each run's folder also names its noise.
+func (r CompareRuns) runArms(ctx context.Context, o Options, c *Comparison, sweep bool, stderr io.Writer) error {
+	dir := r.Dir
 	for _, m := range r.Methods {
 	seed:
 		for s := 1; s <= r.Seeds; s++ {
@@ -59,10 +77,11 @@ func (r CompareRuns) Run(ctx context.Context, o Options, stdout, stderr io.Write
 				return err
 			}
 			oo.Seed = s
+			var refused []string // why runs of this arm and seed were not taken, said when none is
 			for _, e := range r.Earlier {
 				ok, why := e.Matches(oo)
 				if !ok && e.Arm() == m && e.Seed == s {
-					fmt.Fprintf(stderr, "%s seed %d: not taken from --from: %s\n", m, s, why)
+					refused = append(refused, why)
 				}
 				if ok {
 					fmt.Fprintf(stderr, "%s seed %d: taken from --from (held-out success %.3f → %.3f)\n", m, s, e.InitialSuccess, e.FinalSuccess)
@@ -70,8 +89,15 @@ func (r CompareRuns) Run(ctx context.Context, o Options, stdout, stderr io.Write
 					continue seed
 				}
 			}
+			for _, why := range refused {
+				fmt.Fprintf(stderr, "%s seed %d: not taken from --from: %s\n", m, s, why)
+			}
 			if dir != "" {
-				oo.Dir = filepath.Join(dir, fmt.Sprintf("%s-seed%d", m, s))
+				name := fmt.Sprintf("%s-seed%d", m, s)
+				if sweep {
+					name = fmt.Sprintf("%s-noise%g-seed%d", m, o.JudgeNoise, s)
+				}
+				oo.Dir = filepath.Join(dir, name)
 			}
 			if len(o.Brokers) > 0 { // one run's topics per run on a shared cluster
 				oo.Topics = demo.Topics(fmt.Sprintf("creditflow-learn-%d-%s-%d", time.Now().Unix(), m, s))
@@ -85,6 +111,11 @@ func (r CompareRuns) Run(ctx context.Context, o Options, stdout, stderr io.Write
 			c.Runs = append(c.Runs, sum)
 		}
 	}
+	return nil
+}
+
+// write writes the comparison's files to out.* and prints its table.
+func (r CompareRuns) write(c Comparison, out string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}

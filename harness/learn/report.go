@@ -14,12 +14,47 @@ type Comparison struct {
 	Runs []Summary `json:"runs"`
 }
 
-// methods in the order first seen.
+// key is a run's arm and world ("arm/world"); in a comparison whose runs
+// had judges of different noise (a noise sweep) the world part also names
+// the noise, so that arms are compared only at one level.
+func (c Comparison) key(r Summary) string {
+	k := r.Arm() + "/" + r.World
+	if c.mixedNoise() {
+		k += fmt.Sprintf(", judge noise %g", noiseOf(r))
+	}
+	return k
+}
+
+func noiseOf(r Summary) float64 {
+	if r.Settings == nil {
+		return 0
+	}
+	return r.Settings.JudgeNoise
+}
+
+// mixedNoise says whether the runs that record their settings had judges
+// of more than one noise.
+func (c Comparison) mixedNoise() bool {
+	first := -1.0
+	for _, r := range c.Runs {
+		if r.Settings == nil {
+			continue
+		}
+		if first < 0 {
+			first = r.Settings.JudgeNoise
+		} else if r.Settings.JudgeNoise != first {
+			return true
+		}
+	}
+	return false
+}
+
+// methods are the comparison's keys (arm/world) in the order first seen.
 func (c Comparison) methods() []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, r := range c.Runs {
-		k := r.Arm() + "/" + r.World
+		k := c.key(r)
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, k)
@@ -31,7 +66,7 @@ func (c Comparison) methods() []string {
 func (c Comparison) of(key string) []Summary {
 	var out []Summary
 	for _, r := range c.Runs {
-		if r.Arm()+"/"+r.World == key {
+		if c.key(r) == key {
 			out = append(out, r)
 		}
 	}
@@ -113,7 +148,9 @@ func (c Comparison) Title() string {
 	if one && world != "" {
 		t += " on the " + world + " world"
 	}
-	if len(c.Runs) > 0 && c.Runs[0].Settings != nil && c.Runs[0].Settings.JudgeNoise > 0 {
+	if c.mixedNoise() {
+		t += ", judges of several noise levels"
+	} else if len(c.Runs) > 0 && c.Runs[0].Settings != nil && c.Runs[0].Settings.JudgeNoise > 0 {
 		t += fmt.Sprintf(", the judge wrong %.0f%% of the time", 100*c.Runs[0].Settings.JudgeNoise)
 	}
 	return t + fmt.Sprintf(", %d seeds each", seeds)
