@@ -1,17 +1,13 @@
 package learn_test
 
 import (
-	"bytes"
-	"context"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/creditflow/creditflow/harness/learn"
-	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 // TestLearnLikelihoodRewardArm runs the noisy-judge control `--compare grpo+likelihood` for
@@ -22,19 +18,9 @@ func TestLearnLikelihoodRewardArm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("half a minute of CPU")
 	}
-	py := pyenvtest.Python(t)
-	bin := buildCreditflow(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	out := t.TempDir() + "/cmp"
-	cmd := exec.CommandContext(ctx, bin, "learn", "--compare", "grpo+likelihood", "--seeds", "1", "--world", "widesearch",
+	runLearnCLI(t, 10*time.Minute, "--compare", "grpo+likelihood", "--seeds", "1", "--world", "widesearch",
 		"--judge-noise", "0.3", "--steps", "1", "--groups-per-step", "2", "--eval-episodes", "8", "--out", out)
-	cmd.Env = append(cmd.Environ(), learn.PythonEnvVar+"="+py)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if o, err := cmd.Output(); err != nil {
-		t.Fatalf("creditflow learn --compare grpo+likelihood: %v\nstdout:\n%s\nstderr:\n%s", err, o, stderr.String())
-	}
 	runs, err := learn.LoadRuns(out + ".json")
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("%d runs, %v", len(runs), err)

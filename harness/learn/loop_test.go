@@ -56,31 +56,17 @@ func TestLearnLoopRaisesSuccess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few minutes of CPU")
 	}
-	py := pyenvtest.Python(t)
-	bin := buildCreditflow(t)
 	const steps = learnSteps
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "learn", "--method", "lapo", "--seed", "1", "--steps", strconv.Itoa(steps),
+	out, progress := runLearnCLI(t, 15*time.Minute, "--method", "lapo", "--seed", "1", "--steps", strconv.Itoa(steps),
 		"--eval-episodes", "64", "--chaos", "--json", "--dir", t.TempDir())
-	cmd.Env = append(cmd.Environ(), learn.PythonEnvVar+"="+py)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("creditflow learn: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var s learnSummary
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
-		t.Fatalf("last line is not the JSON summary: %v\n%s", err, out)
-	}
+	lastJSON(t, out, &s)
 	t.Logf("held-out success %.3f -> %.3f; unused %.3f of the published trajectories; %s", s.InitialSuccess, s.FinalSuccess, s.UnusedShare, s.Bound)
 	if s.PolicyVersions != steps || len(s.Eval) != steps+1 {
 		t.Errorf("policy versions %d, evaluations %d; want %d and %d", s.PolicyVersions, len(s.Eval), steps, steps+1)
 	}
 	if gain := s.FinalSuccess - s.InitialSuccess; gain < learnMargin {
-		t.Errorf("held-out success %.3f -> %.3f: gain %.3f < %.2f\n%s", s.InitialSuccess, s.FinalSuccess, gain, learnMargin, stderr.String())
+		t.Errorf("held-out success %.3f -> %.3f: gain %.3f < %.2f\n%s", s.InitialSuccess, s.FinalSuccess, gain, learnMargin, progress)
 	}
 	if s.Lost != 0 || s.ProcessorKills != 1 || s.WorkerKills != 1 {
 		t.Errorf("lost %d after %d processor and %d worker SIGKILLs; want 0 after 1 and 1", s.Lost, s.ProcessorKills, s.WorkerKills)
@@ -115,6 +101,35 @@ const (
 	learnSteps  = 10
 	learnMargin = 0.2
 )
+
+// runLearnCLI builds creditflow, runs `creditflow learn ARGS…` on the project's Python
+// environment within timeout, and returns its stdout and stderr (the progress lines); a failed
+// run fails the test with both.
+func runLearnCLI(t *testing.T, timeout time.Duration, args ...string) (stdout []byte, progress string) {
+	t.Helper()
+	py := pyenvtest.Python(t)
+	bin := buildCreditflow(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"learn"}, args...)...)
+	cmd.Env = append(cmd.Environ(), learn.PythonEnvVar+"="+py)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("creditflow learn %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return out, stderr.String()
+}
+
+// lastJSON decodes the summary on the last line of a `learn --json` output into v.
+func lastJSON(t *testing.T, out []byte, v any) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), v); err != nil {
+		t.Fatalf("last line is not the JSON summary: %v\n%s", err, out)
+	}
+}
 
 // buildCreditflow builds the creditflow command into a temporary folder and returns its path.
 func buildCreditflow(t *testing.T) string {

@@ -1,16 +1,10 @@
 package learn_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/creditflow/creditflow/harness/learn"
-	"github.com/creditflow/creditflow/internal/pyenv/pyenvtest"
 )
 
 // TestLearnOracleArm runs `creditflow learn --method oracle` on the rumour world for two
@@ -23,24 +17,10 @@ func TestLearnOracleArm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of CPU")
 	}
-	py := pyenvtest.Python(t)
-	bin := buildCreditflow(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "learn", "--method", "oracle", "--world", "rumour", "--lambda", "0.5",
+	out, _ := runLearnCLI(t, 10*time.Minute, "--method", "oracle", "--world", "rumour", "--lambda", "0.5",
 		"--steps", "2", "--groups-per-step", "2", "--eval-episodes", "16", "--json", "--dir", t.TempDir())
-	cmd.Env = append(cmd.Environ(), learn.PythonEnvVar+"="+py)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("creditflow learn --method oracle: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var s learn.Summary
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
-		t.Fatalf("last line is not the JSON summary: %v\n%s", err, out)
-	}
+	lastJSON(t, out, &s)
 	if s.Method != "oracle" || s.Settings == nil || s.Settings.Lambda != 0.5 || s.Settings.Loss != "pg" || s.PolicyVersions != 2 {
 		t.Fatalf("method %s, %d versions, settings %+v; want oracle, 2 versions, λ 0.5, loss pg", s.Method, s.PolicyVersions, s.Settings)
 	}
