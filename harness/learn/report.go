@@ -145,6 +145,9 @@ func (c Comparison) Title() string {
 		seeds = max(seeds, len(c.of(k)))
 	}
 	t := "creditflow learn: " + strings.Join(ms, " vs ")
+	if len(ms) > 4 { // the legend names them
+		t = fmt.Sprintf("creditflow learn: %d arms", len(ms))
+	}
 	if one && world != "" {
 		t += " on the " + world + " world"
 	}

@@ -196,6 +196,10 @@ func TestComparisonTitle(t *testing.T) {
 	if got, want := c.Title(), "creditflow learn: lapo vs grpo on the searchqa world, 2 seeds each"; got != want {
 		t.Errorf("title %q, want %q", got, want)
 	}
+	many := Comparison{Runs: []Summary{run3("a", 1, 0.4), run3("b", 1, 0.4), run3("c", 1, 0.4), run3("d", 1, 0.4), run3("e", 1, 0.4)}}
+	if got, want := many.Title(), "creditflow learn: 5 arms on the searchqa world, 1 seeds each"; got != want {
+		t.Errorf("title %q, want %q", got, want)
+	}
 	c.Runs[2].World = "household"
 	c.Runs[0].Settings = &Settings{JudgeNoise: 0.3}
 	if got, want := c.Title(), "creditflow learn: lapo vs grpo, the judge wrong 30% of the time, 2 seeds each"; got != want {
