@@ -62,7 +62,7 @@ func (r CompareRuns) Run(ctx context.Context, o Options, stdout, stderr io.Write
 			return err
 		}
 	}
-	return r.write(c, r.Out, stdout, stderr)
+	return r.write(c, stdout, stderr)
 }
 
 // runArms runs (or takes from Earlier) every arm on seeds 1..Seeds with o,
@@ -114,8 +114,9 @@ func (r CompareRuns) runArms(ctx context.Context, o Options, c *Comparison, swee
 	return nil
 }
 
-// write writes the comparison's files to out.* and prints its table.
-func (r CompareRuns) write(c Comparison, out string, stdout, stderr io.Writer) error {
+// write writes the comparison's files to r.Out.* and prints its table.
+func (r CompareRuns) write(c Comparison, stdout, stderr io.Writer) error {
+	out := r.Out
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}

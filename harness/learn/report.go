@@ -14,15 +14,18 @@ type Comparison struct {
 	Runs []Summary `json:"runs"`
 }
 
-// key is a run's arm and world ("arm/world"); in a comparison whose runs
+// keyer gives a run's key: its arm and world ("arm/world"); in a comparison whose runs
 // had judges of different noise (a noise sweep) the world part also names
 // the noise, so that arms are compared only at one level.
-func (c Comparison) key(r Summary) string {
-	k := r.Arm() + "/" + r.World
-	if c.mixedNoise() {
-		k += fmt.Sprintf(", judge noise %g", noiseOf(r))
+func (c Comparison) keyer() func(Summary) string {
+	mixed := c.mixedNoise()
+	return func(r Summary) string {
+		k := r.Arm() + "/" + r.World
+		if mixed {
+			k += fmt.Sprintf(", judge noise %g", noiseOf(r))
+		}
+		return k
 	}
-	return k
 }
 
 func noiseOf(r Summary) float64 {
@@ -53,8 +56,9 @@ func (c Comparison) mixedNoise() bool {
 func (c Comparison) methods() []string {
 	var out []string
 	seen := map[string]bool{}
+	key := c.keyer()
 	for _, r := range c.Runs {
-		k := c.key(r)
+		k := key(r)
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, k)
@@ -65,8 +69,9 @@ func (c Comparison) methods() []string {
 
 func (c Comparison) of(key string) []Summary {
 	var out []Summary
+	keyOf := c.keyer()
 	for _, r := range c.Runs {
-		if c.key(r) == key {
+		if keyOf(r) == key {
 			out = append(out, r)
 		}
 	}
