@@ -3,7 +3,9 @@ package learn
 // Arms: a comparison's arms are methods with the variants that set them
 // apart. An arm is written METHOD[+VARIANT...]: lapo+forward (IGPO's
 // direction), lapo+no-gate, lapo+label-noise, grpo+likelihood,
-// grpo+gold-bonus, grpo+likelihood-bonus (docs/learn.md, "Comparing methods"). A run's arm is read
+// grpo+gold-bonus, grpo+likelihood-bonus, ppo+oracle (PPO with the oracle's
+// ±λ step rewards: the control of AttnSR's PPO setup) (docs/learn.md,
+// "Comparing methods"). A run's arm is read
 // back from its recorded settings, so runs made with the flags
 // (--direction forward, --reward likelihood, …) and runs made with the arm's
 // name are the same arm.
@@ -23,6 +25,7 @@ const (
 	VariantGoldBonus       = RewardGoldBonus
 	VariantLikelihoodBonus = RewardLikelihoodBonus
 	VariantLabelNoise      = "label-noise"
+	VariantOracle          = MethodOracle
 )
 
 // WithArm is o with the method and variants of arm applied (the other
@@ -40,8 +43,10 @@ func WithArm(o Options, arm string) (Options, error) {
 			o.LabelNoise = true
 		case VariantLikelihood, VariantGoldBonus, VariantLikelihoodBonus:
 			o.Reward = v
+		case VariantOracle:
+			o.OracleSteps = true
 		default:
-			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus", arm, v)
+			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle", arm, v)
 		}
 	}
 	if err := o.Validate(); err != nil {
@@ -69,6 +74,9 @@ func (s Summary) Arm() string {
 	}
 	if st.LabelNoise {
 		a += "+" + VariantLabelNoise
+	}
+	if st.OracleSteps {
+		a += "+" + VariantOracle
 	}
 	return a
 }

@@ -26,6 +26,7 @@ func TestArmsRoundTrip(t *testing.T) {
 		{"grpo+gold-bonus", "--reward gold-bonus --gold-bonus 0.5", "--method lapo --lambda 0"},
 		{"grpo+likelihood-bonus", "--reward likelihood-bonus --gold-bonus 0.5", "--method lapo --lambda 0"},
 		{"lapo+forward+no-gate", "", "--method lapo --lambda 0.5 --direction forward --no-gate"},
+		{"ppo+oracle", "", "--method attnsr --attnsr-output ppo --beta 0"},
 	} {
 		o, err := WithArm(base, c.arm)
 		if err != nil {
@@ -56,12 +57,20 @@ func TestArmsRoundTrip(t *testing.T) {
 	if ok, why := (Summary{Method: "grpo", World: "widesearch", Seed: 1, Settings: settingsOf(lk)}).Matches(g); ok || !strings.Contains(why, "reward") {
 		t.Errorf("a likelihood-reward run joins plain GRPO (%q)", why)
 	}
+	p, _ := WithArm(base, "ppo")
+	po, _ := WithArm(base, "ppo+oracle")
+	if ok, why := (Summary{Method: "ppo", World: "widesearch", Seed: 1, Settings: settingsOf(po)}).Matches(p); ok || !strings.Contains(why, "oracle_steps") {
+		t.Errorf("a PPO run with the oracle's step rewards joins plain PPO (%q)", why)
+	}
+	if !po.oracle() || p.oracle() || !settingsOf(po).OracleSteps || settingsOf(po).Lambda != 0.5 {
+		t.Errorf("ppo+oracle: oracle %v (ppo %v), settings %+v", po.oracle(), p.oracle(), settingsOf(po))
+	}
 	// A run recorded before the controls existed is still the arm of its method.
 	old := Summary{Method: "lapo", World: "widesearch", Settings: &Settings{Method: "lapo", Direction: "backward"}}
 	if old.Arm() != "lapo" {
 		t.Errorf("an earlier LAPO run is arm %q", old.Arm())
 	}
-	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing"} {
+	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle"} {
 		if _, err := WithArm(base, bad); err == nil {
 			t.Errorf("arm %q accepted", bad)
 		}

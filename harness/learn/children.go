@@ -77,7 +77,7 @@ func (c *children) startTrainer() error {
 		"--lr", ftoa(o.LR), "--seed", strconv.Itoa(o.Seed), "--max-policy-lag", strconv.FormatInt(o.MaxPolicyLag, 10),
 		"--loss", o.loss(), "--epochs", strconv.Itoa(o.Epochs), "--clip", ftoa(o.Clip), "--is-cap", ftoa(o.ISCap),
 		"--gamma", ftoa(o.Gamma), "--gae-lambda", ftoa(o.GAELambda), "--critic-lr", ftoa(o.CriticLR)}
-	if o.Method == MethodOracle {
+	if o.oracle() {
 		args = append(args, "--oracle-labels", c.labels(), "--oracle-lambda", ftoa(o.Lambda))
 	}
 	p, err := startProc("trainer", c.dir, c.env, c.onLine, args...)
@@ -105,7 +105,7 @@ func (c *children) startWorker(k, restart int) error {
 		"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps - 1), "--seed", strconv.Itoa(o.Seed),
 		"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64)}
 	args = append(args, o.workerArgs()...)
-	if o.Method == MethodOracle { // each start its own file: a killed worker's last line may be cut
+	if o.oracle() { // each start its own file: a killed worker's last line may be cut
 		args = append(args, "--labels", filepath.Join(c.labels(), fmt.Sprintf("worker-%d-%d.jsonl", k, restart)))
 	}
 	p, err := startProc(fmt.Sprintf("worker-%d", k), c.dir, c.env, c.onLine, args...)

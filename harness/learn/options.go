@@ -92,8 +92,13 @@ type Options struct {
 	Reward     string
 	GoldBonus  float64
 	LabelNoise bool
-	Timeout    time.Duration
-	Logger     zerolog.Logger
+	// OracleSteps gives PPO (--method ppo) the oracle's step rewards: ±Lambda
+	// on the last action token of each turn the world labelled, beside the
+	// terminal reward (the arm ppo+oracle: the oracle control of AttnSR's
+	// PPO setup, docs/learn.md "The oracle-credit arm").
+	OracleSteps bool
+	Timeout     time.Duration
+	Logger      zerolog.Logger
 	// OnEval, when set, sees each version's evaluation as it arrives.
 	OnEval func(Eval)
 }
@@ -126,6 +131,10 @@ func (o Options) searchWorld() bool {
 	}
 	return false
 }
+
+// oracle says whether the run's trainer adds the oracle's term: the oracle
+// arm (GRPO plus ±λ) and PPO with the oracle's step rewards.
+func (o Options) oracle() bool { return o.Method == MethodOracle || o.OracleSteps }
 
 // loss is the trainer's loss: ppo (GAE with a critic over token rewards)
 // for AttnSR's ppo output and the PPO method, pg (creditflow's advantages)
@@ -173,6 +182,9 @@ func (o Options) Validate() error {
 		}
 	default:
 		return fmt.Errorf("--reward %q: use judge, likelihood, gold-bonus or likelihood-bonus", o.Reward)
+	}
+	if o.OracleSteps && o.Method != MethodPPO {
+		return fmt.Errorf("--oracle-steps is for --method ppo (with the pg loss the oracle arm is --method oracle)")
 	}
 	if o.LabelNoise && (o.Method != MethodLAPO || !o.searchWorld()) {
 		return fmt.Errorf("--label-noise is for --method lapo on a world with a gold answer (searchqa, widesearch or rumour)")

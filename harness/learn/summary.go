@@ -122,6 +122,8 @@ type Settings struct {
 	Reward     string  `json:"reward,omitempty"`
 	GoldBonus  float64 `json:"gold_bonus,omitempty"`
 	LabelNoise bool    `json:"label_noise,omitempty"`
+	// PPO with the oracle's step rewards of size Lambda (the arm ppo+oracle).
+	OracleSteps bool `json:"oracle_steps,omitempty"`
 }
 
 // settingsOf is what o records in a summary (o with its defaults resolved).
@@ -139,6 +141,9 @@ func settingsOf(o Options) *Settings {
 		s.AttnSROutput, s.Beta = o.AttnSROutput, o.Beta
 	case MethodPPO:
 		s.AttnSROutput = string(vocab.OutputPPO)
+		if o.OracleSteps {
+			s.OracleSteps, s.Lambda = true, o.Lambda
+		}
 	}
 	if o.Reward != "" && o.Reward != RewardJudge {
 		s.Reward = o.Reward

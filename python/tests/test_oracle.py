@@ -1,6 +1,7 @@
 """The oracle-credit arm (creditflow.learn.oracle, docs/learn.md "The oracle-credit arm"): the
 term lands on the action tokens of exactly the labelled turns, +λ on key and enabling turns, −λ
-on harmful ones, 0 elsewhere; the labels travel from the worker to the trainer through the run
+on harmful ones, 0 elsewhere (with the ppo loss: on each labelled turn's last action token, in
+the token rewards); the labels travel from the worker to the trainer through the run
 folder; a sample whose turns cannot be mapped, or that has no labels, is an error."""
 
 import os
@@ -84,6 +85,25 @@ class Term(unittest.TestCase):
         self.assertEqual(signs, [0, 0, -1, 1, 1, 0, 0, 1, 1, 0, 0])
         self.assertEqual(set(np.unique(term).tolist()), {-0.25, 0.0, 0.25})
 
+    def test_household_long_step_rewards_on_last_action_token(self):
+        # the ppo loss: ±λ on the last action token of each labelled turn only
+        env = E.make_env("household-long")
+        moves = ["open drawer", "go to bedroom", "open drawer", "go to office", "open desk", "open shelf",
+                 "go to hall", "go to office", "open desk", "go to kitchen"]
+        ep = play(env, 3, [m + "\n" for m in moves] + ["unlock %s with X\n" % env.reset(3).box])
+        s = sample_of(env, ep, [a for _, a, _ in ep.turns])
+        r = O.oracle_step_rewards(s, O.labels_of(ep), 0.25)
+        spans = O.turn_spans(s["loss_mask"])
+        want = {2: -0.25, 3: 0.25, 4: 0.25, 7: 0.25, 8: 0.25}
+        self.assertEqual(r.dtype, np.float32)
+        self.assertEqual(int((r != 0).sum()), len(want))
+        for k, (a, b) in enumerate(spans):
+            self.assertEqual(float(r[b - 1]), want.get(k, 0.0), "turn %d" % k)
+            self.assertTrue((r[a:b - 1] == 0).all())
+        self.assertAlmostEqual(float(r.sum()), 0.25 * 3)
+        with self.assertRaises(O.MissingLabels):
+            O.oracle_step_rewards(dict(s, loss_mask=np.ones_like(s["loss_mask"])), O.labels_of(ep), 0.25)
+
     def test_played_episodes_of_the_start_policy(self):
         env = E.make_env("rumour")
         model = P.load(os.path.join(os.path.dirname(O.__file__), "start-rumour"))
@@ -143,6 +163,39 @@ class Trainer(unittest.TestCase):
         self.assertEqual(float((b.adv - before)[1].abs().sum()), 0.0)  # no labelled turn: GRPO's advantages
         self.assertEqual(info, {"oracle_key_turns": 1, "oracle_enabling_turns": 0, "oracle_harmful_turns": 1,
                                 "oracle_tokens_plus": b1 - a1, "oracle_tokens_minus": b0 - a0})
+
+
+    def test_step_rewards_are_added_to_the_shifted_token_rewards(self):
+        # the ppo loss: the oracle's step rewards join PPO's terminal reward before GAE; the
+        # advantages are left alone
+        import torch
+        from creditflow.learn import losses as L
+        from creditflow.learn import trainer as T
+        env = E.make_env("rumour")
+        ep = play(env, 5, ["<search>%s</search>" % q for q in ["chat", "atlas", "wiki", "wiki", "wiki", "wiki"]]
+                  + ["<answer>X</answer>"])
+        with tempfile.TemporaryDirectory() as d:
+            w = O.LabelWriter(os.path.join(d, "worker-0-0.jsonl"))
+            s = sample_of(env, ep, [a for _, a, _ in ep.turns])
+            tr = np.zeros(len(s["loss_mask"]), np.float32)
+            last = O.turn_spans(s["loss_mask"])[-1][1] - 1
+            tr[last] = 1.0  # the terminal reward on the last policy token
+            s.update(trajectory_id="t-0", prompt_id="p", temperature=1.0, policy_version=0, reward=1.0,
+                     outcome_advantage=0.0, rollout_logprobs=None, advantages=None, token_rewards=tr)
+            w.write("t-0", ep)
+            w.close()
+            b = L.Batch([s])
+            adv, before = b.adv.clone(), b.rewards.clone()
+            info = T.add_oracle(b, [s], O.LabelReader(d), 0.25, "ppo")
+        spans = O.turn_spans(s["loss_mask"])
+        d0 = (b.rewards - before)[0]
+        self.assertEqual(float(d0[spans[0][1] - 2]), -0.25)  # the rumour turn's last token, shifted by one
+        self.assertEqual(float(d0[spans[1][1] - 2]), 0.25)  # the atlas turn's
+        self.assertEqual(int((d0 != 0).sum()), 2)
+        self.assertTrue(torch.equal(b.adv, adv))
+        self.assertEqual(float(b.rewards[0, last - 1]), 1.0)  # the terminal reward stays
+        self.assertEqual(info, {"oracle_key_turns": 1, "oracle_enabling_turns": 0, "oracle_harmful_turns": 1,
+                                "oracle_tokens_plus": 1, "oracle_tokens_minus": 1})
 
 
 class Files(unittest.TestCase):

@@ -8,6 +8,11 @@ workers write them beside it: one JSON line per trajectory in a labels folder of
 (``LabelWriter``), before the trajectory is published. The trainer reads them (``LabelReader``)
 and adds the term (``oracle_term``) to the advantages creditflow computed with λ = 0.
 
+With the ppo loss (the arm ``ppo+oracle``, the control of AttnSR's PPO setup) the labels become
+step rewards instead (``oracle_step_rewards``): ``±λ`` on the last action token of each labelled
+turn, where AttnSR's ppo output puts its step rewards ``s_{i,k}`` (docs/method.md §3.3), added
+to the terminal reward of PPO's token rewards before GAE.
+
 Signs: a key turn (its observation held the evidence) and an enabling turn (the walk into the
 office, without which the desk cannot be opened) get ``+λ``; a harmful turn (its observation
 named a wrong answer: a rumour, an old note) gets ``−λ``. No world here labels a turn twice.
@@ -25,7 +30,8 @@ import os
 
 import numpy as np
 
-__all__ = ["LabelWriter", "LabelReader", "MissingLabels", "labels_of", "turn_spans", "oracle_term"]
+__all__ = ["LabelWriter", "LabelReader", "MissingLabels", "labels_of", "turn_spans", "oracle_term",
+           "oracle_step_rewards"]
 
 
 class MissingLabels(ValueError):
@@ -97,10 +103,10 @@ def turn_spans(loss_mask):
     return list(zip(np.nonzero(d == 1)[0].tolist(), np.nonzero(d == -1)[0].tolist()))
 
 
-def oracle_term(sample, labels, lam):
-    """The oracle term of one sample as float32, aligned with its tokens: +lam on the action
-    tokens of its key and enabling turns, −lam on those of its harmful turns, 0 elsewhere.
-    Raises MissingLabels when its action runs do not number its turns."""
+def _signed_spans(sample, labels):
+    """[(sign, (start, end)), …]: the action tokens of each labelled turn with its sign (+1 key
+    and enabling, −1 harmful). Raises MissingLabels when the sample's action runs do not number
+    its turns or a label names a turn it does not have."""
     tid = sample.get("trajectory_id")
     mask = sample["loss_mask"]
     spans = turn_spans(mask)
@@ -110,11 +116,31 @@ def oracle_term(sample, labels, lam):
         raise MissingLabels("trajectory %s: %d action runs in its loss_mask, %s turns in its labels and %s in the "
                             "sample: the turns cannot be mapped to tokens"
                             % (tid, len(spans), n, None if diag is None else len(diag)))
-    out = np.zeros(len(mask), dtype=np.float32)
+    out = []
     for sign, key in ((1.0, "key_turns"), (1.0, "enabling_turns"), (-1.0, "harmful_turns")):
         for t in labels.get(key) or []:
             if not 0 <= t < n:
                 raise MissingLabels("trajectory %s: %s names turn %d of %d" % (tid, key, t, n))
-            a, b = spans[t]
-            out[a:b] += sign * lam
+            out.append((sign, spans[t]))
+    return out
+
+
+def oracle_term(sample, labels, lam):
+    """The oracle term of one sample as float32, aligned with its tokens: +lam on the action
+    tokens of its key and enabling turns, −lam on those of its harmful turns, 0 elsewhere.
+    Raises MissingLabels when its action runs do not number its turns."""
+    out = np.zeros(len(sample["loss_mask"]), dtype=np.float32)
+    for sign, (a, b) in _signed_spans(sample, labels):
+        out[a:b] += sign * lam
+    return out
+
+
+def oracle_step_rewards(sample, labels, lam):
+    """The oracle's step rewards of one sample as float32, aligned with its tokens (the ppo
+    loss): +lam on the last action token of each key and enabling turn, −lam on that of each
+    harmful turn, 0 elsewhere; added to the sample's token rewards before GAE. Raises
+    MissingLabels like oracle_term."""
+    out = np.zeros(len(sample["loss_mask"]), dtype=np.float32)
+    for sign, (_, b) in _signed_spans(sample, labels):
+        out[b - 1] += sign * lam
     return out

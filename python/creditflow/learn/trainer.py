@@ -16,10 +16,11 @@ temperature, token mean over the policy tokens, Adam, gradient norm clipped at 1
 over the token rewards of AttnSR's ppo output with a critic (a value head, trained on the
 returns by its own Adam at --critic-lr) and normalizes the advantages over the batch. A sample
 without the field its loss needs stops the run with an error naming it.
-With --oracle-labels DIR (the oracle-credit arm, loss pg) it adds to each sample's advantages
+With --oracle-labels DIR (the oracle-credit arm) it adds to each sample's advantages (loss pg)
 +--oracle-lambda on the action tokens of the turns the world labelled key or enabling and
-−--oracle-lambda on those of its harmful turns (creditflow.learn.oracle: the labels the workers
-wrote to DIR); a sample without labels stops the run like a missing field.
+−--oracle-lambda on those of its harmful turns, or (loss ppo) the same ±--oracle-lambda as step
+rewards on each labelled turn's last action token, before GAE (creditflow.learn.oracle: the
+labels the workers wrote to DIR); a sample without labels stops the run like a missing field.
 It writes the new weights as a Hugging Face checkpoint folder <out>/v<N>, announces version N
 on the policy topic and commits the consumed offsets (creditflow.learn.evaluate evaluates each
 announced version beside it).
@@ -80,28 +81,33 @@ def step_rewards_seen(batch):
     return n, total
 
 
-def add_oracle(b, batch, reader, lam):
-    """Adds the oracle term to b.adv (shifted as the batch's tensors are); returns the step's
-    counts of labelled turns and of the policy tokens the term touched, by sign."""
+def add_oracle(b, batch, reader, lam, loss="pg"):
+    """Adds the oracle term to b.adv (loss pg), or its step rewards to b.rewards (loss ppo),
+    shifted as the batch's tensors are; returns the step's counts of labelled turns and of the
+    tokens the term touched, by sign."""
+    of = O.oracle_step_rewards if loss == "ppo" else O.oracle_term
     term = torch.zeros(b.ids.shape, dtype=torch.float32)
     info = {"oracle_key_turns": 0, "oracle_enabling_turns": 0, "oracle_harmful_turns": 0,
             "oracle_tokens_plus": 0, "oracle_tokens_minus": 0}
     for i, s in enumerate(batch):
         lab = reader.get(s["trajectory_id"])
-        t = O.oracle_term(s, lab, lam)
+        t = of(s, lab, lam)
         term[i, :len(t)] = torch.from_numpy(t)
         for k in ("key", "enabling", "harmful"):
             info["oracle_%s_turns" % k] += len(lab.get(k + "_turns") or [])
         info["oracle_tokens_plus"] += int((t > 0).sum())
         info["oracle_tokens_minus"] += int((t < 0).sum())
-    b.adv = b.adv + term[:, 1:] * b.mask
+    if loss == "ppo":
+        b.rewards = b.rewards + term[:, 1:] * b.mask
+    else:
+        b.adv = b.adv + term[:, 1:] * b.mask
     return info
 
 
 def train_batch(model, opt, critic, copt, batch, a, reader=None):
     """--epochs optimizer steps on one batch; returns the step's diagnostics."""
     b = L.Batch(batch)
-    oinfo = add_oracle(b, batch, reader, a.oracle_lambda) if reader is not None else {}
+    oinfo = add_oracle(b, batch, reader, a.oracle_lambda, a.loss) if reader is not None else {}
     model.eval()
     with torch.no_grad():
         old, _ = L.logprobs_entropy(model, b)
@@ -170,14 +176,13 @@ def main(argv=None):
     ap.add_argument("--max-policy-lag", type=int, default=None,
                     help="skip samples more than N versions behind the newest announced one (counted as stale)")
     ap.add_argument("--oracle-labels", default=None,
-                    help="the oracle-credit arm: the folder of the workers' turn labels (loss pg)")
+                    help="the oracle-credit arm: the folder of the workers' turn labels (loss pg: ±λ on the "
+                         "labelled turns' advantages; loss ppo: ±λ step rewards on their last action token)")
     ap.add_argument("--oracle-lambda", type=float, default=0.5, help="the oracle term's size λ")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if a.epochs < 1:
         ap.error("--epochs must be at least 1")
-    if a.oracle_labels and a.loss != "pg":
-        ap.error("--oracle-labels adds to creditflow's advantages: it needs --loss pg")
     reader = O.LabelReader(a.oracle_labels) if a.oracle_labels else None
     rollout.setup_torch()
     torch.manual_seed(a.seed)
