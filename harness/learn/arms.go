@@ -4,8 +4,9 @@ package learn
 // apart. An arm is written METHOD[+VARIANT...]: lapo+forward (IGPO's
 // direction), lapo+no-gate, lapo+label-noise, grpo+likelihood,
 // grpo+gold-bonus, grpo+likelihood-bonus, ppo+oracle (PPO with the oracle's
-// ±λ step rewards: the control of AttnSR's PPO setup) (docs/learn.md,
-// "Comparing methods"). A run's arm is read
+// ±λ step rewards: the control of AttnSR's PPO setup), oracle+once and
+// ppo+oracle+once (each label paid once) (docs/learn.md, "Comparing
+// methods"). A run's arm is read
 // back from its recorded settings, so runs made with the flags
 // (--direction forward, --reward likelihood, …) and runs made with the arm's
 // name are the same arm.
@@ -26,6 +27,7 @@ const (
 	VariantLikelihoodBonus = RewardLikelihoodBonus
 	VariantLabelNoise      = "label-noise"
 	VariantOracle          = MethodOracle
+	VariantOnce            = "once"
 )
 
 // WithArm is o with the method and variants of arm applied (the other
@@ -45,8 +47,10 @@ func WithArm(o Options, arm string) (Options, error) {
 			o.Reward = v
 		case VariantOracle:
 			o.OracleSteps = true
+		case VariantOnce:
+			o.OracleOnce = true
 		default:
-			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle", arm, v)
+			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle, once", arm, v)
 		}
 	}
 	if err := o.Validate(); err != nil {
@@ -77,6 +81,9 @@ func (s Summary) Arm() string {
 	}
 	if st.OracleSteps {
 		a += "+" + VariantOracle
+	}
+	if st.OracleOnce {
+		a += "+" + VariantOnce
 	}
 	return a
 }

@@ -27,6 +27,8 @@ func TestArmsRoundTrip(t *testing.T) {
 		{"grpo+likelihood-bonus", "--reward likelihood-bonus --gold-bonus 0.5", "--method lapo --lambda 0"},
 		{"lapo+forward+no-gate", "", "--method lapo --lambda 0.5 --direction forward --no-gate"},
 		{"ppo+oracle", "", "--method attnsr --attnsr-output ppo --beta 0"},
+		{"ppo+oracle+once", "", "--method attnsr --attnsr-output ppo --beta 0"},
+		{"oracle+once", "", "--method lapo --lambda 0"},
 	} {
 		o, err := WithArm(base, c.arm)
 		if err != nil {
@@ -65,12 +67,16 @@ func TestArmsRoundTrip(t *testing.T) {
 	if !po.oracle() || p.oracle() || !settingsOf(po).OracleSteps || settingsOf(po).Lambda != 0.5 {
 		t.Errorf("ppo+oracle: oracle %v (ppo %v), settings %+v", po.oracle(), p.oracle(), settingsOf(po))
 	}
+	pon, _ := WithArm(base, "ppo+oracle+once")
+	if ok, why := (Summary{Method: "ppo", World: "widesearch", Seed: 1, Settings: settingsOf(pon)}).Matches(po); ok || !strings.Contains(why, "oracle_once") {
+		t.Errorf("a run paying each label once joins ppo+oracle (%q)", why)
+	}
 	// A run recorded before the controls existed is still the arm of its method.
 	old := Summary{Method: "lapo", World: "widesearch", Settings: &Settings{Method: "lapo", Direction: "backward"}}
 	if old.Arm() != "lapo" {
 		t.Errorf("an earlier LAPO run is arm %q", old.Arm())
 	}
-	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle"} {
+	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle", "ppo+once", "grpo+once"} {
 		if _, err := WithArm(base, bad); err == nil {
 			t.Errorf("arm %q accepted", bad)
 		}

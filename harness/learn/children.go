@@ -79,6 +79,9 @@ func (c *children) startTrainer() error {
 		"--gamma", ftoa(o.Gamma), "--gae-lambda", ftoa(o.GAELambda), "--critic-lr", ftoa(o.CriticLR)}
 	if o.oracle() {
 		args = append(args, "--oracle-labels", c.labels(), "--oracle-lambda", ftoa(o.Lambda))
+		if o.OracleOnce {
+			args = append(args, "--oracle-once")
+		}
 	}
 	p, err := startProc("trainer", c.dir, c.env, c.onLine, args...)
 	c.trainer = p

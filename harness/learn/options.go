@@ -97,8 +97,12 @@ type Options struct {
 	// terminal reward (the arm ppo+oracle: the oracle control of AttnSR's
 	// PPO setup, docs/learn.md "The oracle-credit arm").
 	OracleSteps bool
-	Timeout     time.Duration
-	Logger      zerolog.Logger
+	// OracleOnce pays each label once: the first key turn, the enabling
+	// turn before it, every harmful turn (the oracle arms; a world that
+	// labels every walk into the office pays walking in and out).
+	OracleOnce bool
+	Timeout    time.Duration
+	Logger     zerolog.Logger
 	// OnEval, when set, sees each version's evaluation as it arrives.
 	OnEval func(Eval)
 }
@@ -185,6 +189,9 @@ func (o Options) Validate() error {
 	}
 	if o.OracleSteps && o.Method != MethodPPO {
 		return fmt.Errorf("--oracle-steps is for --method ppo (with the pg loss the oracle arm is --method oracle)")
+	}
+	if o.OracleOnce && !o.oracle() {
+		return fmt.Errorf("--oracle-once is for the oracle arms (--method oracle, or --method ppo --oracle-steps)")
 	}
 	if o.LabelNoise && (o.Method != MethodLAPO || !o.searchWorld()) {
 		return fmt.Errorf("--label-noise is for --method lapo on a world with a gold answer (searchqa, widesearch or rumour)")

@@ -124,6 +124,9 @@ type Settings struct {
 	LabelNoise bool    `json:"label_noise,omitempty"`
 	// PPO with the oracle's step rewards of size Lambda (the arm ppo+oracle).
 	OracleSteps bool `json:"oracle_steps,omitempty"`
+	// The oracle arms: each label paid once (the first key turn, the
+	// enabling turn before it, every harmful turn).
+	OracleOnce bool `json:"oracle_once,omitempty"`
 }
 
 // settingsOf is what o records in a summary (o with its defaults resolved).
@@ -152,6 +155,7 @@ func settingsOf(o Options) *Settings {
 		}
 	}
 	s.LabelNoise = o.LabelNoise
+	s.OracleOnce = o.OracleOnce && o.oracle()
 	if s.Loss == "ppo" {
 		s.Gamma, s.GAELambda, s.CriticLR = o.Gamma, o.GAELambda, o.CriticLR
 	}

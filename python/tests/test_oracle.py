@@ -104,6 +104,28 @@ class Term(unittest.TestCase):
         with self.assertRaises(O.MissingLabels):
             O.oracle_step_rewards(dict(s, loss_mask=np.ones_like(s["loss_mask"])), O.labels_of(ep), 0.25)
 
+    def test_paid_once(self):
+        # --oracle-once: the first desk opening, the walk into the office just before it, every
+        # old note; walks in and out and second openings are not paid
+        env = E.make_env("household-long")
+        moves = ["go to office", "go to hall", "open drawer", "go to office", "open desk", "open shelf",
+                 "go to hall", "go to office", "open desk", "go to kitchen"]
+        ep = play(env, 3, [m + "\n" for m in moves] + ["unlock %s with X\n" % env.reset(3).box])
+        lab = O.labels_of(ep)
+        self.assertEqual((lab["key_turns"], lab["enabling_turns"]), ([4, 8], [0, 3, 7]))
+        got = O.once(lab)
+        self.assertEqual((got["key_turns"], got["enabling_turns"], got["harmful_turns"]), ([4], [3], lab["harmful_turns"]))
+        self.assertEqual(lab["enabling_turns"], [0, 3, 7])  # the world's labels are left as they are
+        s = sample_of(env, ep, [a for _, a, _ in ep.turns])
+        r = O.oracle_step_rewards(s, got, 0.25)
+        spans = O.turn_spans(s["loss_mask"])
+        self.assertEqual([k for k, (a, b) in enumerate(spans) if r[b - 1] > 0], [3, 4])
+        # no key turn: no enabling turn is paid either
+        none = O.once(dict(lab, key_turns=[]))
+        self.assertEqual((none["key_turns"], none["enabling_turns"]), ([], []))
+        # an enabling turn after the first key turn only: not paid
+        self.assertEqual(O.once(dict(lab, enabling_turns=[7]))["enabling_turns"], [])
+
     def test_played_episodes_of_the_start_policy(self):
         env = E.make_env("rumour")
         model = P.load(os.path.join(os.path.dirname(O.__file__), "start-rumour"))

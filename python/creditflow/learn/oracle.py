@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-__all__ = ["LabelWriter", "LabelReader", "MissingLabels", "labels_of", "turn_spans", "oracle_term",
+__all__ = ["LabelWriter", "LabelReader", "MissingLabels", "labels_of", "once", "turn_spans", "oracle_term",
            "oracle_step_rewards"]
 
 
@@ -44,6 +44,17 @@ def labels_of(ep):
             "enabling_turns": list(getattr(ep, "enabling_turns", []) or []),
             "harmful_turns": list(getattr(ep, "harmful_turns", []) or []),
             "turns": len(ep.turns)}
+
+
+def once(labels):
+    """The labels paid once (``--oracle-once``): the first key turn only, the enabling turn
+    that preceded it (the last one before it; none without a key turn), every harmful turn. A
+    world that labels each walk into the office or each opening of the desk pays a policy that
+    walks in and out, or opens the desk again, as much as one that solves the task; paid once,
+    the labels pay only the path to the first evidence."""
+    key = sorted(labels.get("key_turns") or [])[:1]
+    enabling = [t for t in (labels.get("enabling_turns") or []) if key and t < key[0]]
+    return dict(labels, key_turns=key, enabling_turns=sorted(enabling)[-1:])
 
 
 class LabelWriter:

@@ -3,7 +3,7 @@
 usage: python3 -m creditflow.learn.trainer --brokers B --init DIR --out DIR [--steps N]
            [--groups-per-step K] [--loss pg|ppo] [--epochs E] [--lr LR] [--clip EPS]
            [--is-cap C] [--gamma G] [--gae-lambda L] [--critic-lr LR] [--max-policy-lag L]
-           [--oracle-labels DIR --oracle-lambda LAM]
+           [--oracle-labels DIR --oracle-lambda LAM [--oracle-once]]
 
 Reads whole groups from the samples topic (SampleStream.batches) and takes exactly
 --groups-per-step of them per step (the rest wait for the next step). Per batch it computes the
@@ -20,7 +20,8 @@ With --oracle-labels DIR (the oracle-credit arm) it adds to each sample's advant
 +--oracle-lambda on the action tokens of the turns the world labelled key or enabling and
 −--oracle-lambda on those of its harmful turns, or (loss ppo) the same ±--oracle-lambda as step
 rewards on each labelled turn's last action token, before GAE (creditflow.learn.oracle: the
-labels the workers wrote to DIR); a sample without labels stops the run like a missing field.
+labels the workers wrote to DIR; --oracle-once pays only the first key turn, the enabling turn
+before it and every harmful turn); a sample without labels stops the run like a missing field.
 It writes the new weights as a Hugging Face checkpoint folder <out>/v<N>, announces version N
 on the policy topic and commits the consumed offsets (creditflow.learn.evaluate evaluates each
 announced version beside it).
@@ -81,17 +82,18 @@ def step_rewards_seen(batch):
     return n, total
 
 
-def add_oracle(b, batch, reader, lam, loss="pg"):
+def add_oracle(b, batch, reader, lam, loss="pg", paid_once=False):
     """Adds the oracle term to b.adv (loss pg), or its step rewards to b.rewards (loss ppo),
-    shifted as the batch's tensors are; returns the step's counts of labelled turns and of the
-    tokens the term touched, by sign."""
+    shifted as the batch's tensors are (with paid_once, of the labels oracle.once keeps);
+    returns the step's counts of the turns the world labelled (all of them, paid or not) and of
+    the tokens the term touched, by sign."""
     of = O.oracle_step_rewards if loss == "ppo" else O.oracle_term
     term = torch.zeros(b.ids.shape, dtype=torch.float32)
     info = {"oracle_key_turns": 0, "oracle_enabling_turns": 0, "oracle_harmful_turns": 0,
             "oracle_tokens_plus": 0, "oracle_tokens_minus": 0}
     for i, s in enumerate(batch):
         lab = reader.get(s["trajectory_id"])
-        t = of(s, lab, lam)
+        t = of(s, O.once(lab) if paid_once else lab, lam)
         term[i, :len(t)] = torch.from_numpy(t)
         for k in ("key", "enabling", "harmful"):
             info["oracle_%s_turns" % k] += len(lab.get(k + "_turns") or [])
@@ -107,7 +109,7 @@ def add_oracle(b, batch, reader, lam, loss="pg"):
 def train_batch(model, opt, critic, copt, batch, a, reader=None):
     """--epochs optimizer steps on one batch; returns the step's diagnostics."""
     b = L.Batch(batch)
-    oinfo = add_oracle(b, batch, reader, a.oracle_lambda, a.loss) if reader is not None else {}
+    oinfo = add_oracle(b, batch, reader, a.oracle_lambda, a.loss, a.oracle_once) if reader is not None else {}
     model.eval()
     with torch.no_grad():
         old, _ = L.logprobs_entropy(model, b)
@@ -179,6 +181,8 @@ def main(argv=None):
                     help="the oracle-credit arm: the folder of the workers' turn labels (loss pg: ±λ on the "
                          "labelled turns' advantages; loss ppo: ±λ step rewards on their last action token)")
     ap.add_argument("--oracle-lambda", type=float, default=0.5, help="the oracle term's size λ")
+    ap.add_argument("--oracle-once", action="store_true",
+                    help="pay each label once: the first key turn, the enabling turn before it, every harmful turn")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if a.epochs < 1:
