@@ -45,3 +45,39 @@ func TestLearnOracleArm(t *testing.T) {
 		t.Errorf("+λ on %d tokens and −λ on %d over the run; want both", plus, minus)
 	}
 }
+
+// TestLearnPPOOracleOnce runs the oracle control of AttnSR's PPO setup (`--method ppo
+// --oracle-steps --oracle-once`) on household-long for one short step, end to end: the
+// trainer adds the oracle's step rewards (one token per paid turn) to PPO's terminal reward
+// before GAE with the critic. It asserts the settings that keep the arm apart, the critic's
+// value loss, and that no more tokens were paid than the labels allow once each (a key turn
+// and the walk before it per trajectory, at most, plus every harmful turn).
+func TestLearnPPOOracleOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of CPU")
+	}
+	out, _ := runLearnCLI(t, 10*time.Minute, "--method", "ppo", "--oracle-steps", "--oracle-once", "--lambda", "0.25",
+		"--world", "household-long", "--steps", "1", "--groups-per-step", "2", "--eval-episodes", "8", "--json", "--dir", t.TempDir())
+	var s learn.Summary
+	lastJSON(t, out, &s)
+	st := s.Settings
+	if s.Method != "ppo" || st == nil || !st.OracleSteps || !st.OracleOnce || st.Lambda != 0.25 || st.Loss != "ppo" || s.Arm() != "ppo+oracle+once" {
+		t.Fatalf("method %s, arm %s, settings %+v; want ppo, ppo+oracle+once, λ 0.25, loss ppo", s.Method, s.Arm(), st)
+	}
+	if len(s.Steps) != 1 || s.Lost != 0 {
+		t.Fatalf("%d step records, lost %d; want 1, 0", len(s.Steps), s.Lost)
+	}
+	x := s.Steps[0]
+	if x.OracleEnablingTurns == nil || x.OracleTokensPlus == nil || x.OracleHarmfulTurns == nil || x.OracleTokensMinus == nil || x.ValueLoss == nil {
+		t.Fatalf("the step has no oracle counts or value loss: %+v", x)
+	}
+	t.Logf("%d samples: %d walks into the office, %d desk openings, %d old notes; paid +λ on %d tokens, −λ on %d; value loss %v",
+		x.Samples, *x.OracleEnablingTurns, *x.OracleKeyTurns, *x.OracleHarmfulTurns, *x.OracleTokensPlus, *x.OracleTokensMinus, *x.ValueLoss)
+	if *x.OracleTokensPlus > 2*x.Samples || *x.OracleTokensMinus != *x.OracleHarmfulTurns {
+		t.Errorf("paid +λ on %d tokens for %d samples (at most two each), −λ on %d for %d old notes (one each)",
+			*x.OracleTokensPlus, x.Samples, *x.OracleTokensMinus, *x.OracleHarmfulTurns)
+	}
+	if *x.OracleEnablingTurns == 0 {
+		t.Errorf("no walk into the office in %d episodes of the start policy", x.Samples)
+	}
+}
