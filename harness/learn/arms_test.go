@@ -86,6 +86,10 @@ func TestArmsRoundTrip(t *testing.T) {
 	if _, err := WithArm(hh, "grpo+likelihood"); err == nil || !strings.Contains(err.Error(), "gold answer") {
 		t.Errorf("a likelihood reward on the household world (no gold answer): %v", err)
 	}
+	// The gold bonus needs only a gold string that the evidence shows: the household's code.
+	if o, err := WithArm(hh, "grpo+gold-bonus"); err != nil || strings.Join(o.workerArgs(), " ") != "--reward gold-bonus --gold-bonus 0.5" {
+		t.Errorf("grpo+gold-bonus on the household world: %v", err)
+	}
 
 	c := Comparison{Runs: []Summary{
 		withSettings(run3("lapo", 1, 0.4, 0.6, 0.9), l), withSettings(run3("lapo", 2, 0.4, 0.7, 0.8), l),

@@ -180,9 +180,10 @@ func (o Options) Validate() error {
 	}
 	switch o.Reward {
 	case "", RewardJudge:
-	case RewardLikelihood, RewardGoldBonus, RewardLikelihoodBonus:
+	case RewardGoldBonus: // every world has a gold string that only its evidence shows (the name, the code)
+	case RewardLikelihood, RewardLikelihoodBonus:
 		if !o.searchWorld() {
-			return fmt.Errorf("--reward %s needs a world with a gold answer (searchqa, widesearch or rumour), not %s", o.Reward, o.resolved().World)
+			return fmt.Errorf("--reward %s needs a world with a gold answer for LAPO's scoring template (searchqa, widesearch or rumour), not %s", o.Reward, o.resolved().World)
 		}
 	default:
 		return fmt.Errorf("--reward %q: use judge, likelihood, gold-bonus or likelihood-bonus", o.Reward)
