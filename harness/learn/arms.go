@@ -5,8 +5,9 @@ package learn
 // direction), lapo+no-gate, lapo+label-noise, grpo+likelihood,
 // grpo+gold-bonus, grpo+likelihood-bonus, ppo+oracle (PPO with the oracle's
 // ±λ step rewards: the control of AttnSR's PPO setup), oracle+once and
-// ppo+oracle+once (each label paid once) (docs/learn.md, "Comparing
-// methods"). A run's arm is read
+// ppo+oracle+once (each label paid once), attnsr+uniform (AttnSR's step
+// budget spread evenly over the moves: ρ = η = 0) (docs/learn.md,
+// "Comparing methods"). A run's arm is read
 // back from its recorded settings, so runs made with the flags
 // (--direction forward, --reward likelihood, …) and runs made with the arm's
 // name are the same arm.
@@ -28,6 +29,7 @@ const (
 	VariantLabelNoise      = "label-noise"
 	VariantOracle          = MethodOracle
 	VariantOnce            = "once"
+	VariantUniform         = "uniform"
 )
 
 // WithArm is o with the method and variants of arm applied (the other
@@ -49,8 +51,10 @@ func WithArm(o Options, arm string) (Options, error) {
 			o.OracleSteps = true
 		case VariantOnce:
 			o.OracleOnce = true
+		case VariantUniform:
+			o.AttnSRUniform = true
 		default:
-			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle, once", arm, v)
+			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle, once, uniform", arm, v)
 		}
 	}
 	if err := o.Validate(); err != nil {
@@ -84,6 +88,9 @@ func (s Summary) Arm() string {
 	}
 	if st.OracleOnce {
 		a += "+" + VariantOnce
+	}
+	if st.AttnSRUniform {
+		a += "+" + VariantUniform
 	}
 	return a
 }

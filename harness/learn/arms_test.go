@@ -29,6 +29,7 @@ func TestArmsRoundTrip(t *testing.T) {
 		{"ppo+oracle", "", "--method attnsr --attnsr-output ppo --beta 0"},
 		{"ppo+oracle+once", "", "--method attnsr --attnsr-output ppo --beta 0"},
 		{"oracle+once", "", "--method lapo --lambda 0"},
+		{"attnsr+uniform", "", "--method attnsr --attnsr-output grpo --beta 0.25 --rho 0 --eta 0"},
 	} {
 		o, err := WithArm(base, c.arm)
 		if err != nil {
@@ -76,7 +77,7 @@ func TestArmsRoundTrip(t *testing.T) {
 	if old.Arm() != "lapo" {
 		t.Errorf("an earlier LAPO run is arm %q", old.Arm())
 	}
-	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle", "ppo+once", "grpo+once"} {
+	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle", "ppo+once", "grpo+once", "ppo+uniform", "lapo+uniform"} {
 		if _, err := WithArm(base, bad); err == nil {
 			t.Errorf("arm %q accepted", bad)
 		}

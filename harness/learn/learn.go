@@ -65,7 +65,11 @@ func (o Options) processorArgs() []string {
 	case MethodPPO:
 		return []string{"--method", MethodAttnSR, "--attnsr-output", string(vocab.OutputPPO), "--beta", "0"}
 	case MethodAttnSR:
-		return []string{"--method", MethodAttnSR, "--attnsr-output", o.AttnSROutput, "--beta", ftoa(o.Beta)}
+		a := []string{"--method", MethodAttnSR, "--attnsr-output", o.AttnSROutput, "--beta", ftoa(o.Beta)}
+		if o.AttnSRUniform {
+			a = append(a, "--rho", "0", "--eta", "0")
+		}
+		return a
 	}
 	a := []string{"--method", MethodLAPO, "--lambda", ftoa(o.Lambda), "--direction", o.Direction}
 	if o.NoGate {

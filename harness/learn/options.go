@@ -101,8 +101,13 @@ type Options struct {
 	// turn before it, every harmful turn (the oracle arms; a world that
 	// labels every walk into the office pays walking in and out).
 	OracleOnce bool
-	Timeout    time.Duration
-	Logger     zerolog.Logger
+	// AttnSRUniform spreads AttnSR's step budget evenly over the moves
+	// (ρ = η = 0: no backtracking, no recency, so p is uniform; the budget
+	// β·C·(R − R̄) keeps its focus): the control that says whether the
+	// attention's allocation carries AttnSR's lead.
+	AttnSRUniform bool
+	Timeout       time.Duration
+	Logger        zerolog.Logger
 	// OnEval, when set, sees each version's evaluation as it arrives.
 	OnEval func(Eval)
 }
@@ -190,6 +195,9 @@ func (o Options) Validate() error {
 	}
 	if o.OracleSteps && o.Method != MethodPPO {
 		return fmt.Errorf("--oracle-steps is for --method ppo (with the pg loss the oracle arm is --method oracle)")
+	}
+	if o.AttnSRUniform && o.Method != MethodAttnSR {
+		return fmt.Errorf("--attnsr-uniform is for --method attnsr")
 	}
 	if o.OracleOnce && !o.oracle() {
 		return fmt.Errorf("--oracle-once is for the oracle arms (--method oracle, or --method ppo --oracle-steps)")

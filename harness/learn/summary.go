@@ -127,6 +127,8 @@ type Settings struct {
 	// The oracle arms: each label paid once (the first key turn, the
 	// enabling turn before it, every harmful turn).
 	OracleOnce bool `json:"oracle_once,omitempty"`
+	// AttnSR's step budget spread evenly over the moves (ρ = η = 0).
+	AttnSRUniform bool `json:"attnsr_uniform,omitempty"`
 }
 
 // settingsOf is what o records in a summary (o with its defaults resolved).
@@ -141,7 +143,7 @@ func settingsOf(o Options) *Settings {
 	case MethodOracle:
 		s.Lambda = o.Lambda
 	case MethodAttnSR:
-		s.AttnSROutput, s.Beta = o.AttnSROutput, o.Beta
+		s.AttnSROutput, s.Beta, s.AttnSRUniform = o.AttnSROutput, o.Beta, o.AttnSRUniform
 	case MethodPPO:
 		s.AttnSROutput = string(vocab.OutputPPO)
 		if o.OracleSteps {
