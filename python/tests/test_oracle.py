@@ -151,6 +151,10 @@ class Term(unittest.TestCase):
         self.assertIn("t-0", str(cm.exception))
         with self.assertRaises(O.MissingLabels):
             O.oracle_term(s, dict(lab, harmful_turns=[9]), LAM)
+        for labels in (dict(lab, harmful_turns=[9]), dict(lab, turns=3)):  # the trainer's check, the same refusals
+            with self.assertRaises(O.MissingLabels):
+                O.check_labels(s, labels)
+        O.check_labels(s, lab)
 
 
 class Trainer(unittest.TestCase):

@@ -30,8 +30,8 @@ import os
 
 import numpy as np
 
-__all__ = ["LabelWriter", "LabelReader", "MissingLabels", "labels_of", "once", "turn_spans", "oracle_term",
-           "oracle_step_rewards"]
+__all__ = ["LabelWriter", "LabelReader", "MissingLabels", "labels_of", "once", "turn_spans", "check_labels",
+           "oracle_term", "oracle_step_rewards"]
 
 
 class MissingLabels(ValueError):
@@ -112,6 +112,12 @@ def turn_spans(loss_mask):
     m = np.asarray(loss_mask).astype(bool).astype(np.int8)
     d = np.diff(np.concatenate(([0], m, [0])))
     return list(zip(np.nonzero(d == 1)[0].tolist(), np.nonzero(d == -1)[0].tolist()))
+
+
+def check_labels(sample, labels):
+    """Raises MissingLabels when the labels cannot be mapped to the sample's tokens (what
+    oracle_term and oracle_step_rewards would raise), without building either."""
+    _signed_spans(sample, labels)
 
 
 def _signed_spans(sample, labels):

@@ -187,6 +187,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.epochs < 1:
         ap.error("--epochs must be at least 1")
+    if a.oracle_once and not a.oracle_labels:
+        ap.error("--oracle-once pays the oracle's labels once: it needs --oracle-labels")
     reader = O.LabelReader(a.oracle_labels) if a.oracle_labels else None
     rollout.setup_torch()
     torch.manual_seed(a.seed)
@@ -232,7 +234,7 @@ def main(argv=None):
                 L.check_fields(batch, a.loss)
                 if reader is not None:
                     for s in batch:
-                        O.oracle_term(s, reader.get(s["trajectory_id"]), a.oracle_lambda)
+                        O.check_labels(s, reader.get(s["trajectory_id"]))
             except (L.MissingField, O.MissingLabels) as e:
                 failed = str(e)
                 emit({"event": "error", "message": failed})
