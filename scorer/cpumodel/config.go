@@ -100,11 +100,11 @@ func (h *hfConfig) toConfig() (*config, error) {
 		RMSNormEps:    1e-6,
 		RopeTheta:     10000,
 		TieEmbeddings: false, // LlamaConfig, Qwen2Config and Qwen3Config default
-		MLPBias:       h.MLPBias,
 	}
 	switch c.Architecture {
 	case "LlamaForCausalLM":
 		c.AttentionBias = h.AttentionBias
+		c.MLPBias = h.MLPBias // Qwen2's and Qwen3's MLPs have no biases, whatever mlp_bias says (as in transformers)
 	case "Qwen2ForCausalLM":
 		c.QKVBias = true
 	case "Qwen3ForCausalLM":

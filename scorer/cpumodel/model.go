@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/creditflow/creditflow/scorer/cpumodel/safetensors"
 )
@@ -157,26 +158,56 @@ func findPlaceholder(dir string) []int32 {
 	return nil
 }
 
+// loadEmbeddings reads the input embeddings and the output head as
+// transformers 5 ties them at load: an untied config needs lm_head.weight; a
+// tied one uses the embeddings as the head, except where the file also holds
+// an lm_head.weight that differs from them (transformers then keeps both,
+// untied, and warns that the config is wrong) and where the file holds only
+// lm_head.weight (the embeddings are then tied to it).
+func (m *Model) loadEmbeddings(cfg *config, get func(name string, shape ...int) ([]float32, error), has func(string) bool) error {
+	const embed, head = "model.embed_tokens.weight", "lm_head.weight"
+	h := cfg.Hidden
+	var err error
+	if cfg.TieEmbeddings && !has(embed) && has(head) {
+		if m.embed, err = get(head, cfg.Vocab, h); err != nil {
+			return err
+		}
+		m.lmHead = m.embed
+		return nil
+	}
+	if m.embed, err = get(embed, cfg.Vocab, h); err != nil {
+		return err
+	}
+	switch {
+	case has(head):
+		if m.lmHead, err = get(head, cfg.Vocab, h); err != nil {
+			return err
+		}
+		if cfg.TieEmbeddings {
+			if slices.Equal(m.lmHead, m.embed) {
+				m.lmHead = m.embed // one copy, as tied
+			} else {
+				cfg.TieEmbeddings = false // the file's two tensors, as transformers loads them
+			}
+		}
+	case cfg.TieEmbeddings:
+		m.lmHead = m.embed
+	default:
+		return fmt.Errorf("tensor %q is missing and config says tie_word_embeddings=false", head)
+	}
+	return nil
+}
+
 // build assembles a model from named tensors (Hugging Face names).
 func build(cfg *config, get func(name string, shape ...int) ([]float32, error), has func(string) bool) (*Model, error) {
 	m := &Model{cfg: cfg}
 	h, d := cfg.Hidden, cfg.HeadDim
 	var err error
-	if m.embed, err = get("model.embed_tokens.weight", cfg.Vocab, h); err != nil {
+	if err = m.loadEmbeddings(cfg, get, has); err != nil {
 		return nil, err
 	}
 	if m.norm, err = get("model.norm.weight", h); err != nil {
 		return nil, err
-	}
-	switch {
-	case has("lm_head.weight") && !cfg.TieEmbeddings:
-		if m.lmHead, err = get("lm_head.weight", cfg.Vocab, h); err != nil {
-			return nil, err
-		}
-	case cfg.TieEmbeddings:
-		m.lmHead = m.embed
-	default:
-		return nil, fmt.Errorf("tensor \"lm_head.weight\" is missing and config says tie_word_embeddings=false")
 	}
 	lin := func(name string, in, out int, bias bool) (linear, error) {
 		l := linear{in: in, out: out}

@@ -21,18 +21,36 @@ import (
 
 // checkpoints are the published configs the models are built from
 // (testdata/configs); form "v4" writes the published 4.x-era config.json
-// fields into the saved folder, "v5" keeps what transformers 5 writes.
+// fields into the saved folder, "v5" keeps what transformers 5 writes. A
+// variant (transformers_ref.py's apply_variant) changes the saved folder
+// into a checkpoint transformers loads in a particular way, and the model is
+// named base+variant: a tied config whose file also holds a different
+// lm_head.weight (transformers unties them), a tied file holding only
+// lm_head.weight (transformers ties the embeddings to it), and a Qwen3
+// config saying mlp_bias (a field Qwen3's MLP ignores).
 var checkpoints = []struct {
-	name string
-	seed int
-	form string
+	base    string
+	variant string
+	seed    int
+	form    string
 }{
-	{"Qwen2.5-0.5B-Instruct", 11, "v5"},
-	{"Qwen2.5-7B-Instruct", 12, "v4"},
-	{"Qwen3-0.6B", 13, "v4"},
-	{"Qwen3-8B", 14, "v5"},
-	{"Llama-3.2-1B", 15, "v5"},
-	{"Llama-3.1-8B", 16, "v4"},
+	{"Qwen2.5-0.5B-Instruct", "", 11, "v5"},
+	{"Qwen2.5-7B-Instruct", "", 12, "v4"},
+	{"Qwen3-0.6B", "", 13, "v4"},
+	{"Qwen3-8B", "", 14, "v5"},
+	{"Llama-3.2-1B", "", 15, "v5"},
+	{"Llama-3.1-8B", "", 16, "v4"},
+	{"Qwen2.5-0.5B-Instruct", "lm-head-differs", 17, "v5"},
+	{"Llama-3.2-1B", "lm-head-only", 18, "v4"},
+	{"Qwen3-0.6B", "mlp-bias-field", 19, "v5"},
+}
+
+// checkpointName is the name of a checkpoints entry's model (its folder).
+func checkpointName(base, variant string) string {
+	if variant == "" {
+		return base
+	}
+	return base + "+" + variant
 }
 
 // maxContext is the context cap both scorers run with (model.WithMaxContext,
@@ -183,7 +201,11 @@ func buildFixture(py string) (*fixture, error) {
 	f := &fixture{python: py, root: root}
 	var specs []map[string]any
 	for _, c := range checkpoints {
-		specs = append(specs, map[string]any{"name": c.name, "seed": c.seed, "form": c.form})
+		spec := map[string]any{"name": c.base, "seed": c.seed, "form": c.form}
+		if c.variant != "" {
+			spec["variant"] = c.variant
+		}
+		specs = append(specs, spec)
 	}
 	if _, _, err := runGenerator(py, "build", map[string]any{"out": root, "models": specs}, &f.models); err != nil {
 		return nil, err

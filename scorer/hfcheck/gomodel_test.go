@@ -19,8 +19,8 @@ func TestGoScorerMatchesTransformers(t *testing.T) {
 	f := getFixture(t)
 	t.Logf("transformers %s, torch %s; models built and referenced in %v", f.tfVer, f.torchV, f.elapsed.Round(1e6))
 	for _, c := range checkpoints {
-		t.Run(c.name, func(t *testing.T) {
-			m := f.model(t, c.name)
+		t.Run(checkpointName(c.base, c.variant), func(t *testing.T) {
+			m := f.model(t, checkpointName(c.base, c.variant))
 			t.Logf("next-token entropy %.2f nats, log V %.2f", m.Entropy, m.LogVocab)
 			if m.Entropy > 0.5*m.LogVocab {
 				t.Errorf("next-token entropy %.2f is not well below log V = %.2f: the weights leave the distributions near uniform", m.Entropy, m.LogVocab)

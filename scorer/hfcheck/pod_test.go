@@ -128,8 +128,8 @@ func TestPodMatchesTransformers(t *testing.T) {
 	f := getFixture(t)
 	url := startPod(t, f.python, f.models[0].Dir, "float32")
 	for i, c := range checkpoints {
-		t.Run(c.name, func(t *testing.T) {
-			m := f.model(t, c.name)
+		t.Run(checkpointName(c.base, c.variant), func(t *testing.T) {
+			m := f.model(t, checkpointName(c.base, c.variant))
 			if i > 0 {
 				podLoad(t, url, m.Dir)
 			}
@@ -192,8 +192,8 @@ func TestPodBFloat16(t *testing.T) {
 	f := getFixture(t)
 	url := startPod(t, f.python, f.models[0].DirBF16, "bfloat16")
 	for i, c := range checkpoints {
-		t.Run(c.name, func(t *testing.T) {
-			m := f.model(t, c.name)
+		t.Run(checkpointName(c.base, c.variant), func(t *testing.T) {
+			m := f.model(t, checkpointName(c.base, c.variant))
 			if i > 0 {
 				podLoad(t, url, m.DirBF16)
 			}

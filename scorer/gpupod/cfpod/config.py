@@ -76,12 +76,13 @@ class Config:
         self.rope_theta = float(g("rope_theta", 10000.0))
         # LlamaConfig, Qwen2Config and Qwen3Config default to untied embeddings.
         self.tie_embeddings = bool(g("tie_word_embeddings", False))
-        self.mlp_bias = bool(h.get("mlp_bias", False))
+        self.mlp_bias = False        # Llama's mlp_bias; Qwen2's and Qwen3's MLPs have none (as in transformers)
         self.attention_bias = False  # q, k, v and o biases
         self.qkv_bias = False        # q, k, v biases only (Qwen2)
         self.qk_norm = False         # Qwen3
         if self.architecture == "LlamaForCausalLM":
             self.attention_bias = bool(h.get("attention_bias", False))
+            self.mlp_bias = bool(h.get("mlp_bias", False))
         elif self.architecture == "Qwen2ForCausalLM":
             self.qkv_bias = True
         else:

@@ -44,6 +44,28 @@ from .rowrun import Counts, PlanRunner  # noqa: F401
 from .scoring import Head, RowScorer, Usage  # noqa: F401
 
 
+def _tied_as_transformers(cfg, ts, dtype, device):
+    """The tensor reader for Model, with the embeddings and the output head tied as
+    transformers 5 ties them at load: an untied config needs lm_head.weight; a tied one uses
+    the embeddings as the head, except where the file also holds an lm_head.weight that
+    differs from them (transformers then keeps both, untied, and warns that the config is
+    wrong: cfg.tie_embeddings becomes False here) and where the file holds only lm_head.weight
+    (the embeddings are then read from it)."""
+    embed, head = "model.embed_tokens.weight", "lm_head.weight"
+    shape = [cfg.vocab, cfg.hidden]
+    if not cfg.tie_embeddings:
+        if not ts.has(head):
+            raise ModelError(f'tensor "{head}" is missing and config says tie_word_embeddings=false')
+    elif ts.has(embed) and ts.has(head):
+        a, b = ts.load(embed, shape, dtype=dtype), ts.load(head, shape, dtype=dtype)
+        if not torch.equal(a, b):
+            cfg.tie_embeddings = False
+        del a, b
+    elif ts.has(head):
+        return lambda n, s: ts.load(head if n == embed else n, s, dtype=dtype, device=device)
+    return lambda n, s: ts.load(n, s, dtype=dtype, device=device)
+
+
 class Model:
     """A loaded network on one device in one dtype, as a composition of members (see above).
     Calls are not thread-safe on a shared device stream; the server serializes them."""
@@ -163,10 +185,8 @@ class Model:
         ts = None
         try:
             ts = st.TensorSet(folder)
-            if not cfg.tie_embeddings and not ts.has("lm_head.weight"):
-                raise ModelError('tensor "lm_head.weight" is missing and config says '
-                                 "tie_word_embeddings=false")
-            m = cls(cfg, lambda n, s: ts.load(n, s, dtype=dtype, device=device), device, dtype)
+            get = _tied_as_transformers(cfg, ts, dtype, device)
+            m = cls(cfg, get, device, dtype)
         except ModelError:
             raise
         except (ValueError, OSError) as e:  # SafetensorsError is a ValueError

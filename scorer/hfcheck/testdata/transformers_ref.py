@@ -12,7 +12,9 @@ model with transformers, fills every weight from a seeded generator with
 scales that make the next-token distributions far from uniform, and
 save_pretrained()s it (safetensors) twice: float32 into OUT/NAME and
 bfloat16 into OUT/NAME-bf16.
-  build.json:  {"out": DIR, "models": [{"name": NAME, "seed": N, "form": "v5"|"v4"}]}
+  build.json:  {"out": DIR, "models": [{"name": NAME, "seed": N, "form": "v5"|"v4",
+                                      "variant": (optional, see apply_variant)}]}
+  A model with a variant is saved as NAME+VARIANT.
   "form": "v5" keeps the config.json transformers 5 writes (rope_parameters,
   dtype, layer_types); "v4" writes the published 4.x-era fields instead
   (rope_theta, rope_scaling, torch_dtype), cut the same way: the scorers must
@@ -126,11 +128,44 @@ def mean_entropy(model, vocab, seed):
     return float(-(lp.exp() * lp).sum(-1).mean())
 
 
+def apply_variant(variant, folder, seed):
+    """Changes a saved folder into a checkpoint transformers loads in a particular way:
+    lm-head-differs: a tied config whose file also holds an lm_head.weight with other values
+      (transformers 5 keeps both, untied, and warns that the config is wrong);
+    lm-head-only: a tied config whose file holds lm_head.weight and no embed_tokens
+      (transformers ties the embeddings to the head);
+    mlp-bias-field: "mlp_bias": true in config.json, a field Qwen2's and Qwen3's MLPs ignore."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(folder, "model.safetensors")
+    if variant == "mlp-bias-field":
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            c = json.load(f)
+        c["mlp_bias"] = True
+        with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(c, f, indent=2)
+        return
+    sd = load_file(path)
+    emb = sd["model.embed_tokens.weight"]
+    assert "lm_head.weight" not in sd, "a tied checkpoint saves no lm_head"
+    if variant == "lm-head-differs":
+        g = torch.Generator().manual_seed(seed + 2)
+        sd["lm_head.weight"] = (torch.randn(emb.shape, generator=g) * (4 / math.sqrt(emb.shape[1]))).to(emb.dtype)
+    elif variant == "lm-head-only":
+        sd["lm_head.weight"] = sd.pop("model.embed_tokens.weight")
+    else:
+        raise ValueError("variant %r" % variant)
+    save_file(sd, path, metadata={"format": "pt"})
+
+
 def build(req):
     out = []
     for spec in req["models"]:
-        name, seed, form = spec["name"], int(spec["seed"]), spec.get("form", "v5")
-        cut = cut_config(name)
+        base, seed, form = spec["name"], int(spec["seed"]), spec.get("form", "v5")
+        variant = spec.get("variant")
+        name = base + ("+" + variant if variant else "")
+        cut = cut_config(base)
+        if variant in ("lm-head-differs", "lm-head-only") and not cut.get("tie_word_embeddings"):
+            raise ValueError("%s: variant %s needs a tied config" % (base, variant))
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
                 json.dump(cut, f)
@@ -149,6 +184,10 @@ def build(req):
                 c["torch_dtype"] = "float32" if d == folder else "bfloat16"
                 with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
                     json.dump(c, f, indent=2)
+            if variant:
+                apply_variant(variant, d, seed)
+        if variant:  # the folder as transformers loads it now
+            entropy = mean_entropy(load(folder, torch.float32), cfg.vocab_size, seed)
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             written = json.load(f)
         out.append({"name": name, "dir": folder, "dir_bf16": folder + "-bf16", "config": written,
