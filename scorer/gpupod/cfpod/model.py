@@ -52,15 +52,19 @@ def _tied_as_transformers(cfg, ts, dtype, device):
     wrong: cfg.tie_embeddings becomes False here) and where the file holds only lm_head.weight
     (the embeddings are then read from it)."""
     embed, head = "model.embed_tokens.weight", "lm_head.weight"
-    shape = [cfg.vocab, cfg.hidden]
     if not cfg.tie_embeddings:
         if not ts.has(head):
             raise ModelError(f'tensor "{head}" is missing and config says tie_word_embeddings=false')
     elif ts.has(embed) and ts.has(head):
-        a, b = ts.load(embed, shape, dtype=dtype), ts.load(head, shape, dtype=dtype)
-        if not torch.equal(a, b):
+        # both read once, here, and handed to Model (the head only where it differs)
+        shape = [cfg.vocab, cfg.hidden]
+        read = {embed: ts.load(embed, shape, dtype=dtype, device=device)}
+        b = ts.load(head, shape, dtype=dtype, device=device)
+        if not torch.equal(read[embed], b):
             cfg.tie_embeddings = False
-        del a, b
+            read[head] = b
+        del b
+        return lambda n, s: read.pop(n) if n in read else ts.load(n, s, dtype=dtype, device=device)
     elif ts.has(head):
         return lambda n, s: ts.load(head if n == embed else n, s, dtype=dtype, device=device)
     return lambda n, s: ts.load(n, s, dtype=dtype, device=device)

@@ -174,7 +174,9 @@ def build(req):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
         fill_weights(model, seed)
         model.eval()
-        entropy = mean_entropy(model, cfg.vocab_size, seed)
+        # (before the bfloat16 copy below converts the model in place; a variant's folder is
+        # measured once changed, as transformers loads it)
+        entropy = None if variant else mean_entropy(model, cfg.vocab_size, seed)
         folder = os.path.join(req["out"], name)
         model.save_pretrained(folder)
         model.to(torch.bfloat16).save_pretrained(folder + "-bf16")
@@ -186,7 +188,7 @@ def build(req):
                     json.dump(c, f, indent=2)
             if variant:
                 apply_variant(variant, d, seed)
-        if variant:  # the folder as transformers loads it now
+        if variant:
             entropy = mean_entropy(load(folder, torch.float32), cfg.vocab_size, seed)
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             written = json.load(f)
