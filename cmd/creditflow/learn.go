@@ -69,6 +69,7 @@ given. The summary reports held-out success by version and what the loop proved 
 		fs.BoolVar(&o.LabelNoise, "label-noise", false, "lapo: give the scorer the gold the judge believes, wrong exactly where the judge errs (a noisy-judge control)")
 		fs.BoolVar(&o.OracleSteps, "oracle-steps", false, "ppo: add the oracle's step rewards, ±--lambda on the last action token of each turn the world labelled (the arm ppo+oracle: the control of AttnSR's PPO setup)")
 		fs.BoolVar(&o.OracleOnce, "oracle-once", false, "oracle arms: pay each label once (the first key turn, the enabling turn before it, every harmful turn)")
+		fs.BoolVar(&o.AttnSRTerminal, "attnsr-terminal", false, "attnsr, ppo output: the trainer moves each sample's step rewards onto its terminal token (the control of where the step rewards are placed)")
 		fs.BoolVar(&o.AttnSRUniform, "attnsr-uniform", false, "attnsr: spread the step budget evenly over the moves (ρ = η = 0; the control of the attention's allocation)")
 		fs.BoolVar(&o.Chaos, "chaos", false, "SIGKILL the processor (a third of the way) and worker 0 (half way); both are restarted")
 		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up a run after this long")

@@ -6,7 +6,8 @@ package learn
 // grpo+gold-bonus, grpo+likelihood-bonus, ppo+oracle (PPO with the oracle's
 // ±λ step rewards: the control of AttnSR's PPO setup), oracle+once and
 // ppo+oracle+once (each label paid once), attnsr+uniform (AttnSR's step
-// budget spread evenly over the moves: ρ = η = 0) (docs/learn.md,
+// budget spread evenly over the moves: ρ = η = 0), attnsr+terminal (AttnSR's
+// step rewards moved by the trainer onto the terminal token) (docs/learn.md,
 // "Comparing methods"). A run's arm is read
 // back from its recorded settings, so runs made with the flags
 // (--direction forward, --reward likelihood, …) and runs made with the arm's
@@ -30,6 +31,7 @@ const (
 	VariantOracle          = MethodOracle
 	VariantOnce            = "once"
 	VariantUniform         = "uniform"
+	VariantTerminal        = "terminal"
 )
 
 // WithArm is o with the method and variants of arm applied (the other
@@ -53,8 +55,10 @@ func WithArm(o Options, arm string) (Options, error) {
 			o.OracleOnce = true
 		case VariantUniform:
 			o.AttnSRUniform = true
+		case VariantTerminal:
+			o.AttnSRTerminal = true
 		default:
-			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle, once, uniform", arm, v)
+			return o, fmt.Errorf("arm %q: variant %q is none of forward, no-gate, label-noise, likelihood, gold-bonus, likelihood-bonus, oracle, once, uniform, terminal", arm, v)
 		}
 	}
 	if err := o.Validate(); err != nil {
@@ -91,6 +95,9 @@ func (s Summary) Arm() string {
 	}
 	if st.AttnSRUniform {
 		a += "+" + VariantUniform
+	}
+	if st.AttnSRTerminal {
+		a += "+" + VariantTerminal
 	}
 	return a
 }

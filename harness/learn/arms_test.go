@@ -72,12 +72,34 @@ func TestArmsRoundTrip(t *testing.T) {
 	if ok, why := (Summary{Method: "ppo", World: "widesearch", Seed: 1, Settings: settingsOf(pon)}).Matches(po); ok || !strings.Contains(why, "oracle_once") {
 		t.Errorf("a run paying each label once joins ppo+oracle (%q)", why)
 	}
+	// The terminal control: the processor as the even spread, the trainer moves the step
+	// rewards; it needs the ppo output, and its runs never join the even spread's.
+	pb := base
+	pb.AttnSROutput = "ppo"
+	ut, err := WithArm(pb, "attnsr+uniform+terminal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ut.processorArgs(), " "); got != "--method attnsr --attnsr-output ppo --beta 0.25 --rho 0 --eta 0" {
+		t.Errorf("attnsr+uniform+terminal: processor %q", got)
+	}
+	st := Summary{Method: "attnsr", World: "widesearch", Seed: 1, Settings: settingsOf(ut)}
+	if st.Arm() != "attnsr+uniform+terminal" {
+		t.Errorf("attnsr+uniform+terminal recorded as %q", st.Arm())
+	}
+	un, _ := WithArm(pb, "attnsr+uniform")
+	if ok, why := st.Matches(un); ok || !strings.Contains(why, "attnsr_terminal") {
+		t.Errorf("a run with the step rewards at the end joins the even spread (%q)", why)
+	}
+	if _, err := WithArm(base, "attnsr+terminal"); err == nil || !strings.Contains(err.Error(), "attnsr-output ppo") {
+		t.Errorf("attnsr+terminal with the grpo output (no step rewards to move): %v", err)
+	}
 	// A run recorded before the controls existed is still the arm of its method.
 	old := Summary{Method: "lapo", World: "widesearch", Settings: &Settings{Method: "lapo", Direction: "backward"}}
 	if old.Arm() != "lapo" {
 		t.Errorf("an earlier LAPO run is arm %q", old.Arm())
 	}
-	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle", "ppo+once", "grpo+once", "ppo+uniform", "lapo+uniform"} {
+	for _, bad := range []string{"lapo+luck", "grpo+label-noise", "oracle+forward+", "nothing", "grpo+oracle", "attnsr+oracle", "ppo+once", "grpo+once", "ppo+uniform", "lapo+uniform", "ppo+terminal", "grpo+terminal"} {
 		if _, err := WithArm(base, bad); err == nil {
 			t.Errorf("arm %q accepted", bad)
 		}

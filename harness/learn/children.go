@@ -83,6 +83,9 @@ func (c *children) startTrainer() error {
 			args = append(args, "--oracle-once")
 		}
 	}
+	if o.AttnSRTerminal {
+		args = append(args, "--step-rewards-at-end")
+	}
 	p, err := startProc("trainer", c.dir, c.env, c.onLine, args...)
 	c.trainer = p
 	return err

@@ -106,8 +106,13 @@ type Options struct {
 	// β·C·(R − R̄) keeps its focus): the control that says whether the
 	// attention's allocation carries AttnSR's lead.
 	AttnSRUniform bool
-	Timeout       time.Duration
-	Logger        zerolog.Logger
+	// AttnSRTerminal has the trainer move each sample's step rewards onto
+	// its terminal token (the ppo output: the episode is paid R + β·C·(R − R̄)
+	// where PPO's reward is): the control that says whether AttnSR's lead
+	// needs the step rewards on the moves or only the centred budget.
+	AttnSRTerminal bool
+	Timeout        time.Duration
+	Logger         zerolog.Logger
 	// OnEval, when set, sees each version's evaluation as it arrives.
 	OnEval func(Eval)
 }
@@ -198,6 +203,9 @@ func (o Options) Validate() error {
 	}
 	if o.AttnSRUniform && o.Method != MethodAttnSR {
 		return fmt.Errorf("--attnsr-uniform is for --method attnsr")
+	}
+	if o.AttnSRTerminal && (o.Method != MethodAttnSR || o.AttnSROutput != string(vocab.OutputPPO)) {
+		return fmt.Errorf("--attnsr-terminal moves the ppo output's step rewards: it is for --method attnsr --attnsr-output ppo")
 	}
 	if o.OracleOnce && !o.oracle() {
 		return fmt.Errorf("--oracle-once is for the oracle arms (--method oracle, or --method ppo --oracle-steps)")

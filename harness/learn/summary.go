@@ -50,6 +50,9 @@ type TrainerStep struct {
 	OracleHarmfulTurns  *int `json:"oracle_harmful_turns,omitempty"`
 	OracleTokensPlus    *int `json:"oracle_tokens_plus,omitempty"`
 	OracleTokensMinus   *int `json:"oracle_tokens_minus,omitempty"`
+	// --attnsr-terminal: the samples whose step rewards the trainer moved
+	// onto the terminal token.
+	RewardsMovedRows *int `json:"rewards_moved_rows,omitempty"`
 }
 
 // Summary is what a run measured. JSON names are stable.
@@ -129,6 +132,8 @@ type Settings struct {
 	OracleOnce bool `json:"oracle_once,omitempty"`
 	// AttnSR's step budget spread evenly over the moves (ρ = η = 0).
 	AttnSRUniform bool `json:"attnsr_uniform,omitempty"`
+	// AttnSR's step rewards moved by the trainer onto the terminal token.
+	AttnSRTerminal bool `json:"attnsr_terminal,omitempty"`
 }
 
 // settingsOf is what o records in a summary (o with its defaults resolved).
@@ -143,7 +148,7 @@ func settingsOf(o Options) *Settings {
 	case MethodOracle:
 		s.Lambda = o.Lambda
 	case MethodAttnSR:
-		s.AttnSROutput, s.Beta, s.AttnSRUniform = o.AttnSROutput, o.Beta, o.AttnSRUniform
+		s.AttnSROutput, s.Beta, s.AttnSRUniform, s.AttnSRTerminal = o.AttnSROutput, o.Beta, o.AttnSRUniform, o.AttnSRTerminal
 	case MethodPPO:
 		s.AttnSROutput = string(vocab.OutputPPO)
 		if o.OracleSteps {

@@ -46,6 +46,26 @@ class GAE(unittest.TestCase):
         self.assertTrue(torch.allclose(adv[0, [1, 2, 4]], torch.tensor([1.5 - 0.1, 1.5 - 0.2, 1 - 0.3]), atol=1e-6))
 
 
+    def test_rewards_at_end_moves_the_step_rewards_onto_the_terminal_token(self):
+        # step rewards 0.2 and −0.05 on two moves, the terminal reward 1 on the last policy
+        # token (index 5); index 6 is padding, index 3 an observation holding a stray value
+        r = torch.tensor([[0.0, 0.2, 0.0, 7.0, -0.05, 1.0, 3.0], [0.0] * 7])
+        m = torch.tensor([[0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0], [0.0] * 7])
+        out = L.rewards_at_end(r, m)
+        want = torch.tensor([[0, 0, 0, 0, 0, 1.15, 0], [0.0] * 7])
+        self.assertTrue(torch.allclose(out, want, atol=1e-6), out)
+        # with λ = γ = 1 and zero values the first token's advantage is the same either way
+        # (the sum is kept); with λ < 1 the moved rewards reach it only through the decay
+        v = torch.zeros_like(r)
+        a_spread, _ = L.gae(r * m, v, m, gamma=1.0, lam=1.0)
+        a_end, _ = L.gae(out, v, m, gamma=1.0, lam=1.0)
+        self.assertAlmostEqual(float(a_spread[0, 1]), float(a_end[0, 1]), places=6)
+        a_spread, _ = L.gae(r * m, v, m, gamma=1.0, lam=0.5)
+        a_end, _ = L.gae(out, v, m, gamma=1.0, lam=0.5)
+        self.assertAlmostEqual(float(a_end[0, 1]), 1.15 * 0.5 ** 3, places=6)
+        self.assertAlmostEqual(float(a_spread[0, 1]), 0.2 + 0.5 ** 2 * -0.05 + 0.5 ** 3 * 1.0, places=6)
+
+
 @unittest.skipIf(torch is None, "needs torch (Debian: python3-torch)")
 class Fields(unittest.TestCase):
     def test_missing_field_is_named(self):

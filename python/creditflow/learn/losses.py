@@ -19,7 +19,7 @@ import torch
 from .. import policy as P
 from ..batch import to_torch
 
-__all__ = ["MissingField", "check_fields", "Batch", "Critic", "gae", "policy_loss", "value_loss", "FIELD"]
+__all__ = ["MissingField", "check_fields", "Batch", "Critic", "gae", "rewards_at_end", "policy_loss", "value_loss", "FIELD"]
 
 FIELD = {"pg": "advantages", "ppo": "token_rewards"}
 
@@ -124,6 +124,20 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
             a[j] = run
         adv[i, idx] = a
     return adv, (adv + values) * mask
+
+
+def rewards_at_end(rewards, mask):
+    """Each row's token rewards summed onto its last policy token (mask 1), 0 elsewhere: AttnSR's
+    step rewards moved onto the terminal reward, so the episode is paid `R + β·C·(R − R̄)` where
+    PPO's terminal reward is (the arm `attnsr+…+terminal`, docs/learn.md). A row without policy
+    tokens keeps its (zero) rewards."""
+    out = torch.zeros_like(rewards)
+    for i in range(rewards.shape[0]):
+        idx = torch.nonzero(mask[i] > 0).squeeze(-1)
+        if idx.numel() == 0:
+            continue
+        out[i, idx[-1]] = (rewards[i, idx]).sum()
+    return out
 
 
 def value_loss(critic, b, returns):

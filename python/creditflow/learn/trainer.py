@@ -3,7 +3,7 @@
 usage: python3 -m creditflow.learn.trainer --brokers B --init DIR --out DIR [--steps N]
            [--groups-per-step K] [--loss pg|ppo] [--epochs E] [--lr LR] [--clip EPS]
            [--is-cap C] [--gamma G] [--gae-lambda L] [--critic-lr LR] [--max-policy-lag L]
-           [--oracle-labels DIR --oracle-lambda LAM [--oracle-once]]
+           [--oracle-labels DIR --oracle-lambda LAM [--oracle-once]] [--step-rewards-at-end]
 
 Reads whole groups from the samples topic (SampleStream.batches) and takes exactly
 --groups-per-step of them per step (the rest wait for the next step). Per batch it computes the
@@ -22,6 +22,8 @@ With --oracle-labels DIR (the oracle-credit arm) it adds to each sample's advant
 rewards on each labelled turn's last action token, before GAE (creditflow.learn.oracle: the
 labels the workers wrote to DIR; --oracle-once pays only the first key turn, the enabling turn
 before it and every harmful turn); a sample without labels stops the run like a missing field.
+With --step-rewards-at-end (loss ppo) each sample's token rewards are summed onto its last policy
+token before GAE: AttnSR's step rewards paid with the terminal reward instead of on the moves.
 It writes the new weights as a Hugging Face checkpoint folder <out>/v<N>, announces version N
 on the policy topic and commits the consumed offsets (creditflow.learn.evaluate evaluates each
 announced version beside it).
@@ -110,6 +112,10 @@ def train_batch(model, opt, critic, copt, batch, a, reader=None):
     """--epochs optimizer steps on one batch; returns the step's diagnostics."""
     b = L.Batch(batch)
     oinfo = add_oracle(b, batch, reader, a.oracle_lambda, a.loss, a.oracle_once) if reader is not None else {}
+    if a.step_rewards_at_end:
+        moved = (b.rewards * b.mask != 0).sum(-1)
+        oinfo["rewards_moved_rows"] = int((moved > 1).sum())
+        b.rewards = L.rewards_at_end(b.rewards, b.mask)
     model.eval()
     with torch.no_grad():
         old, _ = L.logprobs_entropy(model, b)
@@ -183,10 +189,15 @@ def main(argv=None):
     ap.add_argument("--oracle-lambda", type=float, default=0.5, help="the oracle term's size λ")
     ap.add_argument("--oracle-once", action="store_true",
                     help="pay each label once: the first key turn, the enabling turn before it, every harmful turn")
+    ap.add_argument("--step-rewards-at-end", action="store_true",
+                    help="--loss ppo: move each sample's step rewards onto its terminal token (the sum on the "
+                         "last policy token): the control of where AttnSR's step rewards are placed")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if a.epochs < 1:
         ap.error("--epochs must be at least 1")
+    if a.step_rewards_at_end and a.loss != "ppo":
+        ap.error("--step-rewards-at-end moves token rewards: it needs --loss ppo")
     if a.oracle_once and not a.oracle_labels:
         ap.error("--oracle-once pays the oracle's labels once: it needs --oracle-labels")
     reader = O.LabelReader(a.oracle_labels) if a.oracle_labels else None
