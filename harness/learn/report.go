@@ -251,7 +251,15 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#
 func (c Comparison) SVG(title string) string {
 	const W, pw, ph, top, left = 980, 400, 280, 50, 60
 	keys := c.methods()
-	H := 420 + 16*max(0, (len(keys)-1)/2) // the legend: two arms a row
+	legend := make([]string, len(keys))
+	perRow := 2 // the legend: two arms a row, or one where a label would run into the next
+	for i, k := range keys {
+		legend[i] = fmt.Sprintf("%s (mean of %d seeds, band: min–max)", strings.Replace(k, "/", " on ", 1), len(c.of(k)))
+		if 20+7*len([]rune(legend[i])) > 400 { // ≈ 7 px a character at 12 px sans-serif
+			perRow = 1
+		}
+	}
+	H := 420 + 16*max(0, (len(keys)-1)/perRow)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
@@ -304,13 +312,12 @@ func (c Comparison) SVG(title string) string {
 			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(line, " "), col)
 		}
 	}
-	for i, k := range keys {
+	for i := range keys {
 		col := palette[i%len(palette)]
-		n := len(c.of(k))
-		y := top + ph + 50 + 16*(i/2)
-		x := left + (i%2)*400
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s (mean of %d seeds, band: min–max)</text>`+"\n",
-			x, y-4, col, x+20, y, esc(strings.Replace(k, "/", " on ", 1)), n)
+		y := top + ph + 50 + 16*(i/perRow)
+		x := left + (i%perRow)*400
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			x, y-4, col, x+20, y, esc(legend[i]))
 	}
 	b.WriteString("</svg>\n")
 	return b.String()

@@ -2,6 +2,7 @@ package learn
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -75,5 +76,39 @@ func TestBoundNamesTheBusiestPart(t *testing.T) {
 	}
 	if b := bound(map[string]float64{"waiting": 0.3, "training": 0.65, "evaluation": 0.2}, 2); !strings.HasPrefix(b, "training (65%") {
 		t.Errorf("training busiest: %q", b)
+	}
+}
+
+// TestLegendRowsDoNotOverlap: short arm names share a legend row two by two; a name whose label
+// would run into its neighbour's puts every arm on a row of its own, inside the picture.
+func TestLegendRowsDoNotOverlap(t *testing.T) {
+	legendRows := func(c Comparison) (map[string]bool, int) {
+		svg := c.SVG("t")
+		rows := map[string]bool{}
+		for _, line := range strings.Split(svg, "\n") {
+			if strings.Contains(line, "band: min–max") {
+				i := strings.Index(line, `<text x="`)
+				y := strings.Fields(line[i:])[2] // y="…">label
+				rows[y[:strings.Index(y, ">")]] = true
+			}
+		}
+		var h int
+		if _, err := fmt.Sscanf(svg[strings.Index(svg, `height="`):], `height="%d"`, &h); err != nil {
+			t.Fatal(err)
+		}
+		return rows, h
+	}
+	short := Comparison{Runs: []Summary{run3("lapo", 1, 0.4, 0.5), run3("grpo", 1, 0.4, 0.5), run3("ppo", 1, 0.4, 0.5)}}
+	if rows, _ := legendRows(short); len(rows) != 2 {
+		t.Errorf("three short arms on %d legend rows, want 2", len(rows))
+	}
+	long := Comparison{Runs: []Summary{run3("lapo", 1, 0.4, 0.5), run3("grpo", 1, 0.4, 0.5), run3("ppo", 1, 0.4, 0.5)}}
+	long.Runs[0].Method = "attnsr+uniform+terminal"
+	rows, h := legendRows(long)
+	if len(rows) != 3 {
+		t.Errorf("three arms, one with a long name, on %d legend rows, want 3", len(rows))
+	}
+	if last := 50 + 280 + 50 + 16*2; h < last+8 {
+		t.Errorf("picture %d px high, its last legend row at %d", h, last)
 	}
 }
