@@ -131,13 +131,10 @@ def rewards_at_end(rewards, mask):
     step rewards moved onto the terminal reward, so the episode is paid `R + β·C·(R − R̄)` where
     PPO's terminal reward is (the arm `attnsr+…+terminal`, docs/learn.md). A row without policy
     tokens keeps its (zero) rewards."""
-    out = torch.zeros_like(rewards)
-    for i in range(rewards.shape[0]):
-        idx = torch.nonzero(mask[i] > 0).squeeze(-1)
-        if idx.numel() == 0:
-            continue
-        out[i, idx[-1]] = (rewards[i, idx]).sum()
-    return out
+    on = mask > 0
+    last = (on * torch.arange(1, mask.shape[1] + 1)).argmax(-1, keepdim=True)  # a row without: 0
+    total = (rewards * on).sum(-1, keepdim=True)  # 0 for a row without policy tokens
+    return torch.zeros_like(rewards).scatter_(1, last, total)
 
 
 def value_loss(critic, b, returns):

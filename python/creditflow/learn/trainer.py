@@ -111,10 +111,9 @@ def add_oracle(b, batch, reader, lam, loss="pg", paid_once=False):
 def train_batch(model, opt, critic, copt, batch, a, reader=None):
     """--epochs optimizer steps on one batch; returns the step's diagnostics."""
     b = L.Batch(batch)
-    oinfo = add_oracle(b, batch, reader, a.oracle_lambda, a.loss, a.oracle_once) if reader is not None else {}
+    extra = add_oracle(b, batch, reader, a.oracle_lambda, a.loss, a.oracle_once) if reader is not None else {}
     if a.step_rewards_at_end:
-        moved = (b.rewards * b.mask != 0).sum(-1)
-        oinfo["rewards_moved_rows"] = int((moved > 1).sum())
+        extra["rewards_moved_rows"] = int(((b.rewards * b.mask != 0).sum(-1) > 1).sum())
         b.rewards = L.rewards_at_end(b.rewards, b.mask)
     model.eval()
     with torch.no_grad():
@@ -153,7 +152,7 @@ def train_batch(model, opt, critic, copt, batch, a, reader=None):
            "grad_clip_hits": hits, "optimizer_steps": len(norms)}
     out.update({k: float("%.4g" % v) for k, v in diag.items()})  # four significant digits: a KL of 1e-7 shows
     out.update({k: round(v, 5) for k, v in info.items()})
-    out.update(oinfo)
+    out.update(extra)
     if vlosses:
         with torch.no_grad():
             after = float(L.value_loss(critic, b, returns))
