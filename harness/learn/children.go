@@ -86,6 +86,9 @@ func (c *children) startTrainer() error {
 	if o.AttnSRTerminal {
 		args = append(args, "--step-rewards-at-end")
 	}
+	if o.Method == MethodAttnSR { // where the step shares landed (alloc_* per step)
+		args = append(args, "--credit-labels", c.labels())
+	}
 	p, err := startProc("trainer", c.dir, c.env, c.onLine, args...)
 	c.trainer = p
 	return err
@@ -111,7 +114,7 @@ func (c *children) startWorker(k, restart int) error {
 		"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps - 1), "--seed", strconv.Itoa(o.Seed),
 		"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64)}
 	args = append(args, o.workerArgs()...)
-	if o.oracle() { // each start its own file: a killed worker's last line may be cut
+	if o.oracle() || o.Method == MethodAttnSR { // each start its own file: a killed worker's last line may be cut
 		args = append(args, "--labels", filepath.Join(c.labels(), fmt.Sprintf("worker-%d-%d.jsonl", k, restart)))
 	}
 	p, err := startProc(fmt.Sprintf("worker-%d", k), c.dir, c.env, c.onLine, args...)
@@ -119,8 +122,9 @@ func (c *children) startWorker(k, restart int) error {
 	return err
 }
 
-// labels is the folder of the oracle arm's turn labels, written by the
-// workers and read by the trainer (absolute: the children run in c.dir).
+// labels is the folder of the turn labels (the oracle arms' term, AttnSR's
+// alloc_* readings), written by the workers and read by the trainer
+// (absolute: the children run in c.dir).
 func (c *children) labels() string {
 	d, err := filepath.Abs(filepath.Join(c.dir, "labels"))
 	if err != nil {

@@ -203,6 +203,7 @@ func (c Comparison) Markdown() string {
 			len(reached), len(rs), med)
 	}
 	b.WriteString(c.differencesMarkdown())
+	b.WriteString(c.allocationMarkdown())
 	return b.String()
 }
 

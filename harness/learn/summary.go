@@ -53,6 +53,28 @@ type TrainerStep struct {
 	// --attnsr-terminal: the samples whose step rewards the trainer moved
 	// onto the terminal token.
 	RewardsMovedRows *int `json:"rewards_moved_rows,omitempty"`
+	// AttnSR: where the batch's step shares p_k landed on the turns the
+	// world labelled, paid once (creditflow.learn.allocation), against an
+	// even spread: sums over the samples with at least two non-terminal
+	// steps.
+	*Allocation
+}
+
+// Allocation is one step's alloc_* fields (or several steps' sums).
+type Allocation struct {
+	Samples           int     `json:"alloc_samples"`
+	HelpfulSamples    int     `json:"alloc_helpful_samples"`
+	HelpfulP          float64 `json:"alloc_helpful_p"`
+	HelpfulEven       float64 `json:"alloc_helpful_even"`
+	HelpfulTop        float64 `json:"alloc_helpful_top"` // ties split among the tied moves
+	HelpfulReward     float64 `json:"alloc_helpful_reward"`
+	HelpfulRewardEven float64 `json:"alloc_helpful_reward_even"`
+	HarmfulSamples    int     `json:"alloc_harmful_samples"`
+	HarmfulP          float64 `json:"alloc_harmful_p"`
+	HarmfulEven       float64 `json:"alloc_harmful_even"`
+	HarmfulTop        float64 `json:"alloc_harmful_top"`
+	HarmfulReward     float64 `json:"alloc_harmful_reward"`
+	HarmfulRewardEven float64 `json:"alloc_harmful_reward_even"`
 }
 
 // Summary is what a run measured. JSON names are stable.

@@ -4,6 +4,7 @@ usage: python3 -m creditflow.learn.trainer --brokers B --init DIR --out DIR [--s
            [--groups-per-step K] [--loss pg|ppo] [--epochs E] [--lr LR] [--clip EPS]
            [--is-cap C] [--gamma G] [--gae-lambda L] [--critic-lr LR] [--max-policy-lag L]
            [--oracle-labels DIR --oracle-lambda LAM [--oracle-once]] [--step-rewards-at-end]
+           [--credit-labels DIR]
 
 Reads whole groups from the samples topic (SampleStream.batches) and takes exactly
 --groups-per-step of them per step (the rest wait for the next step). Per batch it computes the
@@ -24,6 +25,9 @@ labels the workers wrote to DIR; --oracle-once pays only the first key turn, the
 before it and every harmful turn); a sample without labels stops the run like a missing field.
 With --step-rewards-at-end (loss ppo) each sample's token rewards are summed onto its last policy
 token before GAE: AttnSR's step rewards paid with the terminal reward instead of on the moves.
+With --credit-labels DIR (the workers' turn labels, as for the oracle arm) it reports per step
+where AttnSR's step shares landed on the turns the world labelled helpful or harmful, against an
+even spread (creditflow.learn.allocation; the alloc_* fields); it changes no loss.
 It writes the new weights as a Hugging Face checkpoint folder <out>/v<N>, announces version N
 on the policy topic and commits the consumed offsets (creditflow.learn.evaluate evaluates each
 announced version beside it).
@@ -49,6 +53,7 @@ import torch
 from .. import policy as P
 from ..kafka import announce_policy
 from ..stream import SampleStream
+from . import allocation as A
 from . import losses as L
 from . import oracle as O
 from . import rollout
@@ -108,10 +113,12 @@ def add_oracle(b, batch, reader, lam, loss="pg", paid_once=False):
     return info
 
 
-def train_batch(model, opt, critic, copt, batch, a, reader=None):
+def train_batch(model, opt, critic, copt, batch, a, reader=None, credit=None):
     """--epochs optimizer steps on one batch; returns the step's diagnostics."""
     b = L.Batch(batch)
     extra = add_oracle(b, batch, reader, a.oracle_lambda, a.loss, a.oracle_once) if reader is not None else {}
+    if credit is not None:
+        extra.update(A.batch_allocation(batch, credit))
     if a.step_rewards_at_end:
         extra["rewards_moved_rows"] = int(((b.rewards * b.mask != 0).sum(-1) > 1).sum())
         b.rewards = L.rewards_at_end(b.rewards, b.mask)
@@ -191,6 +198,9 @@ def main(argv=None):
     ap.add_argument("--step-rewards-at-end", action="store_true",
                     help="--loss ppo: move each sample's step rewards onto its terminal token (the sum on the "
                          "last policy token): the control of where AttnSR's step rewards are placed")
+    ap.add_argument("--credit-labels", default=None,
+                    help="the folder of the workers' turn labels: report per step where AttnSR's step shares "
+                         "landed on the labelled turns (the alloc_* fields; the loss is unchanged)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if a.epochs < 1:
@@ -200,6 +210,9 @@ def main(argv=None):
     if a.oracle_once and not a.oracle_labels:
         ap.error("--oracle-once pays the oracle's labels once: it needs --oracle-labels")
     reader = O.LabelReader(a.oracle_labels) if a.oracle_labels else None
+    credit = None
+    if a.credit_labels:
+        credit = reader if reader is not None and a.credit_labels == a.oracle_labels else O.LabelReader(a.credit_labels)
     rollout.setup_torch()
     torch.manual_seed(a.seed)
     stop = []
@@ -242,9 +255,9 @@ def main(argv=None):
             wait += now - t_wait
             try:
                 L.check_fields(batch, a.loss)
-                if reader is not None:
+                for r in [x for x in (reader, credit) if x is not None]:
                     for s in batch:
-                        O.check_labels(s, reader.get(s["trajectory_id"]))
+                        O.check_labels(s, r.get(s["trajectory_id"]))
             except (L.MissingField, O.MissingLabels) as e:
                 failed = str(e)
                 emit({"event": "error", "message": failed})
@@ -256,7 +269,7 @@ def main(argv=None):
                 if sv is not None and sv in announced and sv not in reload_s:
                     reload_s[sv] = now - announced[sv]
             trajectories += len(batch)
-            diag = train_batch(model, opt, critic, copt, batch, a, reader)
+            diag = train_batch(model, opt, critic, copt, batch, a, reader, credit)
             step += 1
             version = step
             folder = os.path.abspath(os.path.join(a.out, "v%d" % version))
