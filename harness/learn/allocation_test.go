@@ -37,12 +37,22 @@ func TestAllocationTable(t *testing.T) {
 	md := c.allocationMarkdown()
 	// mean of 1.5 and 1.0 is 1.25 (sd 0.354); first step 2.0 and 1.0; last step 1.0 and 1.0;
 	// largest share 2.5 of 4 helpful samples, chance (0.6 + 0.4) / 4; harmful 0.5 on both
-	want := "| attnsr | household-long | 2 | 6 | 1.250 ± 0.354 | 1 of 2 | 1.000 | 1.500 | 1.000 | 0.625 (0.250) | 0.500 ± 0.000 | 0 of 2 | 0.500 | +0.0250 (+0.0125) |"
+	want := "| attnsr | household-long | 2 | 6 | 1.250 ± 0.354 | 1 of 2 | 1.000 | 1.500 | 1.000 | 0.625 (0.250) | 0.500 ± 0.000 | 0 of 2 | 0.500 | +0.0250 (+0.0125) | +0.0000 (+0.0000) |"
 	if !strings.Contains(md, want) {
 		t.Fatalf("table:\n%s\nwant a row starting %s", md, want)
 	}
 	if strings.Contains(md, "| ppo |") {
 		t.Fatalf("a run without readings got a row:\n%s", md)
+	}
+	if strings.Contains(md, "by length") {
+		t.Fatalf("a length table without length readings:\n%s", md)
+	}
+	// with the share by length: seed 1 helpful 0.9 over 0.45 (2.0), seed 2 0.4 over 0.5 (0.8)
+	s1.Steps[0].HelpfulLen, s1.Steps[1].HelpfulLen = 0.3, 0.15
+	s2.Steps[0].HelpfulLen = 0.5
+	md = Comparison{Runs: []Summary{s1, s2}}.allocationMarkdown()
+	if want := "| attnsr | household-long | 2 | 0.950 | 1.400 ± 0.849 | 1 of 2 | 1.000 | 0.000 | — | 0 of 0 | — |"; !strings.Contains(md, want) {
+		t.Fatalf("table:\n%s\nwant a row starting %s", md, want)
 	}
 	if (Comparison{Runs: []Summary{{Method: "ppo", Seed: 1}}}).allocationMarkdown() != "" {
 		t.Fatal("a table without readings")

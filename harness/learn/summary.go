@@ -66,12 +66,14 @@ type Allocation struct {
 	HelpfulSamples    int     `json:"alloc_helpful_samples"`
 	HelpfulP          float64 `json:"alloc_helpful_p"`
 	HelpfulEven       float64 `json:"alloc_helpful_even"`
-	HelpfulTop        float64 `json:"alloc_helpful_top"` // ties split among the tied moves
+	HelpfulLen        float64 `json:"alloc_helpful_len,omitempty"` // the share by length (absent before it was read)
+	HelpfulTop        float64 `json:"alloc_helpful_top"`           // ties split among the tied moves
 	HelpfulReward     float64 `json:"alloc_helpful_reward"`
 	HelpfulRewardEven float64 `json:"alloc_helpful_reward_even"`
 	HarmfulSamples    int     `json:"alloc_harmful_samples"`
 	HarmfulP          float64 `json:"alloc_harmful_p"`
 	HarmfulEven       float64 `json:"alloc_harmful_even"`
+	HarmfulLen        float64 `json:"alloc_harmful_len,omitempty"`
 	HarmfulTop        float64 `json:"alloc_harmful_top"`
 	HarmfulReward     float64 `json:"alloc_harmful_reward"`
 	HarmfulRewardEven float64 `json:"alloc_harmful_reward_even"`

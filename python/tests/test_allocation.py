@@ -23,9 +23,14 @@ def played():
 
 
 def sample(ep, p, budget):
+    """The sample's turns with shares p and step rewards budget · p; its loss_mask laid out as the
+    processor does (a 3-token prompt, then each turn's action and observation, one token a byte)."""
     turns = [{"kind": k, "p": x, "step_reward": None if x is None else budget * x} for (k, _, _), x in
              zip(ep.turns, list(p) + [None])]
-    return {"trajectory_id": "t", "turns": turns}
+    mask = [0, 0, 0]
+    for _, a, obs in ep.turns:
+        mask += [1] * len(a) + [0] * len(obs)
+    return {"trajectory_id": "t", "turns": turns, "loss_mask": mask}
 
 
 class Reading(unittest.TestCase):
@@ -51,6 +56,11 @@ class Reading(unittest.TestCase):
         self.assertEqual(r["harmful_top"], 0)
         self.assertAlmostEqual(r["harmful_reward"], 0.02)
         self.assertEqual((r["samples"], r["helpful_samples"], r["harmful_samples"]), (1, 1, 1))
+        # by length: each move's action and observation, over the ten moves'
+        n = [len(a) + len(o) for _, a, o in self.ep.turns[:10]]
+        self.assertAlmostEqual(r["helpful_len"], (n[0] + n[2]) / sum(n))
+        self.assertAlmostEqual(r["harmful_len"], n[4] / sum(n))
+        self.assertGreater(r["helpful_len"], r["helpful_even"])  # "go to office" and the note are long
 
     def test_negative_budget_keeps_its_sign(self):
         p = [0.3, 0.05, 0.4, 0.05, 0.1, 0.02, 0.02, 0.02, 0.02, 0.02]
@@ -72,6 +82,11 @@ class Reading(unittest.TestCase):
                                                {"turns": 2}))
         with self.assertRaises(O.MissingLabels):
             A.where_credit_lands(sample(self.ep, [1 / 10] * 10, 0.25), dict(self.labels, turns=12))
+        cut = sample(self.ep, [1 / 10] * 10, 0.25)
+        last = O.turn_spans(cut["loss_mask"])[-1][0]
+        cut["loss_mask"] = cut["loss_mask"][:last] + [0] * (len(cut["loss_mask"]) - last)  # the last action's run gone
+        with self.assertRaises(O.MissingLabels):
+            A.where_credit_lands(cut, self.labels)
 
     def test_batch_sums(self):
         class Reader:

@@ -16,6 +16,10 @@ every harmful turn), so that a turn repeated after the evidence is not counted a
   tied turns, so an even spread reads its chance, ``helpful_even``);
 - ``helpful_reward`` / ``helpful_reward_even``: the step rewards those turns got, signed, and
   what the even spread of the same budget would have paid them;
+- ``helpful_len``: the share an allocation proportional to each step's length would give them
+  (its action and observation tokens over those of all ``K − 1`` steps: the attention mass a step
+  collects grows with its tokens, so a step with a long observation is favoured by length
+  alone); needs the sample's ``loss_mask``;
 - the same for the harmful turns.
 
 Only samples with at least two non-terminal steps and a share on each are read (with one the
@@ -26,9 +30,9 @@ from . import oracle as O
 
 __all__ = ["where_credit_lands", "batch_allocation"]
 
-FIELDS = ("samples", "helpful_samples", "helpful_p", "helpful_even", "helpful_top", "helpful_reward",
-          "helpful_reward_even", "harmful_samples", "harmful_p", "harmful_even", "harmful_top", "harmful_reward",
-          "harmful_reward_even")
+FIELDS = ("samples", "helpful_samples", "helpful_p", "helpful_even", "helpful_len", "helpful_top", "helpful_reward",
+          "helpful_reward_even", "harmful_samples", "harmful_p", "harmful_even", "harmful_len", "harmful_top",
+          "harmful_reward", "harmful_reward_even")
 
 
 def where_credit_lands(sample, labels):
@@ -45,6 +49,12 @@ def where_credit_lands(sample, labels):
     if labels.get("turns") != len(turns):
         raise O.MissingLabels("trajectory %s: %s turns in its labels and %d in the sample"
                               % (sample.get("trajectory_id"), labels.get("turns"), len(turns)))
+    spans = O.turn_spans(sample["loss_mask"]) if sample.get("loss_mask") is not None else None
+    if spans is not None and len(spans) != len(turns):
+        raise O.MissingLabels("trajectory %s: %d action runs in its loss_mask and %d turns in the sample"
+                              % (sample.get("trajectory_id"), len(spans), len(turns)))
+    # step k's tokens: its action and the observation after it, up to the next action
+    length = [spans[k + 1][0] - spans[k][0] for k in range(k_last)] if spans is not None else None
     lab = O.once(labels)
     budget = sum(s)
     out = {"samples": 1}
@@ -53,6 +63,7 @@ def where_credit_lands(sample, labels):
         ks = sorted({k for k in turns_of if 0 <= k < k_last})
         even = len(ks) / k_last
         out.update({name + "_samples": int(bool(ks)), name + "_p": sum(p[k] for k in ks), name + "_even": even,
+                    name + "_len": sum(length[k] for k in ks) / sum(length) if length is not None else 0.0,
                     name + "_top": sum(k in ks for k in top) / len(top), name + "_reward": sum(s[k] for k in ks),
                     name + "_reward_even": budget * even})
     return out
