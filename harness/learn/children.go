@@ -114,7 +114,7 @@ func (c *children) startWorker(k, restart int) error {
 		"--groups-per-version", strconv.Itoa(o.quota(k)), "--last-version", strconv.Itoa(o.Steps - 1), "--seed", strconv.Itoa(o.Seed),
 		"--judge-noise", strconv.FormatFloat(o.JudgeNoise, 'g', -1, 64)}
 	args = append(args, o.workerArgs()...)
-	if o.oracle() || o.Method == MethodAttnSR { // each start its own file: a killed worker's last line may be cut
+	if o.labelled() { // each start its own file: a killed worker's last line may be cut
 		args = append(args, "--labels", filepath.Join(c.labels(), fmt.Sprintf("worker-%d-%d.jsonl", k, restart)))
 	}
 	p, err := startProc(fmt.Sprintf("worker-%d", k), c.dir, c.env, c.onLine, args...)

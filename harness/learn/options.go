@@ -150,6 +150,10 @@ func (o Options) searchWorld() bool {
 // arm (GRPO plus ±λ) and PPO with the oracle's step rewards.
 func (o Options) oracle() bool { return o.Method == MethodOracle || o.OracleSteps }
 
+// labelled says whether the workers write the world's turn labels: for the
+// oracle's term, and in AttnSR runs for the trainer's alloc_* readings.
+func (o Options) labelled() bool { return o.oracle() || o.Method == MethodAttnSR }
+
 // loss is the trainer's loss: ppo (GAE with a critic over token rewards)
 // for AttnSR's ppo output and the PPO method, pg (creditflow's advantages)
 // otherwise.

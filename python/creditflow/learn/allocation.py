@@ -19,7 +19,7 @@ every harmful turn), so that a turn repeated after the evidence is not counted a
 - ``helpful_len``: the share an allocation proportional to each step's length would give them
   (its action and observation tokens over those of all ``K − 1`` steps: the attention mass a step
   collects grows with its tokens, so a step with a long observation is favoured by length
-  alone); needs the sample's ``loss_mask``;
+  alone);
 - the same for the harmful turns.
 
 Only samples with at least two non-terminal steps and a share on each are read (with one the
@@ -46,24 +46,20 @@ def where_credit_lands(sample, labels):
     s = [t.get("step_reward") for t in turns[:k_last]]
     if any(x is None for x in p) or any(x is None for x in s):
         return None
-    if labels.get("turns") != len(turns):
-        raise O.MissingLabels("trajectory %s: %s turns in its labels and %d in the sample"
-                              % (sample.get("trajectory_id"), labels.get("turns"), len(turns)))
-    spans = O.turn_spans(sample["loss_mask"]) if sample.get("loss_mask") is not None else None
-    if spans is not None and len(spans) != len(turns):
-        raise O.MissingLabels("trajectory %s: %d action runs in its loss_mask and %d turns in the sample"
-                              % (sample.get("trajectory_id"), len(spans), len(turns)))
+    O.check_labels(sample, labels)  # its action runs, turns and labels agree, as for the oracle term
+    spans = O.turn_spans(sample["loss_mask"])
     # step k's tokens: its action and the observation after it, up to the next action
-    length = [spans[k + 1][0] - spans[k][0] for k in range(k_last)] if spans is not None else None
+    length = [spans[k + 1][0] - spans[k][0] for k in range(k_last)]
     lab = O.once(labels)
     budget = sum(s)
     out = {"samples": 1}
-    top = [k for k in range(k_last) if p[k] == max(p)]
+    pmax = max(p)
+    top = [k for k, x in enumerate(p) if x == pmax]  # every step in a tie
     for name, turns_of in (("helpful", lab["key_turns"] + lab["enabling_turns"]), ("harmful", lab["harmful_turns"])):
         ks = sorted({k for k in turns_of if 0 <= k < k_last})
         even = len(ks) / k_last
         out.update({name + "_samples": int(bool(ks)), name + "_p": sum(p[k] for k in ks), name + "_even": even,
-                    name + "_len": sum(length[k] for k in ks) / sum(length) if length is not None else 0.0,
+                    name + "_len": sum(length[k] for k in ks) / sum(length),
                     name + "_top": sum(k in ks for k in top) / len(top), name + "_reward": sum(s[k] for k in ks),
                     name + "_reward_even": budget * even})
     return out

@@ -210,9 +210,8 @@ def main(argv=None):
     if a.oracle_once and not a.oracle_labels:
         ap.error("--oracle-once pays the oracle's labels once: it needs --oracle-labels")
     reader = O.LabelReader(a.oracle_labels) if a.oracle_labels else None
-    credit = None
-    if a.credit_labels:
-        credit = reader if reader is not None and a.credit_labels == a.oracle_labels else O.LabelReader(a.credit_labels)
+    credit = O.LabelReader(a.credit_labels) if a.credit_labels else None
+    label_readers = [r for r in (reader, credit) if r is not None]
     rollout.setup_torch()
     torch.manual_seed(a.seed)
     stop = []
@@ -255,7 +254,7 @@ def main(argv=None):
             wait += now - t_wait
             try:
                 L.check_fields(batch, a.loss)
-                for r in [x for x in (reader, credit) if x is not None]:
+                for r in label_readers:
                     for s in batch:
                         O.check_labels(s, r.get(s["trajectory_id"]))
             except (L.MissingField, O.MissingLabels) as e:
