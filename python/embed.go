@@ -6,11 +6,12 @@ package python
 
 import "embed"
 
-// Package is the creditflow Python package: creditflow/*.py, its schemas, the
+// Package is the creditflow Python package: creditflow/*.py, the source of its compiled
+// decoder (creditflow/_cdecode.c, built on first use), its schemas, the
 // training loop (creditflow/learn) and the loop's starting checkpoints
 // (creditflow/learn/start, and start-<world> for the worlds that have their own).
 //
-//go:embed creditflow/*.py creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch creditflow/learn/start-household-long creditflow/learn/start-rumour
+//go:embed creditflow/*.py creditflow/*.c creditflow/schemas creditflow/learn/*.py creditflow/learn/start creditflow/learn/start-widesearch creditflow/learn/start-household-long creditflow/learn/start-rumour
 var Package embed.FS
 
 // Lock is the pinned list of the project's Python environment (requirements.lock):

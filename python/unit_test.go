@@ -42,9 +42,11 @@ func TestPipInstallOffline(t *testing.T) {
 		t.Fatalf("pip install: %v\n%s", err, out)
 	}
 	check := exec.Command(py, "-c", `import creditflow, sys
-from creditflow import wire
+from creditflow import _native, wire
 assert creditflow.__file__.startswith(sys.argv[1]), creditflow.__file__
-print(wire.codec("Sample").current.fingerprint.hex(), wire.codec("Sample").writers["aeddc48"].fingerprint.hex())`, target)
+m = _native.module()
+print(wire.codec("Sample").current.fingerprint.hex(), wire.codec("Sample").writers["aeddc48"].fingerprint.hex(),
+      "compiled:", m is not None and m.__file__.startswith(sys.argv[1]))`, target)
 	check.Dir = t.TempDir()
 	check.Env = append(os.Environ(), "PYTHONPATH="+target)
 	out, err := check.CombinedOutput()
@@ -53,6 +55,23 @@ print(wire.codec("Sample").current.fingerprint.hex(), wire.codec("Sample").write
 	}
 	if !strings.Contains(string(out), "accbea26abfb68c4") {
 		t.Fatalf("installed package lacks the v1 Sample schema: %s", out)
+	}
+	checkCompiled(t, string(out))
+}
+
+// checkCompiled: where a C compiler is at hand (and always under CI=true), pip built the
+// package's compiled decoder (setup.py) and the installed package uses it; elsewhere the
+// package installs without it (decoding in Python).
+func checkCompiled(t *testing.T, out string) {
+	t.Helper()
+	_, cc := exec.LookPath("cc")
+	_, gcc := exec.LookPath("gcc")
+	if cc != nil && gcc != nil && os.Getenv("CI") != "true" {
+		t.Logf("no C compiler here: the package installed without its compiled decoder (%s)", strings.TrimSpace(out))
+		return
+	}
+	if !strings.Contains(out, "compiled: True") {
+		t.Fatalf("pip did not build the compiled decoder into the installed package (creditflow._cdecode, setup.py): %s", out)
 	}
 }
 
@@ -86,11 +105,13 @@ func TestPipInstallFromIndex(t *testing.T) {
 	}
 	check := exec.Command(vpy, "-c", `import os, sysconfig
 import confluent_kafka, numpy, creditflow
-from creditflow import wire
-own = sysconfig.get_paths()["purelib"]
+from creditflow import _native, wire
+own = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
 for m in (creditflow, numpy, confluent_kafka):
-    assert os.path.dirname(os.path.dirname(m.__file__)) == own, (m.__file__, own)
-print(wire.codec("Sample").writers["aeddc48"].fingerprint.hex())`)
+    assert os.path.dirname(os.path.dirname(m.__file__)) in own, (m.__file__, own)
+m = _native.module()
+print(wire.codec("Sample").writers["aeddc48"].fingerprint.hex(),
+      "compiled:", m is not None and os.path.dirname(m.__file__) == os.path.dirname(creditflow.__file__))`)
 	check.Dir = t.TempDir()
 	check.Env = append(os.Environ(), "PYTHONPATH=")
 	out, err := check.CombinedOutput()
@@ -100,4 +121,5 @@ print(wire.codec("Sample").writers["aeddc48"].fingerprint.hex())`)
 	if !strings.Contains(string(out), "accbea26abfb68c4") {
 		t.Fatalf("the installed package lacks the v1 Sample schema: %s", out)
 	}
+	checkCompiled(t, string(out))
 }

@@ -418,6 +418,7 @@ class Schema:
         rjson = reader.json if reader is not None else self.json
         if _fullname(rjson["name"], rjson.get("namespace", "")) != self.fullname:
             raise ValueError("cannot read %s as %s" % (self.fullname, rjson["name"]))
+        self.reader_json, self.packed = rjson, packed
         self._dec = _dec_record(self.json, rjson, {}, "")
         self._fast = compile_decoder(self.json, rjson)
         self._fast_packed = compile_decoder(self.json, rjson, packed) if packed else None

@@ -10,6 +10,7 @@ that is not UTF-8) it raises _Fallback and Schema.decode_body runs the closure d
 gives the value or the precise DecodeError.
 """
 
+import functools
 import struct
 
 import numpy as np
@@ -229,14 +230,26 @@ def _nullable_fixed(t):
     return None
 
 
-def compile_decoder(writer, reader, packed=None, whole=False):
+def compile_decoder(writer, reader, packed=None, whole=False, native=None):
     """fn(b, mv, pos) -> (dict, pos) for records written with `writer` read as `reader`
     (parsed JSON schemas); raises _Fallback where the checking decoder must decide.
 
     packed maps top-level bytes fields to numpy dtypes: those fields come back as read-only
     numpy views of b (np.frombuffer) instead of memoryviews; a length that is not a multiple
     of the dtype's size falls back. With whole, the record must end the input and its packed
-    fields that are present must hold the same number of entries (else: fallback)."""
+    fields that are present must hold the same number of entries (else: fallback).
+
+    native: the compiled decoder (creditflow._native) where it can be had (None), never
+    (False: the generated Python function), or always (True: ImportError without it). Both
+    give the same values and fall back on the same bytes."""
+    if native is not False:
+        from . import _native
+        mod = _native.module()
+        if mod is None and native:
+            raise ImportError("creditflow: the compiled decoder is not available (creditflow._native)")
+        if mod is not None:
+            prog = _native.program(writer, reader, {k: np.dtype(v) for k, v in (packed or {}).items()})
+            return functools.partial(mod.decode, (prog, bool(whole)))
     g = _Gen({}, {k: np.dtype(v) for k, v in (packed or {}).items()}, whole)
     g.emit(1, "blen = len(b)")
     if whole:

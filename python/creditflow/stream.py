@@ -118,9 +118,8 @@ class SampleStream:
         self.broken_chunks = 0
         # messages fetched from librdkafka in bulk (consume) and not handled yet
         self._buf = collections.deque()
-        # offsets: per (topic, partition) the next offset consumed and the offsets still buffered
+        # offsets: per (topic, partition) the next offset consumed (commit() stops at the open groups' first)
         self._next = {}
-        self._pending = collections.defaultdict(set)
         # batches(whole_groups=True): prompt_id -> [first seen, [(sample, (topic, partition, offset), skipped)]],
         # oldest first
         self._groups = collections.OrderedDict()
@@ -171,7 +170,6 @@ class SampleStream:
             self._buf = collections.deque(m for m in self._buf if (m.topic(), m.partition()) not in gone)
         for tp in partitions:
             self._next.pop((tp.topic, tp.partition), None)
-            self._pending.pop((tp.topic, tp.partition), None)
             self._chunks.forget(tp.partition)
         # Samples of those partitions held in groups not released yet: the next owner reads
         # them again from the last commit (never past them), with the rest of their group.
@@ -190,23 +188,32 @@ class SampleStream:
             else:
                 del self._groups[pid]
 
+    def _fetch(self, timeout):
+        """Fills the buffer: what librdkafka already holds, in bulk (one call for up to _BULK
+        messages, not one each); when it holds nothing, waits up to `timeout` for one message
+        (consume with a timeout would wait the whole timeout for a full bulk). A rebalance in
+        either call may drop buffered samples and groups (_on_revoke)."""
+        with self._lock:
+            self._buf.extend(self._consumer.consume(num_messages=_BULK, timeout=0))
+            if not self._buf:
+                msg = self._consumer.poll(timeout)
+                if msg is not None:
+                    self._buf.append(msg)
+
     def _poll(self, timeout):
         """One sample that passed the filters, as (sample, (topic, partition, offset)), or None."""
         if not self._buf:
-            # What librdkafka already holds, in bulk (one call for up to _BULK messages, not
-            # one each); when it holds nothing, wait for one message as before (consume with a
-            # timeout would wait the whole timeout for a full bulk).
-            with self._lock:
-                self._buf.extend(self._consumer.consume(num_messages=_BULK, timeout=0))
-        if self._buf:
-            msg = self._buf.popleft()
-        else:
-            with self._lock:
-                msg = self._consumer.poll(timeout)
-        if msg is None:
-            return None
-        if msg.error():
-            code = msg.error().code()
+            self._fetch(timeout)
+        return self._admit(self._buf.popleft()) if self._buf else None
+
+    def _admit(self, msg):
+        """A fetched message as (sample, (topic, partition, offset)) when it holds a sample that
+        passed the filters (a stale one marked "_skipped"); None for the end of a partition, a
+        topic not created yet, a chunk of a sample still incomplete, an undecodable record (counted)
+        or a duplicate (counted)."""
+        err = msg.error()
+        if err is not None:
+            code = err.code()
             if code == KafkaError._PARTITION_EOF:
                 return None
             if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
@@ -216,20 +223,25 @@ class SampleStream:
                                 "creates it)", self.topic)
                     self._waiting_for_topic = True
                 return None
-            raise KafkaException(msg.error())
+            raise KafkaException(err)
         if self._waiting_for_topic:
             log.warning("topic %s exists now; reading it", self.topic)
             self._waiting_for_topic = False
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         self._next[(topic, partition)] = offset + 1
         headers = msg.headers()
-        if headers and any(k == CHUNK for k, _ in headers):  # a chunk: the reassembler puts it together
-            rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
-            self.broken_chunks += len(broken)
-            if rec is None:
-                return None
-            value, first = rec["value"], rec["first"]
-        else:  # a whole record, with no headers or a producer's own (creditflow-schema)
+        if headers:  # a producer's own (creditflow-schema), or a chunk's
+            for k, _ in headers:
+                if k == CHUNK:  # a chunk: the reassembler puts it together
+                    rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
+                    self.broken_chunks += len(broken)
+                    if rec is None:
+                        return None
+                    value, first = rec["value"], rec["first"]  # a chunked sample is pending from its first chunk on
+                    break
+            else:
+                value, first = msg.value(), offset
+        else:
             value, first = msg.value(), offset
         try:
             s = decode_sample(value)
@@ -237,19 +249,19 @@ class SampleStream:
             self.undecodable += 1
             return None
         tid = s["trajectory_id"]
-        if tid in self._window:
-            self._window.move_to_end(tid)
+        window = self._window
+        if tid in window:
+            window.move_to_end(tid)
             self.duplicates += 1
             return None
-        self._window[tid] = True
-        if len(self._window) > self._window_size:
-            self._window.popitem(last=False)
+        window[tid] = True
+        if len(window) > self._window_size:
+            window.popitem(last=False)
         if self.max_policy_lag is not None:
             newest = self._policy.version
             if newest is not None and newest - s["policy_version"] > self.max_policy_lag:
                 self.stale += 1
                 s["_skipped"] = True
-        # a chunked sample is pending from its first chunk on
         return s, (topic, partition, first)
 
     def poll(self, timeout=1.0):
@@ -296,38 +308,48 @@ class SampleStream:
                     if batch:
                         yield batch
                     return
-        groups = self._groups
+        groups, buf = self._groups, self._buf
+        popleft, admit, monotonic = buf.popleft, self._admit, time.monotonic
         batch, since = [], None
-        last = time.monotonic()
+        last = monotonic()
 
         def release(pid, now):
             nonlocal since
-            for s, (t, p, o), skipped in groups.pop(pid)[1]:
+            k = len(batch)
+            for s, _, skipped in groups.pop(pid)[1]:
                 if not skipped:
-                    self._pending[(t, p)].discard(o)
                     batch.append(s)
-                    self.yielded += 1
+            self.yielded += len(batch) - k
             if batch:
                 since = since or now
 
         while True:
-            # Wait no longer than a pending batch may (max_wait), so that it leaves on time.
-            wait = 0.5 if not batch or max_wait is None else min(0.5, max(0.0, since + max_wait - time.monotonic()))
-            r = self._poll(wait)  # a rebalance in it may drop groups (_on_revoke)
-            now = time.monotonic()
-            if r is not None:
-                last = now
-                s, (t, p, o) = r
+            if not buf:
+                # Wait no longer than a pending batch may (max_wait), so that it leaves on time.
+                self._fetch(0.5 if not batch or max_wait is None else min(0.5, max(0.0, since + max_wait - monotonic())))
+            # What was fetched, message by message; the clock read once per fetch (the bulk
+            # is what librdkafka already held, handled in well under a millisecond a sample).
+            now, admitted = monotonic(), False
+            while buf:
+                r = admit(popleft())
+                if r is None:
+                    continue
+                admitted = True
+                s = r[0]
                 pid = s["prompt_id"]
                 g = groups.get(pid)
                 if g is None:
                     g = groups[pid] = [now, []]
-                skipped = bool(s.get("_skipped"))  # stale members count toward the group
-                g[1].append((s, (t, p, o), skipped))
-                if not skipped:
-                    self._pending[(t, p)].add(o)
-                if len(g[1]) >= g[1][0][0]["group_size"]:  # only this group can have completed
+                members = g[1]
+                members.append((s, r[1], "_skipped" in s))  # stale members count toward the group
+                if len(members) >= members[0][0]["group_size"]:  # only this group can have completed
                     release(pid, now)
+                    if len(batch) >= n:
+                        yield batch
+                        batch, since = [], None
+                        now = monotonic()  # the trainer's step took its time
+            if admitted:
+                last = now
             while groups:  # partial groups time out oldest first
                 pid, g = next(iter(groups.items()))
                 if now - g[0] <= self.group_timeout:
@@ -336,7 +358,7 @@ class SampleStream:
             if batch and (len(batch) >= n or (max_wait is not None and now - since >= max_wait)):
                 yield batch
                 batch, since = [], None
-            if r is None and self.idle_timeout is not None and now - last > self.idle_timeout:
+            if not admitted and self.idle_timeout is not None and now - last > self.idle_timeout:
                 for pid in list(groups):
                     release(pid, now)
                 if batch:
@@ -345,12 +367,16 @@ class SampleStream:
 
     def commit(self):
         """Commits synchronously what has been yielded (and skipped) so far: per partition,
-        up to the first sample still buffered in batches()."""
+        up to the first sample still held in batches()'s open groups."""
+        held = {}  # (topic, partition) -> the first offset held
+        for _, members in self._groups.values():
+            for _, (t, p, o), skipped in members:
+                if not skipped and o < held.get((t, p), o + 1):
+                    held[(t, p)] = o
         offsets = []
         for (t, p), nxt in self._next.items():
-            pend = self._pending.get((t, p))
             nxt = self._chunks.commit_offset(p, nxt)  # never past the first chunk of a sample being put together
-            offsets.append(TopicPartition(t, p, min([nxt] + list(pend or ()))))
+            offsets.append(TopicPartition(t, p, min(nxt, held.get((t, p), nxt))))
         if offsets:
             with self._lock:
                 self._consumer.commit(offsets=offsets, asynchronous=False)

@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ._avro import DecodeError, Schema
+from . import _native
 from ._avro_fast import FALLBACK
 
 __all__ = [
@@ -258,8 +259,10 @@ def decode_scored(value: bytes) -> dict:
 # ----- Sample ----------------------------------------------------------------------------
 
 # Sample writer fingerprint -> the straight-line decoder of a whole framed Sample
-# (Schema.fast_whole), filled by the first decode_sample.
+# (Schema.fast_whole), filled by the first decode_sample; with the compiled decoder
+# (creditflow._native), [its decode_framed, ((fingerprint, program), ...)] instead.
 _SAMPLE_WHOLE = {}
+_SAMPLE_NATIVE = []
 
 
 def decode_sample(value: bytes) -> dict:
@@ -275,12 +278,20 @@ def decode_sample(value: bytes) -> dict:
     # The trainer's path: one call for a well-formed record (the header, the body, its end and
     # the arrays' counts checked on the way); anything else takes the checking path below,
     # which decodes it the same or says why not.
-    fast = _SAMPLE_WHOLE.get(value[2:10]) if value[:2] == MAGIC else None
-    if fast is not None:
+    if _SAMPLE_NATIVE:
         try:
-            return fast(value, memoryview(value), 10)[0]
+            s = _SAMPLE_NATIVE[0](_SAMPLE_NATIVE[1], value)
         except FALLBACK:
-            pass
+            s = None
+        if s is not None:
+            return s
+    else:
+        fast = _SAMPLE_WHOLE.get(value[2:10]) if value[:2] == MAGIC else None
+        if fast is not None:
+            try:
+                return fast(value, memoryview(value), 10)[0]
+            except FALLBACK:
+                pass
     return _decode_sample_checked(value)
 
 
@@ -288,6 +299,9 @@ def _decode_sample_checked(value):
     c = codec("Sample")
     if not _SAMPLE_WHOLE:
         _SAMPLE_WHOLE.update((fp, s.fast_whole) for fp, s in c.readers.items())
+        native = [f.args[0] for f in _SAMPLE_WHOLE.values() if getattr(f, "func", None) is not None]
+        if len(native) == len(_SAMPLE_WHOLE):  # every generation compiled (creditflow._native)
+            _SAMPLE_NATIVE[:] = [_native.module().decode_framed, tuple(zip(_SAMPLE_WHOLE, native))]
     r = c.decode(value, packed=True)
     n = None
     for f, dt in (("tokens", _I32), ("loss_mask", _U8), ("advantages", _F32),

@@ -4,7 +4,8 @@ same records.
   PYTHONPATH=python python/tests/bench_decode.py   # with the project's interpreter
 
 For each size: a Sample of N tokens (8 turns of diagnostics), decoded to numpy arrays by
-creditflow.decode_sample, by fastavro (creditflow._fastavro.decode_sample: schemaless_reader,
+creditflow.decode_sample (the compiled decoder where it can be had: docs/python.md), by the
+package's generated Python decoder alone (python_us), by fastavro (creditflow._fastavro.decode_sample: schemaless_reader,
 then np.frombuffer on each packed field) and by avro's DatumReader followed by
 np.frombuffer on each packed field (the cheapest a avro user can do). Prints
 microseconds per record (best of 5 rounds) and each library's time over the own decoder's. A
@@ -49,7 +50,13 @@ def main():
             d[f] = np.frombuffer(d[f], dtype=dt)
         return d
 
-    print("%8s %10s %12s %12s %8s %12s %8s" % ("tokens", "bytes", "own_us", "fastavro_us", "ratio", "avro_us", "ratio"))
+    from creditflow import _native
+    from creditflow._avro_fast import compile_decoder
+    cur = wire.codec("Sample").current
+    in_python = compile_decoder(cur.json, cur.json, cur.packed, whole=True, native=False)
+    print("decode_sample: %s" % ("compiled (creditflow._cdecode)" if _native.module() else "Python (no compiled decoder)"))
+    print("%8s %10s %12s %12s %8s %12s %8s %12s %8s" % ("tokens", "bytes", "own_us", "python_us", "ratio", "fastavro_us",
+                                                       "ratio", "avro_us", "ratio"))
     for n in (1024, 4096, 8192, 16384, 32768):
         d = sample_datum(n, seed=n)
         d["turns"] = d["turns"] * 4
@@ -57,6 +64,7 @@ def main():
         a = creditflow.decode_sample(v)
         reps = max(20, 200000 // n)
         own = best(lambda: creditflow.decode_sample(v), reps)
+        py = best(lambda: in_python(v, memoryview(v), 10), reps)
         fa = ref = float("nan")
         if _fastavro is not None:
             b = _fastavro.decode_sample(v)
@@ -66,7 +74,8 @@ def main():
             b = with_avro(v)
             assert (a["tokens"] == b["tokens"]).all() and a["turns"] == b["turns"]
             ref = best(lambda: with_avro(v), reps)
-        print("%8d %10d %12.1f %12.1f %8.1f %12.1f %8.1f" % (n, len(v), own * 1e6, fa * 1e6, fa / own, ref * 1e6, ref / own))
+        print("%8d %10d %12.1f %12.1f %8.1f %12.1f %8.1f %12.1f %8.1f" % (n, len(v), own * 1e6, py * 1e6, py / own, fa * 1e6,
+                                                                      fa / own, ref * 1e6, ref / own))
     if _avro is None:
         return 0
 

@@ -1,0 +1,445 @@
+/* creditflow._cdecode: the straight-line Avro decoder of _avro_fast, compiled.
+
+   decode(program, b, mv, pos) -> (value, end) reads one value of a record schema from the
+   bytes object b at pos, following `program`, the schema compiled into nested tuples by
+   creditflow._native (one tuple per schema node; the op codes below). It returns exactly
+   what the Python decoder that _avro_fast generates for the same schema returns, and checks
+   nothing it can leave to the checking decoder of _avro: whenever the bytes are not what it
+   expects (a length past the end, a bad union branch or boolean, an int out of range, a
+   string that is not UTF-8, a varint past 64 bits) it raises the Fallback exception given to
+   init(), and the caller runs the checking decoder, which gives the value or the precise error.
+
+   Packed fields (top-level bytes fields read as numpy arrays) are made by calling the
+   frombuffer function given to init() (numpy.frombuffer) on b: read-only views, no copy. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { OP_NULL, OP_BOOL, OP_INT, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_STRING, OP_BYTES, OP_PACKED, OP_UNION,
+       OP_ARRAY, OP_RECORD };
+
+static PyObject *Fallback;   /* the exception that sends the caller to the checking decoder */
+static PyObject *frombuffer; /* numpy.frombuffer */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t len, pos;
+    PyObject *b, *mv;
+    Py_ssize_t pc; /* whole records: the packed fields' common count, -1 before the first */
+    int whole;
+} Reader;
+
+static PyObject *fallback(void) {
+    PyErr_SetNone(Fallback);
+    return NULL;
+}
+
+/* A zigzag varint of at most maxbytes bytes; -1 (no exception set) where the checking
+   decoder must decide. */
+static int varint(Reader *r, int maxbytes, int64_t *out) {
+    uint64_t u = 0;
+    for (int k = 0; k < maxbytes; k++) {
+        if (r->pos >= r->len)
+            return -1;
+        unsigned c = r->p[r->pos++];
+        if (k == 9 && c > 1)
+            return -1;
+        u |= (uint64_t)(c & 127) << (7 * k);
+        if (c < 128) {
+            *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static PyObject *node(Reader *r, PyObject *prog);
+
+/* A dict with room for n keys (no resizing while it fills). */
+static PyObject *new_dict(Py_ssize_t n) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_NewPresized(n);
+#else
+    (void)n;
+    return PyDict_New();
+#endif
+}
+
+/* Reads past one value of prog, checking exactly what node() checks (so that a record is
+   accepted or refused alike whether a field is built or read past) without building it.
+   0, or -1 with an exception set (Fallback where the checking decoder must decide). */
+static int skip(Reader *r, PyObject *prog) {
+    int64_t n;
+    switch (PyLong_AsLong(PyTuple_GET_ITEM(prog, 0))) {
+    case OP_NULL:
+        return 0;
+    case OP_BOOL:
+        if (r->pos >= r->len || r->p[r->pos] > 1)
+            break;
+        r->pos++;
+        return 0;
+    case OP_INT:
+        if (varint(r, 5, &n) < 0 || n < INT32_MIN || n > INT32_MAX)
+            break;
+        return 0;
+    case OP_LONG:
+        if (varint(r, 10, &n) < 0)
+            break;
+        return 0;
+    case OP_FLOAT:
+    case OP_DOUBLE: {
+        Py_ssize_t size = PyLong_AsLong(PyTuple_GET_ITEM(prog, 0)) == OP_FLOAT ? 4 : 8;
+        if (r->len - r->pos < size)
+            break;
+        r->pos += size;
+        return 0;
+    }
+    case OP_STRING:
+    case OP_BYTES:
+    case OP_PACKED: {
+        if (PyLong_AsLong(PyTuple_GET_ITEM(prog, 0)) != OP_BYTES) { /* decoded (checked), then dropped */
+            PyObject *v = node(r, prog);
+            if (v == NULL)
+                return -1;
+            Py_DECREF(v);
+            return 0;
+        }
+        if (varint(r, 10, &n) < 0 || n < 0 || n > r->len - r->pos)
+            break;
+        r->pos += (Py_ssize_t)n;
+        return 0;
+    }
+    case OP_UNION: {
+        if (r->pos >= r->len)
+            break;
+        unsigned char br = r->p[r->pos++];
+        if (br == 0)
+            return 0;
+        if (br == 2)
+            return skip(r, PyTuple_GET_ITEM(prog, 1));
+        break;
+    }
+    case OP_ARRAY: {
+        int64_t size;
+        if (varint(r, 10, &n) < 0)
+            break;
+        while (n) {
+            if (n < 0) {
+                if (n == INT64_MIN || varint(r, 10, &size) < 0 || size < 0 || size > r->len - r->pos)
+                    goto fb;
+                n = -n;
+            }
+            if (n > r->len - r->pos)
+                goto fb;
+            for (int64_t k = 0; k < n; k++)
+                if (skip(r, PyTuple_GET_ITEM(prog, 1)) < 0)
+                    return -1;
+            if (varint(r, 10, &n) < 0)
+                goto fb;
+        }
+        return 0;
+    }
+    case OP_RECORD: {
+        PyObject *nodes = PyTuple_GET_ITEM(prog, 2);
+        if (Py_EnterRecursiveCall(" in creditflow._cdecode"))
+            return -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nodes); i++)
+            if (skip(r, PyTuple_GET_ITEM(nodes, i)) < 0) {
+                Py_LeaveRecursiveCall();
+                return -1;
+            }
+        Py_LeaveRecursiveCall();
+        return 0;
+    }
+    default:
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "creditflow._cdecode: unknown op in the program");
+        return -1;
+    }
+fb:
+    PyErr_SetNone(Fallback);
+    return -1;
+}
+
+static PyObject *record(Reader *r, PyObject *prog) {
+    /* (OP_RECORD, keys, nodes, defaults): keys[i] is the dict key of the writer's field i, or
+       None for a field the reader lacks (read past); defaults are (key, value, fresh) for the
+       reader's fields the writer lacks, fresh a function that makes a new mutable default or None. */
+    PyObject *keys = PyTuple_GET_ITEM(prog, 1), *nodes = PyTuple_GET_ITEM(prog, 2);
+    PyObject *defaults = PyTuple_GET_ITEM(prog, 3);
+    PyObject *d = new_dict(PyTuple_GET_SIZE(keys) + PyTuple_GET_SIZE(defaults));
+    if (d == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(nodes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        if (k == Py_None) { /* a field the reader lacks: read past, checked */
+            if (skip(r, PyTuple_GET_ITEM(nodes, i)) < 0)
+                goto fail;
+            continue;
+        }
+        PyObject *v = node(r, PyTuple_GET_ITEM(nodes, i));
+        if (v == NULL)
+            goto fail;
+        if (PyDict_SetItem(d, k, v) < 0) {
+            Py_DECREF(v);
+            goto fail;
+        }
+        Py_DECREF(v);
+    }
+    n = PyTuple_GET_SIZE(defaults);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *def = PyTuple_GET_ITEM(defaults, i);
+        PyObject *fresh = PyTuple_GET_ITEM(def, 2), *v;
+        if (fresh == Py_None) {
+            v = PyTuple_GET_ITEM(def, 1);
+            Py_INCREF(v);
+        } else if ((v = PyObject_CallNoArgs(fresh)) == NULL) {
+            goto fail;
+        }
+        int rc = PyDict_SetItem(d, PyTuple_GET_ITEM(def, 0), v);
+        Py_DECREF(v);
+        if (rc < 0)
+            goto fail;
+    }
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyObject *array(Reader *r, PyObject *item) {
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    int64_t n, size;
+    if (varint(r, 10, &n) < 0)
+        goto fb;
+    while (n) {
+        if (n < 0) { /* a block with its byte size */
+            if (n == INT64_MIN || varint(r, 10, &size) < 0 || size < 0 || size > r->len - r->pos)
+                goto fb;
+            n = -n;
+        }
+        if (n > r->len - r->pos)
+            goto fb;
+        for (int64_t k = 0; k < n; k++) {
+            PyObject *v = node(r, item);
+            if (v == NULL)
+                goto fail;
+            int rc = PyList_Append(list, v);
+            Py_DECREF(v);
+            if (rc < 0)
+                goto fail;
+        }
+        if (varint(r, 10, &n) < 0)
+            goto fb;
+    }
+    return list;
+fb:
+    PyErr_SetNone(Fallback);
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+static PyObject *packed(Reader *r, PyObject *prog, int64_t n) {
+    /* (OP_PACKED, dtype, itemsize): n bytes at pos as a numpy view */
+    Py_ssize_t itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, 2));
+    if (itemsize <= 0 || n % itemsize)
+        return fallback();
+    Py_ssize_t count = (Py_ssize_t)(n / itemsize);
+    if (r->whole) { /* every packed field of the record holds the same count */
+        if (r->pc < 0)
+            r->pc = count;
+        else if (count != r->pc)
+            return fallback();
+    }
+    PyObject *args[4] = {r->b, PyTuple_GET_ITEM(prog, 1), PyLong_FromSsize_t(count), PyLong_FromSsize_t(r->pos)};
+    PyObject *v = NULL;
+    if (args[2] != NULL && args[3] != NULL)
+        v = PyObject_Vectorcall(frombuffer, args, 4, NULL);
+    Py_XDECREF(args[2]);
+    Py_XDECREF(args[3]);
+    if (v != NULL)
+        r->pos += (Py_ssize_t)n;
+    return v;
+}
+
+static PyObject *node(Reader *r, PyObject *prog) {
+    int64_t n;
+    switch (PyLong_AsLong(PyTuple_GET_ITEM(prog, 0))) {
+    case OP_NULL:
+        Py_RETURN_NONE;
+    case OP_BOOL: {
+        if (r->pos >= r->len || r->p[r->pos] > 1)
+            return fallback();
+        return PyBool_FromLong(r->p[r->pos++]);
+    }
+    case OP_INT:
+        if (varint(r, 5, &n) < 0 || n < INT32_MIN || n > INT32_MAX)
+            return fallback();
+        return PyLong_FromLongLong(n);
+    case OP_LONG:
+        if (varint(r, 10, &n) < 0)
+            return fallback();
+        return PyLong_FromLongLong(n);
+    case OP_FLOAT: {
+        if (r->len - r->pos < 4)
+            return fallback();
+        double x = PyFloat_Unpack4((const char *)r->p + r->pos, 1);
+        if (x == -1.0 && PyErr_Occurred())
+            return NULL;
+        r->pos += 4;
+        return PyFloat_FromDouble(x);
+    }
+    case OP_DOUBLE: {
+        if (r->len - r->pos < 8)
+            return fallback();
+        double x = PyFloat_Unpack8((const char *)r->p + r->pos, 1);
+        if (x == -1.0 && PyErr_Occurred())
+            return NULL;
+        r->pos += 8;
+        return PyFloat_FromDouble(x);
+    }
+    case OP_STRING:
+    case OP_BYTES:
+    case OP_PACKED: {
+        int op = (int)PyLong_AsLong(PyTuple_GET_ITEM(prog, 0));
+        if (varint(r, 10, &n) < 0 || n < 0 || n > r->len - r->pos)
+            return fallback();
+        if (op == OP_PACKED)
+            return packed(r, prog, n);
+        PyObject *v;
+        if (op == OP_STRING) {
+            v = PyUnicode_DecodeUTF8((const char *)r->p + r->pos, (Py_ssize_t)n, NULL);
+            if (v == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    return NULL;
+                PyErr_Clear();
+                return fallback();
+            }
+        } else {
+            if (r->mv == Py_None && (r->mv = PyMemoryView_FromObject(r->b)) == NULL) {
+                r->mv = Py_None;
+                return NULL;
+            }
+            v = PySequence_GetSlice(r->mv, r->pos, r->pos + (Py_ssize_t)n);
+            if (v == NULL)
+                return NULL;
+        }
+        r->pos += (Py_ssize_t)n;
+        return v;
+    }
+    case OP_UNION: { /* ["null", T]: the branch is one byte, zigzag 0 or 1 */
+        if (r->pos >= r->len)
+            return fallback();
+        unsigned char br = r->p[r->pos++];
+        if (br == 0)
+            Py_RETURN_NONE;
+        if (br == 2)
+            return node(r, PyTuple_GET_ITEM(prog, 1));
+        return fallback();
+    }
+    case OP_ARRAY:
+        return array(r, PyTuple_GET_ITEM(prog, 1));
+    case OP_RECORD: {
+        if (Py_EnterRecursiveCall(" in creditflow._cdecode"))
+            return NULL;
+        PyObject *v = record(r, prog);
+        Py_LeaveRecursiveCall();
+        return v;
+    }
+    }
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "creditflow._cdecode: unknown op in the program");
+    return NULL;
+}
+
+/* decode(program, b, mv, pos): program is (record node, whole); with whole the record must
+   end b and its packed fields hold one count. */
+static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode(program, b: bytes, mv, pos)");
+        return NULL;
+    }
+    Reader r;
+    r.b = args[1];
+    r.mv = args[2];
+    r.p = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    r.len = PyBytes_GET_SIZE(args[1]);
+    r.pos = PyLong_AsSsize_t(args[3]);
+    if (r.pos == -1 && PyErr_Occurred())
+        return NULL;
+    if (r.pos < 0 || r.pos > r.len)
+        return fallback();
+    r.pc = -1;
+    r.whole = PyObject_IsTrue(PyTuple_GET_ITEM(args[0], 1));
+    PyObject *v = node(&r, PyTuple_GET_ITEM(args[0], 0));
+    if (r.mv != args[2]) /* made here (mv None) */
+        Py_DECREF(r.mv);
+    if (v == NULL)
+        return NULL;
+    if (r.whole && r.pos != r.len) {
+        Py_DECREF(v);
+        return fallback();
+    }
+    PyObject *out = Py_BuildValue("(Nn)", v, r.pos);
+    return out;
+}
+
+/* decode_framed(table, value): a whole framed record (the magic c3 01, the writer's 8-byte
+   fingerprint, its body, nothing after) as a dict, where table is a tuple of (fingerprint,
+   whole program) pairs; None for another header or fingerprint (the caller's checking path
+   decides). The trainer's path: one call a sample (wire.decode_sample). */
+static PyObject *decode_framed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode_framed(table: tuple, value: bytes)");
+        return NULL;
+    }
+    const char *p = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[1]);
+    if (len < 10 || (unsigned char)p[0] != 0xc3 || p[1] != 0x01)
+        Py_RETURN_NONE;
+    PyObject *table = args[0];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(table); i++) {
+        PyObject *e = PyTuple_GET_ITEM(table, i), *fp = PyTuple_GET_ITEM(e, 0);
+        if (PyBytes_GET_SIZE(fp) != 8 || memcmp(PyBytes_AS_STRING(fp), p + 2, 8) != 0)
+            continue;
+        PyObject *prog = PyTuple_GET_ITEM(e, 1);
+        Reader r = {(const unsigned char *)p, len, 10, args[1], Py_None, -1, PyObject_IsTrue(PyTuple_GET_ITEM(prog, 1))};
+        PyObject *v = node(&r, PyTuple_GET_ITEM(prog, 0));
+        if (r.mv != Py_None)
+            Py_DECREF(r.mv);
+        if (v != NULL && r.whole && r.pos != r.len) {
+            Py_DECREF(v);
+            return fallback();
+        }
+        return v;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *init(PyObject *self, PyObject *args) {
+    PyObject *fb, *fn;
+    if (!PyArg_ParseTuple(args, "OO", &fb, &fn))
+        return NULL;
+    Py_XSETREF(Fallback, Py_NewRef(fb));
+    Py_XSETREF(frombuffer, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
+     "decode(program, b, mv, pos) -> (value, end); raises the Fallback exception where the checking decoder must decide"},
+    {"decode_framed", (PyCFunction)(void (*)(void))decode_framed, METH_FASTCALL,
+     "decode_framed(table, value) -> dict, or None for another header or writer"},
+    {"init", init, METH_VARARGS, "init(Fallback, frombuffer)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cdecode", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__cdecode(void) { return PyModule_Create(&module); }
