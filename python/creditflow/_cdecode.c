@@ -17,6 +17,25 @@
 #include <stdint.h>
 #include <string.h>
 
+#if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 */
+#define PyFloat_Unpack4 _PyFloat_Unpack4
+#define PyFloat_Unpack8 _PyFloat_Unpack8
+#endif
+#if PY_VERSION_HEX < 0x030A0000 /* from 3.10 */
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
+#if PY_VERSION_HEX < 0x030900A4 || !defined(Py_XSETREF)
+#define Py_XSETREF(op, op2)                                                                        \
+    do {                                                                                           \
+        PyObject *_tmp = (PyObject *)(op);                                                         \
+        (op) = (op2);                                                                              \
+        Py_XDECREF(_tmp);                                                                          \
+    } while (0)
+#endif
+
 enum { OP_NULL, OP_BOOL, OP_INT, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_STRING, OP_BYTES, OP_PACKED, OP_UNION,
        OP_ARRAY, OP_RECORD };
 

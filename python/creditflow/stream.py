@@ -166,8 +166,11 @@ class SampleStream:
     def _on_revoke(self, consumer, partitions):
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assigned = self._assigned - gone
-        if self._buf:  # fetched, not handled: the partitions' next owner reads them
-            self._buf = collections.deque(m for m in self._buf if (m.topic(), m.partition()) not in gone)
+        if self._buf:  # fetched, not handled: the partitions' next owner reads them (in place:
+            # batches() holds the deque)
+            keep = [m for m in self._buf if (m.topic(), m.partition()) not in gone]
+            self._buf.clear()
+            self._buf.extend(keep)
         for tp in partitions:
             self._next.pop((tp.topic, tp.partition), None)
             self._chunks.forget(tp.partition)

@@ -218,7 +218,8 @@ def _has_big_int(v):
 
 class Switch(unittest.TestCase):
     def run_py(self, code, **env):
-        e = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."), **env)
+        path = [os.path.join(HERE, "..")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        e = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **env)
         return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
 
     def test_off(self):

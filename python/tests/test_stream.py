@@ -183,6 +183,16 @@ class Stream(unittest.TestCase):
         s.commit()
         self.assertEqual(s._consumer.commits[-1], [(0, 2), (1, 2)])
 
+    def test_a_revoke_drops_buffered_messages_in_place(self):
+        # batches() holds the buffer between fetches: a revoke must drop the partition's
+        # fetched messages from that same deque, not from a new one
+        s = self.stream([])
+        buf = s._buf
+        buf.extend([Msg(0, 0, sample("A0", "A")), Msg(1, 0, sample("B0", "B")), Msg(0, 1, sample("A1", "A"))])
+        s._on_revoke(s._consumer, [kafka.TopicPartition("creditflow.samples", 0)])
+        self.assertIs(s._buf, buf)
+        self.assertEqual([(m.partition(), m.offset()) for m in buf], [(1, 0)])
+
     def test_assignment_follows_the_rebalances(self):
         s = self.stream([Assign(0, 1, 2), Revoke(0, 1, 2), Assign(2, 3)])
         s.poll(0.01)
