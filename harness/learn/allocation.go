@@ -85,6 +85,8 @@ func (c Comparison) allocationMarkdown() string {
 	var b, byLen strings.Builder
 	helpP := func(a Allocation) float64 { return a.HelpfulP }
 	harmP := func(a Allocation) float64 { return a.HarmfulP }
+	helpEven := func(a Allocation) float64 { return a.HelpfulEven }
+	harmEven := func(a Allocation) float64 { return a.HarmfulEven }
 	for _, k := range c.methods() {
 		var sums, firsts, lasts []Allocation
 		var tot Allocation
@@ -112,8 +114,6 @@ func (c Comparison) allocationMarkdown() string {
 			b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		}
 		m, w := splitKey(k)
-		helpEven := func(a Allocation) float64 { return a.HelpfulEven }
-		harmEven := func(a Allocation) float64 { return a.HarmfulEven }
 		first, _ := seedRatios(firsts, helpP, helpEven)
 		last, _ := seedRatios(lasts, helpP, helpEven)
 		fm, _ := meanSD(first)

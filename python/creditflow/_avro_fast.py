@@ -242,15 +242,15 @@ def compile_decoder(writer, reader, packed=None, whole=False, native=None):
     native: the compiled decoder (creditflow._native) where it can be had (None), never
     (False: the generated Python function), or always (True: ImportError without it). Both
     give the same values and fall back on the same bytes."""
+    dtypes = {k: np.dtype(v) for k, v in (packed or {}).items()}
     if native is not False:
         from . import _native
         mod = _native.module()
         if mod is None and native:
             raise ImportError("creditflow: the compiled decoder is not available (creditflow._native)")
         if mod is not None:
-            prog = _native.program(writer, reader, {k: np.dtype(v) for k, v in (packed or {}).items()})
-            return functools.partial(mod.decode, (prog, bool(whole)))
-    g = _Gen({}, {k: np.dtype(v) for k, v in (packed or {}).items()}, whole)
+            return functools.partial(mod.decode, (_native.program(writer, reader, dtypes), bool(whole)))
+    g = _Gen({}, dtypes, whole)
     g.emit(1, "blen = len(b)")
     if whole:
         g.emit(1, "pc = -1")

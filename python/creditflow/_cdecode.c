@@ -91,7 +91,8 @@ static PyObject *new_dict(Py_ssize_t n) {
    0, or -1 with an exception set (Fallback where the checking decoder must decide). */
 static int skip(Reader *r, PyObject *prog) {
     int64_t n;
-    switch (PyLong_AsLong(PyTuple_GET_ITEM(prog, 0))) {
+    long op = PyLong_AsLong(PyTuple_GET_ITEM(prog, 0));
+    switch (op) {
     case OP_NULL:
         return 0;
     case OP_BOOL:
@@ -109,7 +110,7 @@ static int skip(Reader *r, PyObject *prog) {
         return 0;
     case OP_FLOAT:
     case OP_DOUBLE: {
-        Py_ssize_t size = PyLong_AsLong(PyTuple_GET_ITEM(prog, 0)) == OP_FLOAT ? 4 : 8;
+        Py_ssize_t size = op == OP_FLOAT ? 4 : 8;
         if (r->len - r->pos < size)
             break;
         r->pos += size;
@@ -118,7 +119,7 @@ static int skip(Reader *r, PyObject *prog) {
     case OP_STRING:
     case OP_BYTES:
     case OP_PACKED: {
-        if (PyLong_AsLong(PyTuple_GET_ITEM(prog, 0)) != OP_BYTES) { /* decoded (checked), then dropped */
+        if (op != OP_BYTES) { /* decoded (checked), then dropped */
             PyObject *v = node(r, prog);
             if (v == NULL)
                 return -1;
@@ -289,7 +290,8 @@ static PyObject *packed(Reader *r, PyObject *prog, int64_t n) {
 
 static PyObject *node(Reader *r, PyObject *prog) {
     int64_t n;
-    switch (PyLong_AsLong(PyTuple_GET_ITEM(prog, 0))) {
+    long op = PyLong_AsLong(PyTuple_GET_ITEM(prog, 0));
+    switch (op) {
     case OP_NULL:
         Py_RETURN_NONE;
     case OP_BOOL: {
@@ -305,28 +307,21 @@ static PyObject *node(Reader *r, PyObject *prog) {
         if (varint(r, 10, &n) < 0)
             return fallback();
         return PyLong_FromLongLong(n);
-    case OP_FLOAT: {
-        if (r->len - r->pos < 4)
-            return fallback();
-        double x = PyFloat_Unpack4((const char *)r->p + r->pos, 1);
-        if (x == -1.0 && PyErr_Occurred())
-            return NULL;
-        r->pos += 4;
-        return PyFloat_FromDouble(x);
-    }
+    case OP_FLOAT:
     case OP_DOUBLE: {
-        if (r->len - r->pos < 8)
+        Py_ssize_t size = op == OP_FLOAT ? 4 : 8;
+        if (r->len - r->pos < size)
             return fallback();
-        double x = PyFloat_Unpack8((const char *)r->p + r->pos, 1);
+        const char *at = (const char *)r->p + r->pos;
+        double x = op == OP_FLOAT ? PyFloat_Unpack4(at, 1) : PyFloat_Unpack8(at, 1);
         if (x == -1.0 && PyErr_Occurred())
             return NULL;
-        r->pos += 8;
+        r->pos += size;
         return PyFloat_FromDouble(x);
     }
     case OP_STRING:
     case OP_BYTES:
     case OP_PACKED: {
-        int op = (int)PyLong_AsLong(PyTuple_GET_ITEM(prog, 0));
         if (varint(r, 10, &n) < 0 || n < 0 || n > r->len - r->pos)
             return fallback();
         if (op == OP_PACKED)
@@ -377,8 +372,24 @@ static PyObject *node(Reader *r, PyObject *prog) {
     return NULL;
 }
 
-/* decode(program, b, mv, pos): program is (record node, whole); with whole the record must
-   end b and its packed fields hold one count. */
+/* Reads one value of program (record node, whole) at r->pos; with whole the record must end
+   the input and its packed fields hold one count. A memoryview made for plain bytes fields
+   (r->mv None) is released here. */
+static PyObject *run(Reader *r, PyObject *program) {
+    PyObject *mv = r->mv;
+    r->pc = -1;
+    r->whole = PyObject_IsTrue(PyTuple_GET_ITEM(program, 1));
+    PyObject *v = node(r, PyTuple_GET_ITEM(program, 0));
+    if (r->mv != mv)
+        Py_DECREF(r->mv);
+    if (v != NULL && r->whole && r->pos != r->len) {
+        Py_DECREF(v);
+        return fallback();
+    }
+    return v;
+}
+
+/* decode(program, b, mv, pos) -> (value, end) */
 static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2 || !PyBytes_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "decode(program, b: bytes, mv, pos)");
@@ -394,19 +405,8 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (r.pos < 0 || r.pos > r.len)
         return fallback();
-    r.pc = -1;
-    r.whole = PyObject_IsTrue(PyTuple_GET_ITEM(args[0], 1));
-    PyObject *v = node(&r, PyTuple_GET_ITEM(args[0], 0));
-    if (r.mv != args[2]) /* made here (mv None) */
-        Py_DECREF(r.mv);
-    if (v == NULL)
-        return NULL;
-    if (r.whole && r.pos != r.len) {
-        Py_DECREF(v);
-        return fallback();
-    }
-    PyObject *out = Py_BuildValue("(Nn)", v, r.pos);
-    return out;
+    PyObject *v = run(&r, args[0]);
+    return v == NULL ? NULL : Py_BuildValue("(Nn)", v, r.pos);
 }
 
 /* decode_framed(table, value): a whole framed record (the magic c3 01, the writer's 8-byte
@@ -427,16 +427,8 @@ static PyObject *decode_framed(PyObject *self, PyObject *const *args, Py_ssize_t
         PyObject *e = PyTuple_GET_ITEM(table, i), *fp = PyTuple_GET_ITEM(e, 0);
         if (PyBytes_GET_SIZE(fp) != 8 || memcmp(PyBytes_AS_STRING(fp), p + 2, 8) != 0)
             continue;
-        PyObject *prog = PyTuple_GET_ITEM(e, 1);
-        Reader r = {(const unsigned char *)p, len, 10, args[1], Py_None, -1, PyObject_IsTrue(PyTuple_GET_ITEM(prog, 1))};
-        PyObject *v = node(&r, PyTuple_GET_ITEM(prog, 0));
-        if (r.mv != Py_None)
-            Py_DECREF(r.mv);
-        if (v != NULL && r.whole && r.pos != r.len) {
-            Py_DECREF(v);
-            return fallback();
-        }
-        return v;
+        Reader r = {(const unsigned char *)p, len, 10, args[1], Py_None, -1, 0};
+        return run(&r, PyTuple_GET_ITEM(e, 1));
     }
     Py_RETURN_NONE;
 }

@@ -121,7 +121,8 @@ def program(writer, reader, packed=None):
     (parsed JSON schemas), as _avro_fast.compile_decoder reads them: packed maps top-level
     bytes fields to numpy dtypes (read as views). Raises ValueError for the schema types the
     fast decoders do not read (the caller keeps the checking decoder alone)."""
-    packed = packed or {}
+    import numpy as np
+    packed = {k: np.dtype(v) for k, v in (packed or {}).items()}
     named = {}
 
     def node(w, r, pk=None):

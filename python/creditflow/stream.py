@@ -232,18 +232,18 @@ class SampleStream:
             self._waiting_for_topic = False
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         self._next[(topic, partition)] = offset + 1
-        headers = msg.headers()
-        if headers:  # a producer's own (creditflow-schema), or a chunk's
-            for k, _ in headers:
-                if k == CHUNK:  # a chunk: the reassembler puts it together
-                    rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
-                    self.broken_chunks += len(broken)
-                    if rec is None:
-                        return None
-                    value, first = rec["value"], rec["first"]  # a chunked sample is pending from its first chunk on
-                    break
-            else:
-                value, first = msg.value(), offset
+        headers = msg.headers()  # none, a producer's own (creditflow-schema), or a chunk's
+        chunk = False
+        for k, _ in headers or ():  # a loop, not any(): a generator costs ≈ 0.16 µs a message
+            if k == CHUNK:
+                chunk = True
+                break
+        if chunk:  # the reassembler puts it together
+            rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
+            self.broken_chunks += len(broken)
+            if rec is None:
+                return None
+            value, first = rec["value"], rec["first"]  # a chunked sample is pending from its first chunk on
         else:
             value, first = msg.value(), offset
         try:

@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from ._avro import DecodeError, Schema
 from . import _native
+from ._avro import DecodeError, Schema
 from ._avro_fast import FALLBACK
 
 __all__ = [
@@ -299,9 +299,10 @@ def _decode_sample_checked(value):
     c = codec("Sample")
     if not _SAMPLE_WHOLE:
         _SAMPLE_WHOLE.update((fp, s.fast_whole) for fp, s in c.readers.items())
-        native = [f.args[0] for f in _SAMPLE_WHOLE.values() if getattr(f, "func", None) is not None]
-        if len(native) == len(_SAMPLE_WHOLE):  # every generation compiled (creditflow._native)
-            _SAMPLE_NATIVE[:] = [_native.module().decode_framed, tuple(zip(_SAMPLE_WHOLE, native))]
+        mod = _native.module()
+        if mod is not None:
+            _SAMPLE_NATIVE[:] = [mod.decode_framed, tuple((fp, (_native.program(s.json, s.reader_json, s.packed), True))
+                                                          for fp, s in c.readers.items())]
     r = c.decode(value, packed=True)
     n = None
     for f, dt in (("tokens", _I32), ("loss_mask", _U8), ("advantages", _F32),
