@@ -32,9 +32,7 @@ func TestPythonPackage(t *testing.T) {
 func TestPipInstallOffline(t *testing.T) {
 	py := projectPython(t)
 	src := filepath.Join(t.TempDir(), "src")
-	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "python"), src).CombinedOutput(); err != nil {
-		t.Fatalf("copy: %v\n%s", err, out)
-	}
+	copyPackage(t, src)
 	target := filepath.Join(t.TempDir(), "site")
 	cmd := exec.Command(py, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "--target", target, src)
 	cmd.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
@@ -46,7 +44,7 @@ from creditflow import _native, wire
 assert creditflow.__file__.startswith(sys.argv[1]), creditflow.__file__
 m = _native.module()
 print(wire.codec("Sample").current.fingerprint.hex(), wire.codec("Sample").writers["aeddc48"].fingerprint.hex(),
-      "compiled:", m is not None and m.__file__.startswith(sys.argv[1]))`, target)
+      "compiled:", m is not None and m.__file__.startswith(sys.argv[1]), "numpy_api:", _native.numpy_api)`, target)
 	check.Dir = t.TempDir()
 	check.Env = append(os.Environ(), "PYTHONPATH="+target)
 	out, err := check.CombinedOutput()
@@ -59,9 +57,23 @@ print(wire.codec("Sample").current.fingerprint.hex(), wire.codec("Sample").write
 	checkCompiled(t, string(out))
 }
 
+// copyPackage copies python/ to dst without what an earlier in-place build left there
+// (setuptools' build/ and egg-info, which a build would take as newer than the sources).
+func copyPackage(t *testing.T, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "python"), dst).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v\n%s", err, out)
+	}
+	for _, p := range []string{"build", "creditflow.egg-info"} {
+		if err := os.RemoveAll(filepath.Join(dst, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // checkCompiled: where a C compiler is at hand (and always under CI=true), pip built the
-// package's compiled decoder (setup.py) and the installed package uses it; elsewhere the
-// package installs without it (decoding in Python).
+// package's compiled decoder (setup.py), with numpy's C API, and the installed package uses
+// it; elsewhere the package installs without it (decoding in Python).
 func checkCompiled(t *testing.T, out string) {
 	t.Helper()
 	_, cc := exec.LookPath("cc")
@@ -72,6 +84,11 @@ func checkCompiled(t *testing.T, out string) {
 	}
 	if !strings.Contains(out, "compiled: True") {
 		t.Fatalf("pip did not build the compiled decoder into the installed package (creditflow._cdecode, setup.py): %s", out)
+	}
+	// built with numpy's headers (the build environment's numpy: pyproject.toml asks for it),
+	// it makes its views with numpy's C API
+	if !strings.Contains(out, "numpy_api: True") {
+		t.Fatalf("the compiled decoder was built without numpy's headers, or cannot import numpy's C API: %s", out)
 	}
 }
 
@@ -86,9 +103,7 @@ func TestPipInstallFromIndex(t *testing.T) {
 	}
 	py := projectPython(t)
 	src := filepath.Join(t.TempDir(), "src")
-	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot(t), "python"), src).CombinedOutput(); err != nil {
-		t.Fatalf("copy: %v\n%s", err, out)
-	}
+	copyPackage(t, src)
 	venv := filepath.Join(t.TempDir(), "venv")
 	if out, err := exec.Command(py, "-m", "venv", venv).CombinedOutput(); err != nil {
 		t.Fatalf("python -m venv: %v\n%s", err, out)
@@ -111,7 +126,8 @@ for m in (creditflow, numpy, confluent_kafka):
     assert os.path.dirname(os.path.dirname(m.__file__)) in own, (m.__file__, own)
 m = _native.module()
 print(wire.codec("Sample").writers["aeddc48"].fingerprint.hex(),
-      "compiled:", m is not None and os.path.dirname(m.__file__) == os.path.dirname(creditflow.__file__))`)
+      "compiled:", m is not None and os.path.dirname(m.__file__) == os.path.dirname(creditflow.__file__),
+      "numpy_api:", _native.numpy_api)`)
 	check.Dir = t.TempDir()
 	check.Env = append(os.Environ(), "PYTHONPATH=")
 	out, err := check.CombinedOutput()

@@ -103,7 +103,11 @@ type SizeResult struct {
 	TrainerFastavroCPUUs float64 `json:"trainer_fastavro_cpu_us_per_sample,omitempty"`
 	TrainerVsFloorCPU    float64 `json:"trainer_vs_floor_cpu,omitempty"`
 	TrainerTensors       string  `json:"trainer_tensors,omitempty"`
-	TrainerNote          string  `json:"trainer_note,omitempty"`
+	// rounds of the trainer phase (each reader once a round, the rates pooled)
+	// and the trainer / floor of each round
+	TrainerRounds         int       `json:"trainer_rounds,omitempty"`
+	TrainerVsFloorByRound []float64 `json:"trainer_vs_floor_by_round,omitempty"`
+	TrainerNote           string    `json:"trainer_note,omitempty"`
 
 	Error string `json:"error,omitempty"` // what failed for this size (the fields it did not reach are 0)
 }
@@ -406,6 +410,7 @@ func (e *benchEnv) runSize(ctx context.Context, s benchSize, n int, o benchOptio
 			return fail(err)
 		}
 		r.TrainerPerS, r.TrainerConsumerPerS, r.TrainerTensors, r.TrainerNote = cmdutil.Round3(tr.PerS), cmdutil.Round3(tr.ConsumerPerS), tr.Tensors, tr.Note
+		r.TrainerRounds, r.TrainerVsFloorByRound = tr.Rounds, tr.VsFloorByRound
 		if tr.ConsumerPerS > 0 {
 			r.TrainerVsConsumer = cmdutil.Round3(tr.PerS / tr.ConsumerPerS)
 			r.TrainerFloorPerS, r.TrainerFloorVsConsumer = cmdutil.Round3(tr.FloorPerS), cmdutil.Round3(tr.FloorPerS/tr.ConsumerPerS)

@@ -17,6 +17,9 @@ well-kept library measured against the hand-written one, same records, same run.
 
   python3 trainer.py BROKERS TOPIC RECORDS REPEAT BATCH GROUP_PREFIX
 
+Each reader runs once per round, at least REPEAT rounds and enough for 20,000 samples a reader
+(at most 10); the rates pool the rounds, and each round's trainer / floor is printed too.
+
 A run's rate is its records over the time from the first record its consumer returned to
 the end of the run (the last record read; for the trainer, the last full batch built: the
 last, partial one would leave only after the stream's max_wait), so joining the consumer
@@ -50,6 +53,10 @@ except ImportError:
     to_torch = None
 
 TIMEOUT = 120.0
+# Rounds: at least REPEAT, and as many as it takes each reader to read MIN_SAMPLES samples, at
+# most MAX_ROUNDS. A run of a few thousand small samples lasts under 0.1 s, and single runs of
+# the same reader spread by ±10%: the rounds pool it.
+MIN_SAMPLES, MAX_ROUNDS = 20000, 10
 
 
 class _Clock:
@@ -219,15 +226,18 @@ def main():
         trainer(brokers, topic, n, "%s.fastavro.warm" % prefix, batch, _fastavro.decode_sample)
     if layout is not None:
         floor(brokers, topic, n, "%s.floor.warm" % prefix, batch, layout)
-    # per reader: records, seconds, CPU seconds of the reading thread
+    # per reader, over all rounds: records, seconds, CPU seconds of the reading thread
     runs = {k: [0, 0.0, 0.0] for k in ("consumer", "trainer", "floor", "fastavro")}
+    by_round = {k: [] for k in runs}  # per reader, each round's rate
     nbytes = tokens = tokens_of = 0
     readers = ["trainer"] + (["fastavro"] if _fastavro is not None else []) + (["floor"] if layout is not None else [])
-    for r in range(repeat):
+    rounds = max(repeat, min(MAX_ROUNDS, -(-MIN_SAMPLES // max(1, n))))
+    for r in range(rounds):
         got, dt, cpu, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
         runs["consumer"][0] += got
         runs["consumer"][1] += dt
         runs["consumer"][2] += cpu
+        by_round["consumer"].append(got / dt)
         # the readers in turns, each round starting with the next one, so that none always
         # follows the same neighbour
         for k in range(len(readers)):
@@ -251,6 +261,7 @@ def main():
             runs[what][0] += got
             runs[what][1] += dt
             runs[what][2] += cpu
+            by_round[what].append(got / dt)
 
     def rate(k):
         return runs[k][0] / runs[k][1] if runs[k][1] else 0
@@ -263,7 +274,9 @@ def main():
         "trainer_floor_per_s": rate("floor"), "trainer_fastavro_per_s": rate("fastavro"),
         "trainer_cpu_us_per_sample": cpu_us("trainer"), "trainer_consumer_cpu_us_per_sample": cpu_us("consumer"),
         "trainer_floor_cpu_us_per_sample": cpu_us("floor"), "trainer_fastavro_cpu_us_per_sample": cpu_us("fastavro"),
-        "tensors": "torch" if to_torch else "numpy",
+        "tensors": "torch" if to_torch else "numpy", "rounds": rounds,
+        # trainer / floor of each round: the spread the pooled rates smooth
+        "vs_floor_by_round": [round(t / f, 3) for t, f in zip(by_round["trainer"], by_round["floor"])],
         "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, tokens_of),
     }))
 

@@ -9,8 +9,11 @@
    string that is not UTF-8, a varint past 64 bits) it raises the Fallback exception given to
    init(), and the caller runs the checking decoder, which gives the value or the precise error.
 
-   Packed fields (top-level bytes fields read as numpy arrays) are made by calling the
-   frombuffer function given to init() (numpy.frombuffer) on b: read-only views, no copy. */
+   Packed fields (top-level bytes fields read as numpy arrays) are read-only views of b, no
+   copy: made with numpy's C API where the module was built with numpy's headers
+   (CREDITFLOW_NUMPY_API) and that numpy's API could be imported at init(), else by calling
+   the frombuffer function given to init() (numpy.frombuffer). Both give the same array: the
+   dtype, the count, b's bytes at pos, b as its base, not writeable. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,6 +41,15 @@ static inline PyObject *Py_NewRef(PyObject *o) {
 
 enum { OP_NULL, OP_BOOL, OP_INT, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_STRING, OP_BYTES, OP_PACKED, OP_UNION,
        OP_ARRAY, OP_RECORD };
+
+#ifdef CREDITFLOW_NUMPY_API
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+static int numpy_api; /* 1 once init() imported numpy's C API */
+#define NUMPY_API_USED numpy_api
+#else
+#define NUMPY_API_USED 0
+#endif
 
 static PyObject *Fallback;   /* the exception that sends the caller to the checking decoder */
 static PyObject *frombuffer; /* numpy.frombuffer */
@@ -277,6 +289,23 @@ static PyObject *packed(Reader *r, PyObject *prog, int64_t n) {
         else if (count != r->pc)
             return fallback();
     }
+#ifdef CREDITFLOW_NUMPY_API
+    PyObject *dtype = PyTuple_GET_ITEM(prog, 1);
+    if (numpy_api && PyArray_DescrCheck(dtype)) { /* what frombuffer makes, without its call */
+        npy_intp dims[1] = {count};
+        Py_INCREF(dtype); /* stolen by PyArray_NewFromDescr */
+        PyObject *v = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)dtype, 1, dims, NULL,
+                                           (void *)(r->p + r->pos), 0 /* not writeable */, NULL);
+        if (v == NULL)
+            return NULL;
+        if (PyArray_SetBaseObject((PyArrayObject *)v, Py_NewRef(r->b)) < 0) { /* steals b's reference */
+            Py_DECREF(v);
+            return NULL;
+        }
+        r->pos += (Py_ssize_t)n;
+        return v;
+    }
+#endif
     PyObject *args[4] = {r->b, PyTuple_GET_ITEM(prog, 1), PyLong_FromSsize_t(count), PyLong_FromSsize_t(r->pos)};
     PyObject *v = NULL;
     if (args[2] != NULL && args[3] != NULL)
@@ -433,13 +462,27 @@ static PyObject *decode_framed(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* init(Fallback, frombuffer[, numpy_api=True]) -> whether the views are made with numpy's C
+   API (numpy_api=False: with frombuffer, as without numpy's headers; the tests check both) */
 static PyObject *init(PyObject *self, PyObject *args) {
     PyObject *fb, *fn;
-    if (!PyArg_ParseTuple(args, "OO", &fb, &fn))
+    int want = 1;
+    if (!PyArg_ParseTuple(args, "OO|p", &fb, &fn, &want))
         return NULL;
     Py_XSETREF(Fallback, Py_NewRef(fb));
     Py_XSETREF(frombuffer, Py_NewRef(fn));
-    Py_RETURN_NONE;
+#ifdef CREDITFLOW_NUMPY_API
+    /* numpy's C API; where it cannot be had (a numpy older than the headers built against),
+       frombuffer makes the views: slower, the same arrays */
+    numpy_api = 0;
+    if (want) {
+        if (_import_array() < 0)
+            PyErr_Clear();
+        else
+            numpy_api = 1;
+    }
+#endif
+    return PyBool_FromLong(NUMPY_API_USED);
 }
 
 static PyMethodDef methods[] = {
@@ -447,7 +490,7 @@ static PyMethodDef methods[] = {
      "decode(program, b, mv, pos) -> (value, end); raises the Fallback exception where the checking decoder must decide"},
     {"decode_framed", (PyCFunction)(void (*)(void))decode_framed, METH_FASTCALL,
      "decode_framed(table, value) -> dict, or None for another header or writer"},
-    {"init", init, METH_VARARGS, "init(Fallback, frombuffer)"},
+    {"init", init, METH_VARARGS, "init(Fallback, frombuffer[, numpy_api]) -> whether numpy's C API makes the views"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,6 +41,7 @@ _SIMPLE = {"null": OP_NULL, "boolean": OP_BOOL, "int": OP_INT, "long": OP_LONG, 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_cdecode.c")
 _NAME = __name__.rsplit(".", 1)[0] + "._cdecode"
 _loaded = None  # None: not tried yet; False: not available; else the module
+numpy_api = False  # whether the loaded module makes its numpy views with numpy's C API
 
 
 def _mode():
@@ -72,8 +73,23 @@ def module():
             else:
                 from ._avro_fast import _Fallback
                 import numpy as np
-                _loaded.init(_Fallback, np.frombuffer)
+                global numpy_api
+                numpy_api = _loaded.init(_Fallback, np.frombuffer)
     return _loaded or None
+
+
+def _numpy_flags():
+    """The compiler flags that build the views with numpy's C API (numpy's headers and
+    CREDITFLOW_NUMPY_API); none where numpy ships no headers (the views are then made by
+    numpy.frombuffer). setup.py uses the same."""
+    try:
+        import numpy as np
+        inc = np.get_include()
+    except (ImportError, AttributeError):
+        return []
+    if not os.path.exists(os.path.join(inc, "numpy", "arrayobject.h")):
+        return []
+    return ["-I", inc, "-DCREDITFLOW_NUMPY_API"]
 
 
 def _load():
@@ -85,13 +101,17 @@ def _load():
         raise ImportError("neither an installed %s nor its source %s" % (_NAME, _SOURCE))
     with open(_SOURCE, "rb") as f:
         src = f.read()
+    import numpy as np
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     # compiled and linked in one step as setuptools would build it: the interpreter's own
-    # compiler and flags (optimised, NDEBUG), position-independent, its headers
+    # compiler and flags (optimised, NDEBUG), position-independent, its headers and numpy's
     cmd = [*shlex.split(sysconfig.get_config_var("LDSHARED") or "cc -shared"),
            *shlex.split(sysconfig.get_config_var("CFLAGS") or "-O2 -DNDEBUG"),
-           *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"), "-I", sysconfig.get_paths()["include"], _SOURCE]
-    key = hashlib.sha256(b"\0".join([src, sys.version.encode(), suffix.encode(), " ".join(cmd).encode()])).hexdigest()[:16]
+           *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"), "-I", sysconfig.get_paths()["include"],
+           *_numpy_flags(), _SOURCE]
+    # named by what it is built from: the source, the interpreter, the flags and numpy's version
+    key = hashlib.sha256(b"\0".join([src, sys.version.encode(), suffix.encode(), " ".join(cmd).encode(),
+                                     np.__version__.encode()])).hexdigest()[:16]
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "creditflow", "native", key)
     path = os.path.join(cache, "_cdecode" + suffix)
     if not os.path.exists(path):

@@ -232,25 +232,37 @@ class SampleStream:
             self._waiting_for_topic = False
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         self._next[(topic, partition)] = offset + 1
-        headers = msg.headers()  # none, a producer's own (creditflow-schema), or a chunk's
-        chunk = False
-        for k, _ in headers or ():  # a loop, not any(): a generator costs ≈ 0.16 µs a message
-            if k == CHUNK:
-                chunk = True
-                break
-        if chunk:  # the reassembler puts it together
-            rec, broken = self._chunks.add(partition, offset, msg.key(), msg.value(), headers)
+        # A message whose value decodes as a whole framed Sample is one (its headers are not
+        # read: confluent-kafka makes them into Python objects on the first call, ≈ 0.6 µs);
+        # only the others may be chunks (docs/wire-format.md, "Records larger than one
+        # message": a first chunk is a strict prefix of a record and never decodes; a later one
+        # would have to begin with a record's header and fingerprint and decode to its end).
+        value, first = msg.value(), offset
+        try:
+            s = decode_sample(value)
+        except WireError:
+            s = None
+        if s is None:
+            headers = msg.headers()  # none, a producer's own (creditflow-schema), or a chunk's
+            chunk = False
+            for k, _ in headers or ():  # a loop, not any(): a generator costs ≈ 0.16 µs a message
+                if k == CHUNK:
+                    chunk = True
+                    break
+            if not chunk:
+                self.undecodable += 1
+                return None
+            # the reassembler puts it together
+            rec, broken = self._chunks.add(partition, offset, msg.key(), value, headers)
             self.broken_chunks += len(broken)
             if rec is None:
                 return None
             value, first = rec["value"], rec["first"]  # a chunked sample is pending from its first chunk on
-        else:
-            value, first = msg.value(), offset
-        try:
-            s = decode_sample(value)
-        except WireError:
-            self.undecodable += 1
-            return None
+            try:
+                s = decode_sample(value)
+            except WireError:
+                self.undecodable += 1
+                return None
         tid = s["trajectory_id"]
         window = self._window
         if tid in window:

@@ -11,7 +11,7 @@ import unittest
 import numpy as np
 
 from creditflow import _native, wire
-from creditflow._avro_fast import FALLBACK, compile_decoder
+from creditflow._avro_fast import FALLBACK, _Fallback, compile_decoder
 
 from tests.util import sample_datum
 
@@ -38,7 +38,10 @@ def _same(test, a, b, where):
         for i, (x, y) in enumerate(zip(a, b)):
             _same(test, x, y, "%s[%d]" % (where, i))
     elif isinstance(a, np.ndarray):
-        test.assertEqual((a.dtype, a.shape, a.flags.writeable), (b.dtype, b.shape, b.flags.writeable), where)
+        flags = ("writeable", "aligned", "c_contiguous", "owndata")
+        test.assertEqual((a.dtype, a.shape, [getattr(a.flags, f) for f in flags]), (b.dtype, b.shape, [getattr(b.flags, f) for f in flags]),
+                         where)
+        test.assertIs(a.base, b.base, where)  # the decoded bytes object itself, kept alive by the view
         test.assertEqual(a.__array_interface__["data"][0], b.__array_interface__["data"][0], where)
         test.assertEqual(a.tobytes(), b.tobytes(), where)
     elif isinstance(a, memoryview):
@@ -100,6 +103,21 @@ class NativeDecoder(unittest.TestCase):
             return "fallback"
 
     def test_same_as_the_generated_decoder(self):
+        # the views made with numpy's C API (where the module was built with its headers: always
+        # under CI) and with numpy.frombuffer
+        if os.environ.get("CI") == "true":
+            self.assertTrue(_native.numpy_api, "built without numpy's headers, or its C API not importable")
+        modes = (True, False) if _native.numpy_api else (False,)
+        m = _native.module()
+        try:
+            for numpy_api in modes:
+                with self.subTest(numpy_api=numpy_api):
+                    self.assertEqual(m.init(_Fallback, np.frombuffer, numpy_api), numpy_api)
+                    self.same_as_the_generated_decoder()
+        finally:
+            m.init(_Fallback, np.frombuffer, _native.numpy_api)
+
+    def same_as_the_generated_decoder(self):
         rng = random.Random(11)
         recs = _records()
         self.assertGreater(len([1 for n, _ in recs if n is None]), 5, "the golden records of schemas/testdata")

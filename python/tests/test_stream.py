@@ -11,14 +11,15 @@ try:
 except ImportError:
     kafka = stream = None
 
-from creditflow import wire
+from creditflow import chunks, wire
 
 from .util import sample_datum
 
 
 class Msg:
-    def __init__(self, partition, offset, value, topic="creditflow.samples"):
+    def __init__(self, partition, offset, value, topic="creditflow.samples", headers=None, key=None):
         self._t, self._p, self._o, self._v = topic, partition, offset, value
+        self._h, self._k, self.header_reads = headers, key, 0
 
     def topic(self):
         return self._t
@@ -33,10 +34,11 @@ class Msg:
         return self._v
 
     def key(self):
-        return None
+        return self._k
 
     def headers(self):
-        return None
+        self.header_reads += 1
+        return self._h
 
     def error(self):
         return None
@@ -192,6 +194,46 @@ class Stream(unittest.TestCase):
         s._on_revoke(s._consumer, [kafka.TopicPartition("creditflow.samples", 0)])
         self.assertIs(s._buf, buf)
         self.assertEqual([(m.partition(), m.offset()) for m in buf], [(1, 0)])
+
+    def test_chunked_samples_between_whole_ones(self):
+        # docs/wire-format.md, "Records larger than one message": a sample written as chunks
+        # (the processor's headers on every chunk) with whole samples between its chunks; the
+        # whole ones are read without their headers, the chunks by them
+        own = [("creditflow-schema", b"Sample")]
+        big = sample("C0", "C", group_size=3)
+        parts = chunks.split(b"C", big, own, chunk_bytes=100)
+        self.assertGreaterEqual(len(parts), 3)
+        whole = [Msg(0, 1, sample("C1", "C", group_size=3), headers=own),
+                 Msg(0, 3, sample("C2", "C", group_size=3), headers=own)]
+        chunk_msgs = [Msg(0, o, v, headers=h, key=k) for o, (k, v, h) in zip([0, 2] + list(range(4, 4 + len(parts))), parts)]
+        msgs = sorted(whole + chunk_msgs, key=lambda m: m.offset())
+        s = self.stream(msgs)
+        it = s.batches(1)
+        got = next(it)
+        self.assertEqual(sorted(x["trajectory_id"] for x in got), ["C0", "C1", "C2"])
+        c0 = next(x for x in got if x["trajectory_id"] == "C0")
+        self.assertEqual(c0["tokens"].tobytes(), wire.decode_sample(big)["tokens"].tobytes())
+        self.assertEqual([m.header_reads for m in whole], [0, 0])
+        self.assertTrue(all(m.header_reads == 1 for m in chunk_msgs))
+        self.assertEqual((s.undecodable, s.broken_chunks), (0, 0))
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(0, msgs[-1].offset() + 1)])
+
+    def test_an_unfinished_chunked_sample_holds_the_commit(self):
+        own = [("creditflow-schema", b"Sample")]
+        parts = chunks.split(b"C", sample("C0", "C", group_size=1), own, chunk_bytes=100)
+        msgs = [Msg(0, 0, parts[0][1], headers=parts[0][2]), Msg(0, 1, sample("D0", "D", group_size=1), headers=own)]
+        s = self.stream(msgs)
+        self.assertEqual([x["trajectory_id"] for x in next(s.batches(1))], ["D0"])
+        s.commit()
+        self.assertEqual(s._consumer.commits[-1], [(0, 0)])  # never past the first chunk
+
+    def test_undecodable_messages_are_counted(self):
+        # a message that is neither a sample nor a chunk: its headers are looked at, then it is counted
+        m = Msg(0, 0, b"\xc3\x01not a sample", headers=[("creditflow-schema", b"Sample")])
+        s = self.stream([m, Msg(0, 1, sample("A0", "A", group_size=1))])
+        self.assertEqual([x["trajectory_id"] for x in s], ["A0"])
+        self.assertEqual((s.undecodable, m.header_reads), (1, 1))
 
     def test_assignment_follows_the_rebalances(self):
         s = self.stream([Assign(0, 1, 2), Revoke(0, 1, 2), Assign(2, 3)])
