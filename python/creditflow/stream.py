@@ -238,6 +238,9 @@ class SampleStream:
         # message": a first chunk is a strict prefix of a record and never decodes; a later one
         # would have to begin with a record's header and fingerprint and decode to its end).
         value, first = msg.value(), offset
+        if value is None:  # a null value (a tombstone): no sample, no chunk
+            self.undecodable += 1
+            return None
         try:
             s = decode_sample(value)
         except WireError:

@@ -235,6 +235,11 @@ class Stream(unittest.TestCase):
         self.assertEqual([x["trajectory_id"] for x in s], ["A0"])
         self.assertEqual((s.undecodable, m.header_reads), (1, 1))
 
+    def test_a_null_value_is_counted_not_raised(self):
+        s = self.stream([Msg(0, 0, None), Msg(0, 1, sample("A0", "A", group_size=1))])
+        self.assertEqual([x["trajectory_id"] for x in s], ["A0"])
+        self.assertEqual(s.undecodable, 1)
+
     def test_assignment_follows_the_rebalances(self):
         s = self.stream([Assign(0, 1, 2), Revoke(0, 1, 2), Assign(2, 3)])
         s.poll(0.01)
