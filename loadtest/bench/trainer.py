@@ -54,8 +54,8 @@ except ImportError:
 
 TIMEOUT = 120.0
 # Rounds: at least REPEAT, and as many as it takes each reader to read MIN_SAMPLES samples, at
-# most MAX_ROUNDS. A run of a few thousand small samples lasts under 0.1 s, and single runs of
-# the same reader spread by ±10%: the rounds pool it.
+# most MAX_ROUNDS. A run of a few thousand small samples lasts under 0.1 s and single runs of
+# the same code spread widely (docs/performance.md, Method, item 9): the rounds pool them.
 MIN_SAMPLES, MAX_ROUNDS = 20000, 10
 
 
@@ -228,16 +228,15 @@ def main():
         floor(brokers, topic, n, "%s.floor.warm" % prefix, batch, layout)
     # per reader, over all rounds: records, seconds, CPU seconds of the reading thread
     runs = {k: [0, 0.0, 0.0] for k in ("consumer", "trainer", "floor", "fastavro")}
-    by_round = {k: [] for k in runs}  # per reader, each round's rate
     nbytes = tokens = tokens_of = 0
     readers = ["trainer"] + (["fastavro"] if _fastavro is not None else []) + (["floor"] if layout is not None else [])
+    by_round = {k: [] for k in readers}  # per reader, each round's rate
     rounds = max(repeat, min(MAX_ROUNDS, -(-MIN_SAMPLES // max(1, n))))
     for r in range(rounds):
         got, dt, cpu, nbytes = bare(brokers, topic, n, "%s.consumer.%d" % (prefix, r))
         runs["consumer"][0] += got
         runs["consumer"][1] += dt
         runs["consumer"][2] += cpu
-        by_round["consumer"].append(got / dt)
         # the readers in turns, each round starting with the next one, so that none always
         # follows the same neighbour
         for k in range(len(readers)):
@@ -276,7 +275,7 @@ def main():
         "trainer_floor_cpu_us_per_sample": cpu_us("floor"), "trainer_fastavro_cpu_us_per_sample": cpu_us("fastavro"),
         "tensors": "torch" if to_torch else "numpy", "rounds": rounds,
         # trainer / floor of each round: the spread the pooled rates smooth
-        "vs_floor_by_round": [round(t / f, 3) for t, f in zip(by_round["trainer"], by_round["floor"])],
+        "vs_floor_by_round": [round(t / f, 3) for t, f in zip(by_round["trainer"], by_round.get("floor", ()))],
         "sample_bytes": nbytes / max(1, n), "sample_tokens": tokens / max(1, tokens_of),
     }))
 

@@ -45,11 +45,8 @@ enum { OP_NULL, OP_BOOL, OP_INT, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_STRING, OP_BYT
 #ifdef CREDITFLOW_NUMPY_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
-static int numpy_api; /* 1 once init() imported numpy's C API */
-#define NUMPY_API_USED numpy_api
-#else
-#define NUMPY_API_USED 0
 #endif
+static int numpy_api; /* 1 once init() imported numpy's C API (never without its headers) */
 
 static PyObject *Fallback;   /* the exception that sends the caller to the checking decoder */
 static PyObject *frombuffer; /* numpy.frombuffer */
@@ -482,7 +479,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
             numpy_api = 1;
     }
 #endif
-    return PyBool_FromLong(NUMPY_API_USED);
+    return PyBool_FromLong(numpy_api);
 }
 
 static PyMethodDef methods[] = {

@@ -78,18 +78,19 @@ def module():
     return _loaded or None
 
 
-def _numpy_flags():
-    """The compiler flags that build the views with numpy's C API (numpy's headers and
-    CREDITFLOW_NUMPY_API); none where numpy ships no headers (the views are then made by
-    numpy.frombuffer). setup.py uses the same."""
+def numpy_headers():
+    """(include directory, version) of the installed numpy where it ships its C headers: the
+    decoder is then built with CREDITFLOW_NUMPY_API and makes its views with numpy's C API.
+    None without numpy or its headers (the views are made by numpy.frombuffer). setup.py
+    calls this too (this module imports nothing of the package at its top)."""
     try:
         import numpy as np
-        inc = np.get_include()
-    except (ImportError, AttributeError):
-        return []
+    except ImportError:
+        return None
+    inc = np.get_include()
     if not os.path.exists(os.path.join(inc, "numpy", "arrayobject.h")):
-        return []
-    return ["-I", inc, "-DCREDITFLOW_NUMPY_API"]
+        return None
+    return inc, np.__version__
 
 
 def _load():
@@ -101,17 +102,17 @@ def _load():
         raise ImportError("neither an installed %s nor its source %s" % (_NAME, _SOURCE))
     with open(_SOURCE, "rb") as f:
         src = f.read()
-    import numpy as np
+    npy = numpy_headers()
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     # compiled and linked in one step as setuptools would build it: the interpreter's own
     # compiler and flags (optimised, NDEBUG), position-independent, its headers and numpy's
     cmd = [*shlex.split(sysconfig.get_config_var("LDSHARED") or "cc -shared"),
            *shlex.split(sysconfig.get_config_var("CFLAGS") or "-O2 -DNDEBUG"),
            *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"), "-I", sysconfig.get_paths()["include"],
-           *_numpy_flags(), _SOURCE]
+           *(["-I", npy[0], "-DCREDITFLOW_NUMPY_API"] if npy else []), _SOURCE]
     # named by what it is built from: the source, the interpreter, the flags and numpy's version
     key = hashlib.sha256(b"\0".join([src, sys.version.encode(), suffix.encode(), " ".join(cmd).encode(),
-                                     np.__version__.encode()])).hexdigest()[:16]
+                                     (npy[1] if npy else "").encode()])).hexdigest()[:16]
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "creditflow", "native", key)
     path = os.path.join(cache, "_cdecode" + suffix)
     if not os.path.exists(path):

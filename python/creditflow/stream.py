@@ -233,8 +233,8 @@ class SampleStream:
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         self._next[(topic, partition)] = offset + 1
         # A message whose value decodes as a whole framed Sample is one (its headers are not
-        # read: confluent-kafka makes them into Python objects on the first call, ≈ 0.6 µs);
-        # only the others may be chunks (docs/wire-format.md, "Records larger than one
+        # read: confluent-kafka makes them into Python objects on the first call,
+        # docs/performance-passes.md, twenty-third pass); only the others may be chunks (docs/wire-format.md, "Records larger than one
         # message": a first chunk is a strict prefix of a record and never decodes; a later one
         # would have to begin with a record's header and fingerprint and decode to its end).
         value, first = msg.value(), offset
@@ -247,12 +247,7 @@ class SampleStream:
             s = None
         if s is None:
             headers = msg.headers()  # none, a producer's own (creditflow-schema), or a chunk's
-            chunk = False
-            for k, _ in headers or ():  # a loop, not any(): a generator costs ≈ 0.16 µs a message
-                if k == CHUNK:
-                    chunk = True
-                    break
-            if not chunk:
+            if not any(k == CHUNK for k, _ in headers or ()):
                 self.undecodable += 1
                 return None
             # the reassembler puts it together
